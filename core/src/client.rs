@@ -1,0 +1,784 @@
+//! [`SeppClient`]: one connection to a `sepp.v1` server (ours or the public one), shared by
+//! cheap clones.
+
+use crate::error::{
+    BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, ReserveError,
+};
+use crate::job::{
+    DeadLetterRecord, EnqueueAck, Job, ServerInfo, duration_to_proto, proto_to_system_time,
+};
+use crate::request::{EnqueueRequest, NackRetry, ReserveOptions};
+use crate::retry::{RetryClass, RetryPolicy, is_retryable};
+use sepp_proto::v1 as pb;
+use sepp_proto::v1::queue_service_client::QueueServiceClient;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// The key limit assumed until the server says otherwise (the protocol's default).
+pub const DEFAULT_MAX_IDEMPOTENCY_KEY_BYTES: u32 = 256;
+
+/// TLS settings for `https://` addresses.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// PEM of the CA that signed the server's certificate. Unset: the public web roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The name to verify the certificate against. Unset: the address's host.
+    pub domain: Option<String>,
+}
+
+/// Settings for [`SeppClient`]; start from [`SeppClient::builder`].
+#[derive(Debug, Clone)]
+pub struct SeppClientBuilder {
+    addr: String,
+    api_key: Option<String>,
+    tls: Option<TlsOptions>,
+    rpc_timeout: Option<Duration>,
+    connect_timeout: Duration,
+    max_receive_bytes: usize,
+    retry: Option<RetryPolicy>,
+}
+
+impl SeppClientBuilder {
+    /// Sends `authorization: Bearer <key>` on every call.
+    #[must_use]
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// TLS options (also switched on by an `https://` address).
+    #[must_use]
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Deadline of each call (Reserve adds its wait). Default 30 s; `None` for no deadline.
+    #[must_use]
+    pub fn rpc_timeout(mut self, d: Option<Duration>) -> Self {
+        self.rpc_timeout = d;
+        self
+    }
+
+    /// How long establishing the connection may take. Default 10 s.
+    #[must_use]
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Largest response accepted, in bytes. Default 16 MiB (the server's default
+    /// `max_message_bytes`).
+    #[must_use]
+    pub fn max_receive_bytes(mut self, n: usize) -> Self {
+        self.max_receive_bytes = n;
+        self
+    }
+
+    /// Retries per the protocol's safe-retry table; off by default.
+    #[must_use]
+    pub fn retry_policy(mut self, p: RetryPolicy) -> Self {
+        self.retry = Some(p);
+        self
+    }
+
+    fn endpoint(&self) -> Result<Endpoint, ClientError> {
+        let (url, tls_by_scheme) = normalize_addr(&self.addr)?;
+        let mut ep = Endpoint::from_shared(url.clone()).map_err(|e| {
+            ClientError::new(
+                ErrorCode::InvalidConfig,
+                format!("address {:?}: {e}", self.addr),
+            )
+        })?;
+        ep = ep
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_adaptive_window(true);
+        if tls_by_scheme || self.tls.is_some() {
+            let opts = self.tls.clone().unwrap_or_default();
+            let mut cfg = ClientTlsConfig::new();
+            cfg = match opts.ca_pem {
+                Some(pem) => cfg.ca_certificate(Certificate::from_pem(pem)),
+                None => cfg.with_webpki_roots(),
+            };
+            if let Some(d) = opts.domain {
+                cfg = cfg.domain_name(d);
+            }
+            ep = ep.tls_config(cfg).map_err(|e| {
+                ClientError::new(ErrorCode::InvalidConfig, format!("tls settings: {e}"))
+            })?;
+        }
+        Ok(ep)
+    }
+
+    fn finish(self, channel: Channel) -> Result<SeppClient, ClientError> {
+        let api_key = match &self.api_key {
+            Some(k) => Some(
+                format!("Bearer {k}")
+                    .parse::<MetadataValue<Ascii>>()
+                    .map_err(|_| {
+                        ClientError::new(ErrorCode::InvalidConfig, "api key is not printable ASCII")
+                    })?,
+            ),
+            None => None,
+        };
+        let grpc = QueueServiceClient::new(channel.clone())
+            .max_decoding_message_size(self.max_receive_bytes)
+            .max_encoding_message_size(usize::MAX);
+        Ok(SeppClient {
+            inner: Arc::new(Inner {
+                grpc,
+                channel,
+                api_key,
+                rpc_timeout: self.rpc_timeout,
+                retry: self.retry,
+                max_key_bytes: AtomicU32::new(DEFAULT_MAX_IDEMPOTENCY_KEY_BYTES),
+                max_enqueue_batch: AtomicU32::new(0),
+            }),
+        })
+    }
+
+    /// Connects, then reads the server's limits (`GetServerInfo`), so that requests are
+    /// checked against the real `max_idempotency_key_bytes`.
+    ///
+    /// # Errors
+    /// [`ErrorCode::InvalidConfig`] for an unusable address or TLS settings;
+    /// [`ErrorCode::Transport`] when the server cannot be reached.
+    pub async fn connect(self) -> Result<SeppClient, ClientError> {
+        let ep = self.endpoint()?;
+        let channel = ep.connect().await.map_err(|e| {
+            ClientError::new(
+                ErrorCode::Transport,
+                format!("cannot connect to {}: {}", self.addr, error_chain(&e)),
+            )
+        })?;
+        let client = self.finish(channel)?;
+        // Servers without GetServerInfo keep the defaults; any other failure is reported.
+        match client.get_server_info().await {
+            Ok(_) => {}
+            Err(e) if e.code() == ErrorCode::Unsupported => {}
+            Err(e) => return Err(e),
+        }
+        Ok(client)
+    }
+
+    /// A client that connects on first use; nothing is sent until a call is made. Request
+    /// validation works even when no server is running.
+    ///
+    /// # Errors
+    /// [`ErrorCode::InvalidConfig`] for an unusable address or TLS settings.
+    pub fn connect_lazy(self) -> Result<SeppClient, ClientError> {
+        let ep = self.endpoint()?;
+        let channel = ep.connect_lazy();
+        self.finish(channel)
+    }
+}
+
+/// `host:port` → `http://host:port`; returns the URL and whether its scheme asks for TLS.
+fn normalize_addr(addr: &str) -> Result<(String, bool), ClientError> {
+    if addr.is_empty() {
+        return Err(ClientError::new(
+            ErrorCode::InvalidConfig,
+            "address is empty",
+        ));
+    }
+    if let Some(rest) = addr.strip_prefix("https://") {
+        return Ok((format!("https://{rest}"), true));
+    }
+    if addr.starts_with("http://") {
+        return Ok((addr.to_string(), false));
+    }
+    if addr.contains("://") {
+        return Err(ClientError::new(
+            ErrorCode::InvalidConfig,
+            format!("address {addr:?}: use http://host:port, https://host:port or host:port"),
+        ));
+    }
+    Ok((format!("http://{addr}"), false))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+struct Inner {
+    grpc: QueueServiceClient<Channel>,
+    channel: Channel,
+    api_key: Option<MetadataValue<Ascii>>,
+    rpc_timeout: Option<Duration>,
+    retry: Option<RetryPolicy>,
+    /// The server's `max_idempotency_key_bytes` (256 until known).
+    max_key_bytes: AtomicU32,
+    /// The server's `max_enqueue_batch` (0 until known: not checked).
+    max_enqueue_batch: AtomicU32,
+}
+
+/// A client of a `sepp.v1` server.
+///
+/// Cheap to clone: clones share one HTTP/2 connection. Every method takes `&self` and may be
+/// called from many tasks at once.
+#[derive(Clone)]
+pub struct SeppClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SeppClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeppClient")
+            .field(
+                "max_idempotency_key_bytes",
+                &self.max_idempotency_key_bytes(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl SeppClient {
+    /// Connects to `addr` (`http://host:port`, `https://host:port` or `host:port`) with the
+    /// default settings.
+    ///
+    /// # Errors
+    /// As [`SeppClientBuilder::connect`].
+    pub async fn connect(addr: impl Into<String>) -> Result<Self, ClientError> {
+        Self::builder(addr).connect().await
+    }
+
+    /// Settings for a client of `addr`.
+    pub fn builder(addr: impl Into<String>) -> SeppClientBuilder {
+        SeppClientBuilder {
+            addr: addr.into(),
+            api_key: None,
+            tls: None,
+            rpc_timeout: Some(Duration::from_secs(30)),
+            connect_timeout: Duration::from_secs(10),
+            max_receive_bytes: 16 * 1024 * 1024,
+            retry: None,
+        }
+    }
+
+    /// A client over an existing tonic channel, with default settings.
+    pub fn from_channel(channel: Channel) -> Self {
+        match Self::builder("http://unused").finish(channel) {
+            Ok(c) => c,
+            Err(_) => unreachable!("no api key is set, so finishing cannot fail"),
+        }
+    }
+
+    /// The underlying channel (for other services on the same connection).
+    pub fn channel(&self) -> Channel {
+        self.inner.channel.clone()
+    }
+
+    /// The idempotency key limit requests are checked against, in UTF-8 bytes.
+    pub fn max_idempotency_key_bytes(&self) -> u32 {
+        self.inner.max_key_bytes.load(Ordering::Relaxed)
+    }
+
+    fn request<T>(&self, msg: T, extra: Option<Duration>) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        if let Some(k) = &self.inner.api_key {
+            req.metadata_mut().insert("authorization", k.clone());
+        }
+        if let Some(t) = self.inner.rpc_timeout {
+            req.set_timeout(t + extra.unwrap_or_default());
+        }
+        req
+    }
+
+    /// Runs `call` with the retry policy for `class`.
+    async fn call<T, F, Fut>(&self, class: RetryClass, mut call: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut(QueueServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            match call(self.inner.grpc.clone()).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) => {
+                    let Some(p) = &self.inner.retry else {
+                        return Err(s);
+                    };
+                    if tries >= p.max_attempts || !is_retryable(class, &s) {
+                        return Err(s);
+                    }
+                    tracing::debug!(code = ?s.code(), tries, "retrying sepp call");
+                    tokio::time::sleep(p.backoff(tries)).await;
+                }
+            }
+        }
+    }
+
+    /// Enqueues one job (a batch of one on the wire).
+    ///
+    /// The request is checked first, without a network call: structure
+    /// ([`EnqueueRequest::validate`]) and the idempotency key's length against the server's
+    /// `max_idempotency_key_bytes` (256 until known).
+    ///
+    /// # Errors
+    /// [`EnqueueError::Rejected`] with the client's or the server's [`Rejection`] (e.g.
+    /// [`Rejection::IdempotencyKeyTooLong`] `{ limit, actual }`); [`EnqueueError::Client`] for
+    /// transport, auth and server failures.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use sepp_rs::{client::SeppClient, EnqueueRequest};
+    /// let client = SeppClient::connect("http://127.0.0.1:50051").await?;
+    /// let ack = client
+    ///     .enqueue(EnqueueRequest::new("invoices", "render")?.with_idempotency_key("invoice-17"))
+    ///     .await?;
+    /// println!("{} (deduplicated: {})", ack.job_id, ack.deduplicated);
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue(&self, request: EnqueueRequest) -> Result<EnqueueAck, EnqueueError> {
+        request.check(self.max_idempotency_key_bytes())?;
+        let class = if request.is_keyed() {
+            RetryClass::KeyedEnqueue
+        } else {
+            RetryClass::UnkeyedEnqueue
+        };
+        let batch = pb::EnqueueBatchRequest {
+            jobs: vec![request.to_proto()],
+        };
+        let resp = self
+            .call(class, |mut c| {
+                let req = self.request(batch.clone(), None);
+                async move { c.enqueue_batch(req).await }
+            })
+            .await
+            .map_err(|s| ClientError::from_status(&s, false))?;
+        match resp.results.into_iter().next().and_then(|r| r.outcome) {
+            Some(pb::job_result::Outcome::Success(s)) => Ok(EnqueueAck {
+                job_id: s.job_id,
+                deduplicated: s.deduplicated,
+            }),
+            Some(pb::job_result::Outcome::Rejection(r)) => {
+                Err(EnqueueError::Rejected(rejection_from_proto(r)))
+            }
+            None => Err(EnqueueError::Client(ClientError::new(
+                ErrorCode::ServerFault,
+                "the server returned no result for the job",
+            ))),
+        }
+    }
+
+    fn check_batch_len(&self, n: usize) -> Result<(), BatchError> {
+        if n == 0 {
+            return Err(BatchError::Invalid(
+                "jobs is empty: send at least one job".into(),
+            ));
+        }
+        let max = self.inner.max_enqueue_batch.load(Ordering::Relaxed);
+        if max > 0 && n > max as usize {
+            return Err(BatchError::Invalid(format!(
+                "jobs has {n} entries, max_enqueue_batch is {max}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Enqueues each job on its own: one result per request, in order. Jobs that fail the
+    /// client-side checks are not sent and get their [`Rejection`] as their result.
+    ///
+    /// # Errors
+    /// [`BatchError::Invalid`] for an empty batch or one over `max_enqueue_batch`;
+    /// [`BatchError::Client`] when the call fails as a whole.
+    pub async fn enqueue_batch(
+        &self,
+        requests: Vec<EnqueueRequest>,
+    ) -> Result<Vec<Result<EnqueueAck, Rejection>>, BatchError> {
+        self.check_batch_len(requests.len())?;
+        let limit = self.max_idempotency_key_bytes();
+        let mut results: Vec<Option<Result<EnqueueAck, Rejection>>> =
+            Vec::with_capacity(requests.len());
+        let mut jobs = Vec::with_capacity(requests.len());
+        let mut slots = Vec::with_capacity(requests.len());
+        let mut keyed = true;
+        for (i, r) in requests.iter().enumerate() {
+            match r.check(limit) {
+                Ok(()) => {
+                    keyed &= r.is_keyed();
+                    jobs.push(r.to_proto());
+                    slots.push(i);
+                    results.push(None);
+                }
+                Err(rej) => results.push(Some(Err(rej))),
+            }
+        }
+        if !jobs.is_empty() {
+            let class = if keyed {
+                RetryClass::KeyedEnqueue
+            } else {
+                RetryClass::UnkeyedEnqueue
+            };
+            let batch = pb::EnqueueBatchRequest { jobs };
+            let resp = self
+                .call(class, |mut c| {
+                    let req = self.request(batch.clone(), None);
+                    async move { c.enqueue_batch(req).await }
+                })
+                .await
+                .map_err(|s| ClientError::from_status(&s, false))?;
+            if resp.results.len() != slots.len() {
+                return Err(BatchError::Client(ClientError::new(
+                    ErrorCode::ServerFault,
+                    format!(
+                        "the server returned {} results for {} jobs",
+                        resp.results.len(),
+                        slots.len()
+                    ),
+                )));
+            }
+            for (slot, r) in slots.into_iter().zip(resp.results) {
+                results[slot] = Some(match r.outcome {
+                    Some(pb::job_result::Outcome::Success(s)) => Ok(EnqueueAck {
+                        job_id: s.job_id,
+                        deduplicated: s.deduplicated,
+                    }),
+                    Some(pb::job_result::Outcome::Rejection(r)) => Err(rejection_from_proto(r)),
+                    None => Err(Rejection::Unknown),
+                });
+            }
+        }
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    /// Enqueues all jobs or none. Returns the acks in order, or every failing index with its
+    /// rejection (nothing was written). Jobs failing the client-side checks fail the batch
+    /// without any network call.
+    ///
+    /// # Errors
+    /// As [`SeppClient::enqueue_batch`].
+    pub async fn enqueue_atomic(
+        &self,
+        requests: Vec<EnqueueRequest>,
+    ) -> Result<Result<Vec<EnqueueAck>, Vec<(u32, Rejection)>>, BatchError> {
+        self.check_batch_len(requests.len())?;
+        let limit = self.max_idempotency_key_bytes();
+        let failures: Vec<(u32, Rejection)> = requests
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.check(limit).err().map(|e| (i as u32, e)))
+            .collect();
+        if !failures.is_empty() {
+            return Ok(Err(failures));
+        }
+        let class = if requests.iter().all(EnqueueRequest::is_keyed) {
+            RetryClass::KeyedEnqueue
+        } else {
+            RetryClass::UnkeyedEnqueue
+        };
+        let batch = pb::EnqueueBatchRequest {
+            jobs: requests.iter().map(EnqueueRequest::to_proto).collect(),
+        };
+        let resp = self
+            .call(class, |mut c| {
+                let req = self.request(batch.clone(), None);
+                async move { c.enqueue_atomic(req).await }
+            })
+            .await
+            .map_err(|s| ClientError::from_status(&s, false))?;
+        match resp.outcome {
+            Some(pb::enqueue_atomic_response::Outcome::Success(s)) => Ok(Ok(s
+                .responses
+                .into_iter()
+                .map(|r| EnqueueAck {
+                    job_id: r.job_id,
+                    deduplicated: r.deduplicated,
+                })
+                .collect())),
+            Some(pb::enqueue_atomic_response::Outcome::Rejection(f)) => Ok(Err(f
+                .errors
+                .into_iter()
+                .map(|e| {
+                    (
+                        e.index,
+                        e.rejection.map_or(Rejection::Unknown, rejection_from_proto),
+                    )
+                })
+                .collect())),
+            None => Err(BatchError::Client(ClientError::new(
+                ErrorCode::ServerFault,
+                "the server returned no outcome",
+            ))),
+        }
+    }
+
+    /// Leases up to `max_jobs` ready jobs, waiting up to `wait_timeout` for the first. Never
+    /// retried automatically: a lost reply would lease jobs twice.
+    ///
+    /// # Errors
+    /// [`ReserveError::Invalid`] before sending (no queues, zero lease, `max_jobs = 0`);
+    /// [`ReserveError::Client`] otherwise ([`ErrorCode::FailedPrecondition`] for a strict-mode
+    /// unknown queue).
+    pub async fn reserve(&self, options: ReserveOptions) -> Result<Vec<Job>, ReserveError> {
+        options.validate().map_err(ReserveError::Invalid)?;
+        let wait = options.wait_timeout;
+        let msg = pb::ReserveRequest {
+            queues: options.queues,
+            wait_timeout: wait.map(duration_to_proto),
+            lease_duration: Some(duration_to_proto(options.lease_duration)),
+            worker_id: options.worker_id,
+            max_jobs: options.max_jobs,
+        };
+        let slack = wait.map(|w| w + Duration::from_secs(5));
+        let resp = self
+            .call(RetryClass::Never, |mut c| {
+                let req = self.request(msg.clone(), slack);
+                async move { c.reserve(req).await }
+            })
+            .await
+            .map_err(|s| ClientError::from_status(&s, false))?;
+        Ok(resp.jobs.into_iter().map(Job::from_proto).collect())
+    }
+
+    /// Acks delivery `attempt` of `job_id`: the job is done.
+    ///
+    /// # Errors
+    /// [`LeaseError::NotInFlight`] / [`LeaseError::AttemptMismatch`] when the lease is lost;
+    /// [`LeaseError::Client`] otherwise.
+    pub async fn ack(&self, job_id: &str, attempt: u32) -> Result<(), LeaseError> {
+        let msg = pb::AckRequest {
+            job_id: job_id.to_string(),
+            attempt,
+            worker_id: None,
+        };
+        self.call(RetryClass::Settle, |mut c| {
+            let req = self.request(msg.clone(), None);
+            async move { c.ack(req).await }
+        })
+        .await
+        .map_err(|s| LeaseError::from_client(job_id, ClientError::from_status(&s, true)))?;
+        Ok(())
+    }
+
+    /// Nacks delivery `attempt` of `job_id`. Returns whether the job was dead-lettered (the
+    /// dead-letter strategy, or a retry on its last attempt).
+    ///
+    /// # Errors
+    /// As [`SeppClient::ack`].
+    pub async fn nack(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        retry: NackRetry,
+        reason: Option<String>,
+    ) -> Result<bool, LeaseError> {
+        use pb::nack_retry::Strategy;
+        let strategy = match retry {
+            NackRetry::Default => Strategy::Default(()),
+            NackRetry::Delay(d) => Strategy::Delay(duration_to_proto(d)),
+            NackRetry::DeadLetter => Strategy::DeadLetter(()),
+        };
+        let msg = pb::NackRequest {
+            job_id: job_id.to_string(),
+            attempt,
+            reason,
+            retry: Some(pb::NackRetry {
+                strategy: Some(strategy),
+            }),
+            worker_id: None,
+        };
+        let resp = self
+            .call(RetryClass::Settle, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.nack(req).await }
+            })
+            .await
+            .map_err(|s| LeaseError::from_client(job_id, ClientError::from_status(&s, true)))?;
+        Ok(resp.dead_lettered)
+    }
+
+    /// Sets the lease of delivery `attempt` of `job_id` to now + `lease_duration` (clamped by
+    /// the server). Returns the new expiry.
+    ///
+    /// # Errors
+    /// [`LeaseError::Invalid`] for a zero duration; otherwise as [`SeppClient::ack`].
+    pub async fn extend(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        lease_duration: Duration,
+    ) -> Result<SystemTime, LeaseError> {
+        if lease_duration.is_zero() {
+            return Err(LeaseError::Invalid(
+                "lease_duration is 0: it must be positive".into(),
+            ));
+        }
+        let msg = pb::ExtendRequest {
+            job_id: job_id.to_string(),
+            attempt,
+            lease_duration: Some(duration_to_proto(lease_duration)),
+            worker_id: None,
+        };
+        let resp = self
+            .call(RetryClass::Settle, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.extend(req).await }
+            })
+            .await
+            .map_err(|s| LeaseError::from_client(job_id, ClientError::from_status(&s, true)))?;
+        resp.lease_expires_at
+            .as_ref()
+            .map(proto_to_system_time)
+            .ok_or_else(|| {
+                LeaseError::Client(ClientError::new(
+                    ErrorCode::ServerFault,
+                    "the server returned no lease expiry",
+                ))
+            })
+    }
+
+    /// Removes and returns up to `max` dead-letter records (at least 1), oldest first, of one
+    /// queue or of all. Destructive and never retried automatically.
+    ///
+    /// # Errors
+    /// [`ReserveError::Invalid`] for `max = 0`; [`ReserveError::Client`] otherwise.
+    pub async fn drain_dead_letters(
+        &self,
+        queue: Option<&str>,
+        max: u32,
+    ) -> Result<Vec<DeadLetterRecord>, ReserveError> {
+        if max == 0 {
+            return Err(ReserveError::Invalid(
+                "max is 0: ask for at least 1 record".into(),
+            ));
+        }
+        let msg = pb::DrainDeadLettersRequest {
+            queue: queue.map(str::to_string),
+            max: Some(max),
+        };
+        let resp = self
+            .call(RetryClass::Never, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.drain_dead_letters(req).await }
+            })
+            .await
+            .map_err(|s| ClientError::from_status(&s, false))?;
+        Ok(resp
+            .records
+            .into_iter()
+            .map(DeadLetterRecord::from_proto)
+            .collect())
+    }
+
+    /// The server's version and limits. Also refreshes the limits this client checks
+    /// requests against.
+    ///
+    /// # Errors
+    /// [`ClientError`] for transport, auth and server failures.
+    pub async fn get_server_info(&self) -> Result<ServerInfo, ClientError> {
+        let resp = self
+            .call(RetryClass::Read, |mut c| {
+                let req = self.request(pb::GetServerInfoRequest {}, None);
+                async move { c.get_server_info(req).await }
+            })
+            .await
+            .map_err(|s| ClientError::from_status(&s, false))?;
+        let info = ServerInfo::from_proto(resp);
+        if info.max_idempotency_key_bytes > 0 {
+            self.inner
+                .max_key_bytes
+                .store(info.max_idempotency_key_bytes, Ordering::Relaxed);
+        }
+        self.inner
+            .max_enqueue_batch
+            .store(info.max_enqueue_batch, Ordering::Relaxed);
+        Ok(info)
+    }
+}
+
+/// Decodes a wire rejection into the client's [`Rejection`].
+pub(crate) fn rejection_from_proto(r: pb::JobRejection) -> Rejection {
+    use pb::job_rejection::Reason as R;
+    match r.reason {
+        Some(R::UnknownQueue(x)) => Rejection::UnknownQueue { queue: x.queue },
+        Some(R::PayloadTooLarge(x)) => Rejection::PayloadTooLarge {
+            limit: x.limit,
+            actual: x.actual,
+        },
+        Some(R::EncodingNotAllowed(x)) => Rejection::EncodingNotAllowed {
+            encoding: x.encoding,
+            allowed: x.allowed,
+        },
+        Some(R::JobTypeNotAllowed(x)) => Rejection::JobTypeNotAllowed {
+            job_type: x.job_type,
+            allowed: x.allowed,
+        },
+        Some(R::CustomEntriesTooMany(x)) => Rejection::CustomEntriesTooMany {
+            limit: x.limit,
+            actual: x.actual,
+        },
+        Some(R::CustomMapTooLarge(x)) => Rejection::CustomMapTooLarge {
+            limit: x.limit,
+            actual: x.actual,
+        },
+        Some(R::CustomKeyTooLong(x)) => Rejection::CustomKeyTooLong {
+            key: x.key,
+            limit: x.limit,
+            actual: x.actual,
+        },
+        Some(R::QueueNameTooLong(x)) => Rejection::QueueNameTooLong {
+            limit: x.limit,
+            actual: x.actual,
+        },
+        Some(R::JobTypeNameTooLong(x)) => Rejection::JobTypeNameTooLong {
+            limit: x.limit,
+            actual: x.actual,
+        },
+        Some(R::IdempotencyKeyTooLong(x)) => Rejection::IdempotencyKeyTooLong {
+            limit: x.limit,
+            actual: x.actual,
+        },
+        Some(R::ScheduledTooFar(x)) => Rejection::ScheduledTooFar {
+            horizon: x
+                .horizon
+                .as_ref()
+                .and_then(crate::job::proto_to_duration)
+                .unwrap_or_default(),
+            actual: x
+                .actual
+                .as_ref()
+                .map_or(SystemTime::UNIX_EPOCH, proto_to_system_time),
+        },
+        Some(R::InvalidRequest(x)) => Rejection::InvalidRequest { message: x.message },
+        Some(R::QueueFull(x)) => Rejection::QueueFull {
+            queue: x.queue,
+            limit: x.limit,
+        },
+        Some(R::QueueClosing(x)) => Rejection::QueueClosing { queue: x.queue },
+        None => Rejection::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_normalized() {
+        assert_eq!(
+            normalize_addr("localhost:1").unwrap(),
+            ("http://localhost:1".into(), false)
+        );
+        assert_eq!(
+            normalize_addr("https://h:1").unwrap(),
+            ("https://h:1".into(), true)
+        );
+        assert!(normalize_addr("ftp://h:1").is_err());
+        assert!(normalize_addr("").is_err());
+    }
+}

@@ -1,0 +1,527 @@
+//! Errors of the client, one enum per operation over a shared [`ClientError`], each with a
+//! stable SCREAMING_SNAKE code ([`ErrorCode`]) that the Python and Node bindings map to their
+//! own exception classes.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Every stable error code of the client. Bindings map each to a class; a test checks that
+/// none is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// The server could not be reached, or the call was cut off (UNAVAILABLE,
+    /// DEADLINE_EXCEEDED, ABORTED, CANCELLED). Retryable.
+    Transport,
+    /// Missing or wrong API key (UNAUTHENTICATED, PERMISSION_DENIED). Not retryable.
+    Unauthenticated,
+    /// The server sheds load (RESOURCE_EXHAUSTED). Retryable after a pause.
+    Overloaded,
+    /// The server refused the request as malformed (INVALID_ARGUMENT, OUT_OF_RANGE).
+    InvalidArgument,
+    /// Strict mode and an undeclared queue was listed (FAILED_PRECONDITION on Reserve).
+    FailedPrecondition,
+    /// The job is not in flight any more: acked, lease expired, dead-lettered or never existed
+    /// (NOT_FOUND on Ack / Nack / Extend). Treat as "lease lost".
+    JobNotInFlight,
+    /// The job is in flight under another attempt (FAILED_PRECONDITION on Ack / Nack /
+    /// Extend): this delivery's lease was lost and the job redelivered.
+    AttemptMismatch,
+    /// The server failed (INTERNAL, DATA_LOSS, UNKNOWN, or an answer this client cannot read).
+    ServerFault,
+    /// The server does not implement the call (UNIMPLEMENTED).
+    Unsupported,
+    /// The address or TLS settings given to the client are unusable.
+    InvalidConfig,
+    /// A job was rejected; the rejection's own code says why.
+    UnknownQueue,
+    /// Rejection: payload larger than the limit.
+    PayloadTooLarge,
+    /// Rejection: encoding not allowed.
+    EncodingNotAllowed,
+    /// Rejection: job type not allowed on the queue.
+    JobTypeNotAllowed,
+    /// Rejection: too many custom entries.
+    CustomEntriesTooMany,
+    /// Rejection: custom map too large.
+    CustomMapTooLarge,
+    /// Rejection: a custom key too long.
+    CustomKeyTooLong,
+    /// Rejection: queue name too long.
+    QueueNameTooLong,
+    /// Rejection: job type too long.
+    JobTypeNameTooLong,
+    /// Rejection: idempotency key too long.
+    IdempotencyKeyTooLong,
+    /// Rejection: scheduled beyond the horizon.
+    ScheduledTooFar,
+    /// Rejection: structurally invalid (empty name, priority over 9, empty key, ...).
+    InvalidRequest,
+    /// Rejection: the queue is full (transient).
+    QueueFull,
+    /// Rejection: the queue is being deleted (transient).
+    QueueClosing,
+    /// Rejection of a kind this client does not know.
+    UnknownRejection,
+}
+
+impl ErrorCode {
+    /// Every code.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::Transport,
+        ErrorCode::Unauthenticated,
+        ErrorCode::Overloaded,
+        ErrorCode::InvalidArgument,
+        ErrorCode::FailedPrecondition,
+        ErrorCode::JobNotInFlight,
+        ErrorCode::AttemptMismatch,
+        ErrorCode::ServerFault,
+        ErrorCode::Unsupported,
+        ErrorCode::InvalidConfig,
+        ErrorCode::UnknownQueue,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::EncodingNotAllowed,
+        ErrorCode::JobTypeNotAllowed,
+        ErrorCode::CustomEntriesTooMany,
+        ErrorCode::CustomMapTooLarge,
+        ErrorCode::CustomKeyTooLong,
+        ErrorCode::QueueNameTooLong,
+        ErrorCode::JobTypeNameTooLong,
+        ErrorCode::IdempotencyKeyTooLong,
+        ErrorCode::ScheduledTooFar,
+        ErrorCode::InvalidRequest,
+        ErrorCode::QueueFull,
+        ErrorCode::QueueClosing,
+        ErrorCode::UnknownRejection,
+    ];
+
+    /// The stable SCREAMING_SNAKE name, e.g. `IDEMPOTENCY_KEY_TOO_LONG`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Transport => "TRANSPORT",
+            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+            ErrorCode::Overloaded => "OVERLOADED",
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
+            ErrorCode::JobNotInFlight => "JOB_NOT_IN_FLIGHT",
+            ErrorCode::AttemptMismatch => "ATTEMPT_MISMATCH",
+            ErrorCode::ServerFault => "SERVER_FAULT",
+            ErrorCode::Unsupported => "UNSUPPORTED",
+            ErrorCode::InvalidConfig => "INVALID_CONFIG",
+            ErrorCode::UnknownQueue => "UNKNOWN_QUEUE",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::EncodingNotAllowed => "ENCODING_NOT_ALLOWED",
+            ErrorCode::JobTypeNotAllowed => "JOB_TYPE_NOT_ALLOWED",
+            ErrorCode::CustomEntriesTooMany => "CUSTOM_ENTRIES_TOO_MANY",
+            ErrorCode::CustomMapTooLarge => "CUSTOM_MAP_TOO_LARGE",
+            ErrorCode::CustomKeyTooLong => "CUSTOM_KEY_TOO_LONG",
+            ErrorCode::QueueNameTooLong => "QUEUE_NAME_TOO_LONG",
+            ErrorCode::JobTypeNameTooLong => "JOB_TYPE_NAME_TOO_LONG",
+            ErrorCode::IdempotencyKeyTooLong => "IDEMPOTENCY_KEY_TOO_LONG",
+            ErrorCode::ScheduledTooFar => "SCHEDULED_TOO_FAR",
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::QueueFull => "QUEUE_FULL",
+            ErrorCode::QueueClosing => "QUEUE_CLOSING",
+            ErrorCode::UnknownRejection => "UNKNOWN_REJECTION",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why one job was not accepted: the same value whether the client found the problem before
+/// sending or the server reported it. Sizes are UTF-8 bytes.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// Strict mode and the queue is not declared. Deterministic.
+    #[error("queue {queue:?} is not declared and the server is in strict mode")]
+    UnknownQueue {
+        /// The queue named.
+        queue: String,
+    },
+    /// The payload exceeds `max_payload_bytes`. Deterministic.
+    #[error("payload is {actual} bytes, max_payload_bytes is {limit}")]
+    PayloadTooLarge {
+        /// Bytes allowed.
+        limit: u64,
+        /// Bytes sent.
+        actual: u64,
+    },
+    /// The encoding is not allowed. Deterministic.
+    #[error("payload encoding {encoding:?} is not allowed (allowed: {allowed:?})")]
+    EncodingNotAllowed {
+        /// The encoding sent.
+        encoding: String,
+        /// Allowed encodings (empty: no payloads at all).
+        allowed: Vec<String>,
+    },
+    /// The job type is not allowed on the queue. Deterministic.
+    #[error("job_type {job_type:?} is not allowed (allowed: {allowed:?})")]
+    JobTypeNotAllowed {
+        /// The job type sent.
+        job_type: String,
+        /// Allowed job types.
+        allowed: Vec<String>,
+    },
+    /// Too many custom entries. Deterministic.
+    #[error("custom has {actual} entries, max_custom_entries is {limit}")]
+    CustomEntriesTooMany {
+        /// Entries allowed.
+        limit: u32,
+        /// Entries sent.
+        actual: u32,
+    },
+    /// The custom map is too large. Deterministic.
+    #[error("custom is {actual} bytes, max_custom_total_bytes is {limit}")]
+    CustomMapTooLarge {
+        /// Bytes allowed.
+        limit: u64,
+        /// Bytes counted.
+        actual: u64,
+    },
+    /// A custom key is too long. Deterministic.
+    #[error("custom key {key:?} is {actual} bytes, max_custom_key_bytes is {limit}")]
+    CustomKeyTooLong {
+        /// The key.
+        key: String,
+        /// Bytes allowed.
+        limit: u32,
+        /// Bytes sent.
+        actual: u64,
+    },
+    /// The queue name is too long. Deterministic.
+    #[error("queue is {actual} bytes, max_queue_name_bytes is {limit}")]
+    QueueNameTooLong {
+        /// Bytes allowed.
+        limit: u32,
+        /// Bytes sent.
+        actual: u64,
+    },
+    /// The job type is too long. Deterministic.
+    #[error("job_type is {actual} bytes, max_job_type_bytes is {limit}")]
+    JobTypeNameTooLong {
+        /// Bytes allowed.
+        limit: u32,
+        /// Bytes sent.
+        actual: u64,
+    },
+    /// The idempotency key is too long. Deterministic; checked by the client before sending,
+    /// against the server's advertised limit (256 until known).
+    #[error("idempotency_key is {actual} bytes, max_idempotency_key_bytes is {limit}")]
+    IdempotencyKeyTooLong {
+        /// Bytes allowed.
+        limit: u32,
+        /// Bytes sent.
+        actual: u64,
+    },
+    /// Scheduled beyond the horizon. Deterministic.
+    #[error("scheduled_at is beyond the schedule horizon of {horizon:?}")]
+    ScheduledTooFar {
+        /// The horizon.
+        horizon: Duration,
+        /// The requested time.
+        actual: std::time::SystemTime,
+    },
+    /// Structurally invalid; the message names the field. Deterministic.
+    #[error("invalid request: {message}")]
+    InvalidRequest {
+        /// What is wrong.
+        message: String,
+    },
+    /// The queue is full. Transient: retry later.
+    #[error("queue {queue:?} is full (max_queue_depth {limit})")]
+    QueueFull {
+        /// The queue.
+        queue: String,
+        /// Its depth limit.
+        limit: u64,
+    },
+    /// The queue is being deleted. Transient.
+    #[error("queue {queue:?} is closing")]
+    QueueClosing {
+        /// The queue.
+        queue: String,
+    },
+    /// A rejection this client does not know (newer server).
+    #[error("job rejected for a reason this client does not know")]
+    Unknown,
+}
+
+impl Rejection {
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Rejection::UnknownQueue { .. } => ErrorCode::UnknownQueue,
+            Rejection::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            Rejection::EncodingNotAllowed { .. } => ErrorCode::EncodingNotAllowed,
+            Rejection::JobTypeNotAllowed { .. } => ErrorCode::JobTypeNotAllowed,
+            Rejection::CustomEntriesTooMany { .. } => ErrorCode::CustomEntriesTooMany,
+            Rejection::CustomMapTooLarge { .. } => ErrorCode::CustomMapTooLarge,
+            Rejection::CustomKeyTooLong { .. } => ErrorCode::CustomKeyTooLong,
+            Rejection::QueueNameTooLong { .. } => ErrorCode::QueueNameTooLong,
+            Rejection::JobTypeNameTooLong { .. } => ErrorCode::JobTypeNameTooLong,
+            Rejection::IdempotencyKeyTooLong { .. } => ErrorCode::IdempotencyKeyTooLong,
+            Rejection::ScheduledTooFar { .. } => ErrorCode::ScheduledTooFar,
+            Rejection::InvalidRequest { .. } => ErrorCode::InvalidRequest,
+            Rejection::QueueFull { .. } => ErrorCode::QueueFull,
+            Rejection::QueueClosing { .. } => ErrorCode::QueueClosing,
+            Rejection::Unknown => ErrorCode::UnknownRejection,
+        }
+    }
+
+    /// True for `QueueFull` and `QueueClosing`: the same job may succeed later.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Rejection::QueueFull { .. } | Rejection::QueueClosing { .. }
+        )
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Rejection::InvalidRequest {
+            message: message.into(),
+        }
+    }
+}
+
+/// A failure not about one job: the transport, auth, or the server.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ClientError {
+    code: ErrorCode,
+    message: String,
+    grpc_code: Option<i32>,
+}
+
+impl ClientError {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ClientError {
+            code,
+            message: message.into(),
+            grpc_code: None,
+        }
+    }
+
+    /// Classifies a gRPC status per the protocol's client conventions. `settle` selects the
+    /// Ack / Nack / Extend meanings of NOT_FOUND and FAILED_PRECONDITION.
+    pub(crate) fn from_status(s: &tonic::Status, settle: bool) -> Self {
+        use tonic::Code as C;
+        let code = match s.code() {
+            C::Unavailable | C::DeadlineExceeded | C::Aborted | C::Cancelled => {
+                ErrorCode::Transport
+            }
+            C::Unauthenticated | C::PermissionDenied => ErrorCode::Unauthenticated,
+            C::ResourceExhausted => ErrorCode::Overloaded,
+            C::InvalidArgument | C::OutOfRange => ErrorCode::InvalidArgument,
+            C::NotFound if settle => ErrorCode::JobNotInFlight,
+            C::FailedPrecondition if settle => ErrorCode::AttemptMismatch,
+            C::FailedPrecondition => ErrorCode::FailedPrecondition,
+            C::Unimplemented => ErrorCode::Unsupported,
+            _ => ErrorCode::ServerFault,
+        };
+        ClientError {
+            code,
+            message: s.message().to_string(),
+            grpc_code: Some(s.code() as i32),
+        }
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The server's (or transport's) message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The gRPC status code, when the error came from a status.
+    pub fn grpc_code(&self) -> Option<i32> {
+        self.grpc_code
+    }
+
+    /// Whether a later identical call may succeed (transport and overload errors).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.code, ErrorCode::Transport | ErrorCode::Overloaded)
+    }
+}
+
+/// Errors of `enqueue`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EnqueueError {
+    /// The job was rejected, by the client before sending or by the server. Retrying the same
+    /// job helps only when [`Rejection::is_transient`].
+    #[error("job rejected: {0}")]
+    Rejected(#[from] Rejection),
+    /// The call failed as a whole. A keyed enqueue is always safe to retry; an unkeyed one may
+    /// have been committed if the error came after sending.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl EnqueueError {
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            EnqueueError::Rejected(r) => r.code(),
+            EnqueueError::Client(c) => c.code(),
+        }
+    }
+}
+
+/// Errors of `enqueue_batch` and `enqueue_atomic` as a whole (per-job problems are values).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BatchError {
+    /// The batch is empty or larger than the server's `max_enqueue_batch`, or a job failed
+    /// the client-side checks of `enqueue_atomic`.
+    #[error("invalid batch: {0}")]
+    Invalid(String),
+    /// The call failed as a whole.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl BatchError {
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            BatchError::Invalid(_) => ErrorCode::InvalidArgument,
+            BatchError::Client(c) => c.code(),
+        }
+    }
+}
+
+/// Errors of Ack, Nack and Extend.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LeaseError {
+    /// The job is not in flight (acked, lease expired, dead-lettered, never existed). Not
+    /// retryable: the lease is lost, and the job will be (or was) delivered again.
+    #[error("job {job_id} is not in flight: {message}")]
+    NotInFlight {
+        /// The job.
+        job_id: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The job is in flight under another attempt: this delivery's lease was lost and the job
+    /// was redelivered. Not retryable.
+    #[error("job {job_id} is in flight under another attempt: {message}")]
+    AttemptMismatch {
+        /// The job.
+        job_id: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The request was refused before sending (e.g. a zero lease duration).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The call failed as a whole.
+    #[error(transparent)]
+    Client(ClientError),
+}
+
+impl LeaseError {
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            LeaseError::NotInFlight { .. } => ErrorCode::JobNotInFlight,
+            LeaseError::AttemptMismatch { .. } => ErrorCode::AttemptMismatch,
+            LeaseError::Invalid(_) => ErrorCode::InvalidArgument,
+            LeaseError::Client(c) => c.code(),
+        }
+    }
+
+    /// True when the lease is gone (not in flight, or another attempt): stop working on the
+    /// job; it is someone else's now.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(
+            self,
+            LeaseError::NotInFlight { .. } | LeaseError::AttemptMismatch { .. }
+        )
+    }
+
+    pub(crate) fn from_client(job_id: &str, e: ClientError) -> Self {
+        match e.code() {
+            ErrorCode::JobNotInFlight => LeaseError::NotInFlight {
+                job_id: job_id.to_string(),
+                message: e.message,
+            },
+            ErrorCode::AttemptMismatch => LeaseError::AttemptMismatch {
+                job_id: job_id.to_string(),
+                message: e.message,
+            },
+            _ => LeaseError::Client(e),
+        }
+    }
+}
+
+/// Errors of Reserve and DrainDeadLetters.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReserveError {
+    /// The request was refused before sending (no queues, zero lease, ...).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The call failed as a whole (FAILED_PRECONDITION here: strict mode and an undeclared
+    /// queue was listed).
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl ReserveError {
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ReserveError::Invalid(_) => ErrorCode::InvalidArgument,
+            ReserveError::Client(c) => c.code(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn codes_are_unique_and_screaming_snake() {
+        let names: HashSet<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names.len(), ErrorCode::ALL.len());
+        for n in names {
+            assert!(n.chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{n}");
+        }
+    }
+
+    #[test]
+    fn statuses_map_per_the_protocol_conventions() {
+        let s = |c| tonic::Status::new(c, "m");
+        assert_eq!(
+            ClientError::from_status(&s(tonic::Code::Unavailable), false).code(),
+            ErrorCode::Transport
+        );
+        assert_eq!(
+            ClientError::from_status(&s(tonic::Code::OutOfRange), false).code(),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            ClientError::from_status(&s(tonic::Code::NotFound), true).code(),
+            ErrorCode::JobNotInFlight
+        );
+        assert_eq!(
+            ClientError::from_status(&s(tonic::Code::FailedPrecondition), true).code(),
+            ErrorCode::AttemptMismatch
+        );
+        assert_eq!(
+            ClientError::from_status(&s(tonic::Code::FailedPrecondition), false).code(),
+            ErrorCode::FailedPrecondition
+        );
+        assert_eq!(
+            ClientError::from_status(&s(tonic::Code::DataLoss), false).code(),
+            ErrorCode::ServerFault
+        );
+    }
+}

@@ -1,0 +1,27 @@
+//! The sepp wire protocol, generated from `proto/sepp/**/*.proto` at build time.
+//!
+//! - [`v1`]: `sepp.v1`, the public job-queue protocol (`QueueService`).
+//! - [`admin::v1`]: `sepp.admin.v1`, sepp's operator API (`AdminService`).
+//!
+//! Features: `client` generates the tonic client stubs, `server` the server stubs.
+#![allow(missing_docs, unreachable_pub, clippy::all)]
+
+/// `sepp.v1`: messages and the `QueueService` stubs.
+pub mod v1 {
+    tonic::include_proto!("sepp.v1");
+}
+
+/// `sepp.admin.*`: the operator API.
+pub mod admin {
+    /// `sepp.admin.v1`: messages and the `AdminService` stubs.
+    pub mod v1 {
+        tonic::include_proto!("sepp.admin.v1");
+    }
+}
+
+/// The encoded `FileDescriptorSet` of every sepp proto file, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/sepp_descriptor.bin"));
+
+/// Well-known protobuf types used by the messages (`Timestamp`, `Duration`, `Empty`).
+pub use prost_types;

@@ -1,0 +1,225 @@
+//! Conversions between the `sepp.v1` messages and the domain types. No policy here.
+
+use crate::queue::model::{
+    DeadLetter, DeadLetterCause, EnqueueInput, Job, Payload, Rejection, TraceContext, UnixMs, Value,
+};
+use prost_types::{Duration, Timestamp};
+use sepp_proto::v1 as pb;
+use sepp_proto::v1::job_rejection::Reason;
+
+/// A protobuf duration in whole milliseconds. A positive duration shorter than 1 ms counts as
+/// 1 ms, so that "positive" survives the rounding.
+pub(crate) fn duration_ms(d: &Duration) -> i64 {
+    let nanos = i128::from(d.seconds) * 1_000_000_000 + i128::from(d.nanos);
+    let ms = if nanos > 0 {
+        (nanos + 999_999) / 1_000_000
+    } else {
+        nanos / 1_000_000
+    };
+    ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+pub(crate) fn ms_duration(ms: u64) -> Duration {
+    Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+pub(crate) fn timestamp_ms(t: &Timestamp) -> UnixMs {
+    let ms = i128::from(t.seconds) * 1000 + i128::from(t.nanos) / 1_000_000;
+    ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+pub(crate) fn ms_timestamp(ms: UnixMs) -> Timestamp {
+    Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+fn value_in(v: pb::PrimitiveValue) -> Option<Value> {
+    use pb::primitive_value::Value as V;
+    v.value.map(|v| match v {
+        V::StringValue(s) => Value::String(s),
+        V::DoubleValue(d) => Value::Double(d),
+        V::IntValue(i) => Value::Int(i),
+        V::BoolValue(b) => Value::Bool(b),
+    })
+}
+
+fn value_out(v: Value) -> pb::PrimitiveValue {
+    use pb::primitive_value::Value as V;
+    pb::PrimitiveValue {
+        value: Some(match v {
+            Value::String(s) => V::StringValue(s),
+            Value::Double(d) => V::DoubleValue(d),
+            Value::Int(i) => V::IntValue(i),
+            Value::Bool(b) => V::BoolValue(b),
+        }),
+    }
+}
+
+pub(crate) fn enqueue_in(r: pb::EnqueueRequest) -> EnqueueInput {
+    let mut custom: Vec<(String, Option<Value>)> = r
+        .custom
+        .into_iter()
+        .map(|(k, v)| (k, value_in(v)))
+        .collect();
+    // A protobuf map has no order; sort so that errors name the same key every time.
+    custom.sort_by(|a, b| a.0.cmp(&b.0));
+    EnqueueInput {
+        queue: r.queue,
+        job_type: r.job_type,
+        payload: r.payload.map(|p| Payload {
+            data: p.data,
+            encoding: p.encoding,
+        }),
+        idempotency_key: r.idempotency_key,
+        priority: r.priority,
+        max_attempts: r.max_attempts,
+        trace_context: r.trace_context.map(|t| TraceContext {
+            traceparent: t.traceparent,
+            tracestate: t.tracestate,
+        }),
+        custom,
+        scheduled_at: r.scheduled_at.as_ref().map(timestamp_ms),
+    }
+}
+
+pub(crate) fn rejection_out(r: Rejection) -> pb::JobRejection {
+    let reason = match r {
+        Rejection::UnknownQueue { queue } => Reason::UnknownQueue(pb::UnknownQueue { queue }),
+        Rejection::PayloadTooLarge { limit, actual } => {
+            Reason::PayloadTooLarge(pb::PayloadTooLarge { limit, actual })
+        }
+        Rejection::EncodingNotAllowed { encoding, allowed } => {
+            Reason::EncodingNotAllowed(pb::EncodingNotAllowed { encoding, allowed })
+        }
+        Rejection::JobTypeNotAllowed { job_type, allowed } => {
+            Reason::JobTypeNotAllowed(pb::JobTypeNotAllowed { job_type, allowed })
+        }
+        Rejection::CustomEntriesTooMany { limit, actual } => {
+            Reason::CustomEntriesTooMany(pb::CustomEntriesTooMany { limit, actual })
+        }
+        Rejection::CustomMapTooLarge { limit, actual } => {
+            Reason::CustomMapTooLarge(pb::CustomMapTooLarge { limit, actual })
+        }
+        Rejection::CustomKeyTooLong { key, limit, actual } => {
+            Reason::CustomKeyTooLong(pb::CustomKeyTooLong { key, limit, actual })
+        }
+        Rejection::QueueNameTooLong { limit, actual } => {
+            Reason::QueueNameTooLong(pb::QueueNameTooLong { limit, actual })
+        }
+        Rejection::JobTypeNameTooLong { limit, actual } => {
+            Reason::JobTypeNameTooLong(pb::JobTypeNameTooLong { limit, actual })
+        }
+        Rejection::IdempotencyKeyTooLong { limit, actual } => {
+            Reason::IdempotencyKeyTooLong(pb::IdempotencyKeyTooLong { limit, actual })
+        }
+        Rejection::ScheduledTooFar { horizon_ms, actual } => {
+            Reason::ScheduledTooFar(pb::ScheduledTooFar {
+                horizon: Some(ms_duration(horizon_ms)),
+                actual: Some(ms_timestamp(actual)),
+            })
+        }
+        Rejection::InvalidRequest { message } => {
+            Reason::InvalidRequest(pb::InvalidRequest { message })
+        }
+        Rejection::QueueFull { queue, limit } => Reason::QueueFull(pb::QueueFull { queue, limit }),
+        Rejection::QueueClosing { queue } => Reason::QueueClosing(pb::QueueClosing { queue }),
+    };
+    pb::JobRejection {
+        reason: Some(reason),
+    }
+}
+
+pub(crate) fn job_out(j: Job) -> pb::Job {
+    pb::Job {
+        id: j.id.to_string(),
+        job_type: j.job_type,
+        payload: j.payload.map(|p| pb::Payload {
+            data: p.data,
+            encoding: p.encoding,
+        }),
+        priority: u32::from(j.priority),
+        trace_context: j.trace_context.map(|t| pb::TraceContext {
+            traceparent: t.traceparent,
+            tracestate: t.tracestate,
+        }),
+        enqueued_at: Some(ms_timestamp(j.enqueued_at)),
+        attempt: j.attempt,
+        max_attempts: j.max_attempts,
+        lease_expires_at: j.lease_expires_at.map(ms_timestamp),
+        custom: j
+            .custom
+            .into_iter()
+            .map(|(k, v)| (k, value_out(v)))
+            .collect(),
+        scheduled_at: j.scheduled_at.map(ms_timestamp),
+        queue: j.queue,
+    }
+}
+
+pub(crate) fn cause_out(c: DeadLetterCause) -> pb::DeadLetterCause {
+    match c {
+        DeadLetterCause::AttemptsExhausted => pb::DeadLetterCause::AttemptsExhausted,
+        DeadLetterCause::Rejected => pb::DeadLetterCause::Rejected,
+        DeadLetterCause::LeaseExpired => pb::DeadLetterCause::LeaseExpired,
+        DeadLetterCause::Admin => pb::DeadLetterCause::Admin,
+    }
+}
+
+pub(crate) fn dead_letter_out(d: DeadLetter) -> pb::DeadLetterRecord {
+    pb::DeadLetterRecord {
+        job: Some(job_out(d.job)),
+        cause: cause_out(d.cause) as i32,
+        failed_at: Some(ms_timestamp(d.failed_at)),
+        final_attempt: d.final_attempt,
+        last_reason: d.last_reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_millisecond_positive_durations_stay_positive() {
+        assert_eq!(
+            duration_ms(&Duration {
+                seconds: 0,
+                nanos: 1
+            }),
+            1
+        );
+        assert_eq!(
+            duration_ms(&Duration {
+                seconds: 0,
+                nanos: 0
+            }),
+            0
+        );
+        assert_eq!(
+            duration_ms(&Duration {
+                seconds: -1,
+                nanos: 0
+            }),
+            -1000
+        );
+        assert_eq!(
+            duration_ms(&Duration {
+                seconds: 2,
+                nanos: 500_000_000
+            }),
+            2500
+        );
+    }
+
+    #[test]
+    fn timestamps_round_trip_at_millisecond_precision() {
+        for ms in [0, 1, 999, 1_700_000_000_123, -1] {
+            assert_eq!(timestamp_ms(&ms_timestamp(ms)), ms);
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! `sepp.v1.QueueService`: one short method per RPC that converts, calls [`Queue`] and maps
+//! the error.
+
+use super::convert::{
+    dead_letter_out, duration_ms, enqueue_in, job_out, ms_duration, ms_timestamp, rejection_out,
+};
+use crate::queue::{NackStrategy, Queue, ReserveInput};
+use sepp_proto::v1 as pb;
+use sepp_proto::v1::queue_service_server::QueueService;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The gRPC face of a [`Queue`].
+pub(crate) struct QueueApi {
+    pub(crate) queue: Arc<Queue>,
+}
+
+fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
+    pb::EnqueueResponse {
+        job_id: a.job_id.to_string(),
+        deduplicated: a.deduplicated,
+    }
+}
+
+#[tonic::async_trait]
+impl QueueService for QueueApi {
+    #[tracing::instrument(name = "sepp.enqueue_batch", skip_all, fields(jobs = req.get_ref().jobs.len()))]
+    async fn enqueue_batch(
+        &self,
+        req: Request<pb::EnqueueBatchRequest>,
+    ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
+        let inputs = req.into_inner().jobs.into_iter().map(enqueue_in).collect();
+        let outcomes = self.queue.enqueue_batch(inputs).await?;
+        let results = outcomes
+            .into_iter()
+            .map(|o| pb::JobResult {
+                outcome: Some(match o {
+                    Ok(a) => pb::job_result::Outcome::Success(ack_out(a)),
+                    Err(r) => pb::job_result::Outcome::Rejection(rejection_out(r)),
+                }),
+            })
+            .collect();
+        Ok(Response::new(pb::EnqueueBatchResponse { results }))
+    }
+
+    #[tracing::instrument(name = "sepp.enqueue_atomic", skip_all, fields(jobs = req.get_ref().jobs.len()))]
+    async fn enqueue_atomic(
+        &self,
+        req: Request<pb::EnqueueBatchRequest>,
+    ) -> Result<Response<pb::EnqueueAtomicResponse>, Status> {
+        let inputs = req.into_inner().jobs.into_iter().map(enqueue_in).collect();
+        let outcome = match self.queue.enqueue_atomic(inputs).await? {
+            Ok(acks) => pb::enqueue_atomic_response::Outcome::Success(pb::EnqueueAtomicSuccess {
+                responses: acks.into_iter().map(ack_out).collect(),
+            }),
+            Err(failures) => {
+                pb::enqueue_atomic_response::Outcome::Rejection(pb::BatchValidationFailure {
+                    errors: failures
+                        .into_iter()
+                        .map(|(index, r)| pb::JobValidationError {
+                            index,
+                            rejection: Some(rejection_out(r)),
+                        })
+                        .collect(),
+                })
+            }
+        };
+        Ok(Response::new(pb::EnqueueAtomicResponse {
+            outcome: Some(outcome),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.reserve", skip_all)]
+    async fn reserve(
+        &self,
+        req: Request<pb::ReserveRequest>,
+    ) -> Result<Response<pb::ReserveResponse>, Status> {
+        let r = req.into_inner();
+        let input = ReserveInput {
+            queues: r.queues,
+            wait_timeout_ms: r.wait_timeout.as_ref().map(duration_ms),
+            lease_ms: r.lease_duration.as_ref().map(duration_ms),
+            worker_id: r.worker_id,
+            max_jobs: r.max_jobs,
+        };
+        let jobs = self.queue.reserve(input).await?;
+        Ok(Response::new(pb::ReserveResponse {
+            jobs: jobs.into_iter().map(job_out).collect(),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.ack", skip_all)]
+    async fn ack(&self, req: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
+        let r = req.into_inner();
+        self.queue.ack(&r.job_id, r.attempt).await?;
+        Ok(Response::new(pb::AckResponse { job_id: r.job_id }))
+    }
+
+    #[tracing::instrument(name = "sepp.nack", skip_all)]
+    async fn nack(
+        &self,
+        req: Request<pb::NackRequest>,
+    ) -> Result<Response<pb::NackResponse>, Status> {
+        use pb::nack_retry::Strategy;
+        let r = req.into_inner();
+        let strategy = match r.retry.and_then(|x| x.strategy) {
+            None | Some(Strategy::Default(_)) => NackStrategy::Default,
+            Some(Strategy::Delay(d)) => NackStrategy::Delay(duration_ms(&d)),
+            Some(Strategy::DeadLetter(_)) => NackStrategy::DeadLetter,
+        };
+        let dead_lettered = self
+            .queue
+            .nack(&r.job_id, r.attempt, strategy, r.reason)
+            .await?;
+        Ok(Response::new(pb::NackResponse {
+            job_id: r.job_id,
+            dead_lettered,
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.extend", skip_all)]
+    async fn extend(
+        &self,
+        req: Request<pb::ExtendRequest>,
+    ) -> Result<Response<pb::ExtendResponse>, Status> {
+        let r = req.into_inner();
+        let expires = self
+            .queue
+            .extend(
+                &r.job_id,
+                r.attempt,
+                r.lease_duration.as_ref().map(duration_ms),
+            )
+            .await?;
+        Ok(Response::new(pb::ExtendResponse {
+            job_id: r.job_id,
+            lease_expires_at: Some(ms_timestamp(expires)),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.drain_dead_letters", skip_all)]
+    async fn drain_dead_letters(
+        &self,
+        req: Request<pb::DrainDeadLettersRequest>,
+    ) -> Result<Response<pb::DrainDeadLettersResponse>, Status> {
+        let r = req.into_inner();
+        let records = self.queue.drain_dead_letters(r.queue, r.max).await?;
+        Ok(Response::new(pb::DrainDeadLettersResponse {
+            records: records.into_iter().map(dead_letter_out).collect(),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.get_server_info", skip_all)]
+    async fn get_server_info(
+        &self,
+        _req: Request<pb::GetServerInfoRequest>,
+    ) -> Result<Response<pb::GetServerInfoResponse>, Status> {
+        let info = self.queue.server_info();
+        let l = &*info.limits;
+        let d = &*l.defaults;
+        Ok(Response::new(pb::GetServerInfoResponse {
+            server_version: info.version.to_string(),
+            supported_protocol_versions: vec!["v1".to_string()],
+            server_time: Some(ms_timestamp(info.server_time)),
+            restricts_encodings: d.allowed_encodings.is_some(),
+            allowed_encodings: d.allowed_encodings.clone().unwrap_or_default(),
+            max_payload_bytes: d.max_payload_bytes,
+            max_custom_entries: d.max_custom_entries,
+            max_custom_total_bytes: d.max_custom_total_bytes,
+            max_custom_key_bytes: d.max_custom_key_bytes,
+            max_queue_name_bytes: l.max_queue_name_bytes,
+            max_job_type_bytes: l.max_job_type_bytes,
+            max_idempotency_key_bytes: l.max_idempotency_key_bytes,
+            max_schedule_horizon: Some(ms_duration(d.max_schedule_horizon_ms)),
+            max_enqueue_batch: l.max_enqueue_batch,
+            max_reserve_batch: l.max_reserve_batch,
+            max_reserve_queues: l.max_reserve_queues,
+            max_wait_timeout: Some(ms_duration(l.max_wait_timeout_ms)),
+            max_lease_duration: Some(ms_duration(d.max_lease_duration_ms)),
+            strict_queues: l.strict_queues,
+            dead_letter_retention_enabled: l.dead_letter_retention_enabled,
+            dedup_window: Some(ms_duration(d.dedup_window_ms)),
+        }))
+    }
+}

@@ -1,0 +1,796 @@
+//! Server configuration: compiled defaults, then `sepp.toml`, then `SEPP_SECTION__FIELD`
+//! environment variables.
+//!
+//! Every key, its unit, range and default is listed in `docs/configuration.md` and printed by
+//! `sepp config example`; the defaults match the public sepp so that a config file written for it
+//! means the same thing here. Loading fails with one line naming the key, the value and what is
+//! allowed ([`ConfigError`]).
+
+use crate::queue::limits::QueuePolicy;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Sections of the public sepp's config that this server accepts but does not implement yet.
+/// They are ignored with one warning so that the public sepp's config files still start sepp.
+pub const IGNORED_SECTIONS: &[&str] = &["logging", "tracing", "metrics", "admin", "cluster"];
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`: listening, TLS, strict mode, data directory.
+    pub server: ServerConfig,
+    /// `[auth]`: API keys.
+    pub auth: AuthConfig,
+    /// `[limits]`: request limits and the per-queue defaults they carry.
+    pub limits: LimitsConfig,
+    /// `[storage]`: durability, retention, the dedup window default.
+    pub storage: StorageConfig,
+    /// `[[queues]]`: declared queues and their overrides.
+    pub queues: Vec<QueueConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on; port 0 lets the OS pick one. Default `127.0.0.1:50051` (the public
+    /// sepp binds `0.0.0.0`; sepp stays on loopback unless told otherwise).
+    pub listen_addr: SocketAddr,
+    /// Directory of the embedded storage. Default `./sepp-data`.
+    pub db_path: PathBuf,
+    /// PEM certificate chain for TLS. Set together with `tls_key_path`, or neither.
+    pub tls_cert_path: Option<PathBuf>,
+    /// PEM private key for TLS.
+    pub tls_key_path: Option<PathBuf>,
+    /// When true, only queues declared in `[[queues]]` exist. Default false.
+    pub strict_queues: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            db_path: PathBuf::from("./sepp-data"),
+            tls_cert_path: None,
+            tls_key_path: None,
+            strict_queues: false,
+        }
+    }
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Accepted API keys, sent as `authorization: Bearer <key>`. Unset: auth is off. An empty
+    /// list: every request is refused.
+    pub api_keys: Option<Vec<ApiKey>>,
+}
+
+/// One API key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    /// A label for logs; never sent by clients.
+    pub name: String,
+    /// The secret the client sends.
+    pub key: String,
+}
+
+/// How durable a write is before the server answers "accepted".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PersistMode {
+    /// `fsync` before replying (data and metadata). The default.
+    #[default]
+    SyncAll,
+    /// `fdatasync` before replying.
+    SyncData,
+    /// Written to the OS before replying; survives a process crash, not a power loss.
+    Buffer,
+}
+
+impl PersistMode {
+    /// The config spelling (`sync_all`, `sync_data`, `buffer`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PersistMode::SyncAll => "sync_all",
+            PersistMode::SyncData => "sync_data",
+            PersistMode::Buffer => "buffer",
+        }
+    }
+}
+
+/// The delay curve of the default retry policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryBackoff {
+    /// Every retry waits `retry_delay_ms`.
+    #[default]
+    None,
+    /// The retry after delivery `n` waits `retry_delay_ms × 2^(n−1)`.
+    Exponential,
+}
+
+/// `[storage]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Durability before a reply. Default `sync_all`.
+    pub persist_mode: PersistMode,
+    /// How long dead-letter records are kept, in milliseconds; 0 deletes dead jobs at once.
+    /// Default 0.
+    pub dead_letter_retention_ms: u64,
+    /// Longest pause between two maintenance passes of the sweeper, in milliseconds.
+    /// Default 1000.
+    pub sweep_interval_ms: u64,
+    /// How long an idempotency key is remembered, in milliseconds, counted from the first
+    /// accepted enqueue. Default 86 400 000 (24 hours). Per-queue override in `[[queues]]`.
+    pub dedup_window_ms: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            persist_mode: PersistMode::SyncAll,
+            dead_letter_retention_ms: 0,
+            sweep_interval_ms: 1000,
+            dedup_window_ms: 86_400_000,
+        }
+    }
+}
+
+/// `[limits]`. The keys from `max_lease_duration_ms` on are per-queue defaults that a
+/// `[[queues]]` entry may override.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Longest idempotency key, in UTF-8 bytes. Global only. Default 256.
+    pub max_idempotency_key_bytes: u32,
+    /// Most jobs in one EnqueueBatch / EnqueueAtomic. Default 256.
+    pub max_enqueue_batch: u32,
+    /// Most jobs one Reserve returns. Default 256.
+    pub max_reserve_batch: u32,
+    /// Most queues one Reserve may list. Default 32.
+    pub max_reserve_queues: u32,
+    /// Longest Reserve wait, in milliseconds; longer waits are clamped. Default 300 000.
+    pub max_wait_timeout_ms: u64,
+    /// Largest request message, in bytes. Default 16 777 216 (16 MiB).
+    pub max_message_bytes: u64,
+    /// Longest queue name, in UTF-8 bytes. Default 512.
+    pub max_queue_name_bytes: u32,
+    /// Longest job type, in UTF-8 bytes. Default 256.
+    pub max_job_type_bytes: u32,
+    /// Longest lease, in milliseconds; longer leases are clamped. Default 300 000.
+    pub max_lease_duration_ms: u64,
+    /// `max_attempts` of a job that sets none. Default 3.
+    pub default_max_attempts: u32,
+    /// Largest `max_attempts`; larger values are clamped. Default 100.
+    pub max_attempts_ceiling: u32,
+    /// Priority of a job that sets none, 0–9. Default 0.
+    pub default_priority: u32,
+    /// Base delay of the default retry policy, in milliseconds. Default 0 (retry at once).
+    pub retry_delay_ms: u64,
+    /// `none` or `exponential`. Default `none`.
+    pub retry_backoff: RetryBackoff,
+    /// Cap on a retry delay, in milliseconds. Default 3 600 000.
+    pub retry_delay_max_ms: u64,
+    /// Largest payload, in bytes. Default 1 048 576.
+    pub max_payload_bytes: u64,
+    /// Allowed payload encodings. Unset: any; `[]`: no payloads at all.
+    pub allowed_encodings: Option<Vec<String>>,
+    /// Furthest `scheduled_at` from now, in milliseconds; also caps nack delays. Default
+    /// 2 592 000 000 (30 days).
+    pub max_schedule_horizon_ms: u64,
+    /// Most entries in a job's custom map. Default 64.
+    pub max_custom_entries: u32,
+    /// Largest custom map, in bytes (key bytes + value bytes: strings their length, numbers 8,
+    /// booleans 1). Default 16 384.
+    pub max_custom_total_bytes: u64,
+    /// Longest custom key, in UTF-8 bytes. Default 256.
+    pub max_custom_key_bytes: u32,
+    /// Most jobs (ready + scheduled + in flight) a queue holds. Unset: unlimited.
+    pub max_queue_depth: Option<u64>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_idempotency_key_bytes: 256,
+            max_enqueue_batch: 256,
+            max_reserve_batch: 256,
+            max_reserve_queues: 32,
+            max_wait_timeout_ms: 300_000,
+            max_message_bytes: 16_777_216,
+            max_queue_name_bytes: 512,
+            max_job_type_bytes: 256,
+            max_lease_duration_ms: 300_000,
+            default_max_attempts: 3,
+            max_attempts_ceiling: 100,
+            default_priority: 0,
+            retry_delay_ms: 0,
+            retry_backoff: RetryBackoff::None,
+            retry_delay_max_ms: 3_600_000,
+            max_payload_bytes: 1_048_576,
+            allowed_encodings: None,
+            max_schedule_horizon_ms: 2_592_000_000,
+            max_custom_entries: 64,
+            max_custom_total_bytes: 16_384,
+            max_custom_key_bytes: 256,
+            max_queue_depth: None,
+        }
+    }
+}
+
+/// One `[[queues]]` entry: a declared queue and its overrides of the per-queue defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// The queue's name; required and unique.
+    pub name: String,
+    /// Only these job types may be enqueued; a non-empty list when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_job_types: Option<Vec<String>>,
+    /// Overrides `[storage] dedup_window_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_window_ms: Option<u64>,
+    /// Overrides `[limits] max_lease_duration_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lease_duration_ms: Option<u64>,
+    /// Overrides `[limits] default_max_attempts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_max_attempts: Option<u32>,
+    /// Overrides `[limits] max_attempts_ceiling`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts_ceiling: Option<u32>,
+    /// Overrides `[limits] default_priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_priority: Option<u32>,
+    /// Overrides `[limits] retry_delay_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_delay_ms: Option<u64>,
+    /// Overrides `[limits] retry_backoff`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<RetryBackoff>,
+    /// Overrides `[limits] retry_delay_max_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_delay_max_ms: Option<u64>,
+    /// Overrides `[limits] max_payload_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_payload_bytes: Option<u64>,
+    /// Overrides `[limits] allowed_encodings`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_encodings: Option<Vec<String>>,
+    /// Overrides `[limits] max_schedule_horizon_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_schedule_horizon_ms: Option<u64>,
+    /// Overrides `[limits] max_custom_entries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_custom_entries: Option<u32>,
+    /// Overrides `[limits] max_custom_total_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_custom_total_bytes: Option<u64>,
+    /// Overrides `[limits] max_custom_key_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_custom_key_bytes: Option<u32>,
+    /// Overrides `[limits] max_queue_depth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue_depth: Option<u64>,
+}
+
+/// A configuration that could not be loaded. The message is one line naming the key, the value
+/// and what is allowed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Where the configuration came from, for the start-up log.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    /// The effective configuration.
+    pub config: Config,
+    /// The file read, if any.
+    pub path: Option<PathBuf>,
+    /// Sections that were present but are not implemented (logged once as a warning).
+    pub ignored_sections: Vec<String>,
+}
+
+const DAY_MS: u64 = 86_400_000;
+
+impl Config {
+    /// Loads the configuration: `path` if given, else `$SEPP_CONFIG`, else `./sepp.toml` if it
+    /// exists, else the compiled defaults; then applies `SEPP_SECTION__FIELD` environment
+    /// overrides from `env`, then validates.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an unreadable file, bad TOML, an unknown key, a wrong type, an
+    /// out-of-range value or inconsistent keys.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Loaded, ConfigError> {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let path = path.map(Path::to_path_buf).or_else(|| {
+            env.iter()
+                .find(|(k, _)| k == "SEPP_CONFIG")
+                .map(|(_, v)| PathBuf::from(v))
+                .or_else(|| {
+                    let p = PathBuf::from("sepp.toml");
+                    p.exists().then_some(p)
+                })
+        });
+        let text = match &path {
+            Some(p) => std::fs::read_to_string(p).map_err(|e| {
+                ConfigError(format!("cannot read config file {}: {e}", p.display()))
+            })?,
+            None => String::new(),
+        };
+        let mut loaded = Self::from_toml_with_env(&text, &env)?;
+        loaded.path = path;
+        Ok(loaded)
+    }
+
+    /// Parses `text` as TOML, applies the `SEPP_*` overrides in `env` and validates.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn from_toml_with_env(text: &str, env: &[(String, String)]) -> Result<Loaded, ConfigError> {
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            ConfigError(format!(
+                "config is not valid TOML: {}",
+                e.message().replace('\n', " ")
+            ))
+        })?;
+        let mut ignored_sections = Vec::new();
+        for section in IGNORED_SECTIONS {
+            if table.remove(*section).is_some() {
+                ignored_sections.push((*section).to_string());
+            }
+        }
+        apply_env(&mut table, env)?;
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let path = e.path().to_string();
+                ConfigError(format!("config key {path}: {}", e.inner().message()))
+            })?;
+        config.validate()?;
+        Ok(Loaded {
+            config,
+            path: None,
+            ignored_sections,
+        })
+    }
+
+    /// Checks ranges and consistency.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first offending key, its value and the allowed range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        if s.tls_cert_path.is_some() != s.tls_key_path.is_some() {
+            let (set, missing) = if s.tls_cert_path.is_some() {
+                ("server.tls_cert_path", "server.tls_key_path")
+            } else {
+                ("server.tls_key_path", "server.tls_cert_path")
+            };
+            return Err(ConfigError(format!(
+                "config key {set} is set but {missing} is not: set both or neither"
+            )));
+        }
+        if s.db_path.as_os_str().is_empty() {
+            return Err(ConfigError(
+                "config key server.db_path is empty: expected a directory path".into(),
+            ));
+        }
+        if let Some(keys) = &self.auth.api_keys {
+            let mut seen = HashSet::new();
+            for (i, k) in keys.iter().enumerate() {
+                if k.key.is_empty() {
+                    return Err(ConfigError(format!(
+                        "config key auth.api_keys[{i}].key is empty: expected a non-empty secret"
+                    )));
+                }
+                if !seen.insert(&k.key) {
+                    return Err(ConfigError(format!(
+                        "config key auth.api_keys[{i}].key repeats an earlier key (name {:?}): keys must be unique",
+                        k.name
+                    )));
+                }
+            }
+        }
+        let st = &self.storage;
+        range(
+            "storage.dead_letter_retention_ms",
+            st.dead_letter_retention_ms,
+            0,
+            3650 * DAY_MS,
+        )?;
+        range(
+            "storage.sweep_interval_ms",
+            st.sweep_interval_ms,
+            10,
+            3_600_000,
+        )?;
+        range(
+            "storage.dedup_window_ms",
+            st.dedup_window_ms,
+            1,
+            3650 * DAY_MS,
+        )?;
+
+        let l = &self.limits;
+        range(
+            "limits.max_idempotency_key_bytes",
+            l.max_idempotency_key_bytes,
+            1,
+            4096,
+        )?;
+        range("limits.max_enqueue_batch", l.max_enqueue_batch, 1, 100_000)?;
+        range("limits.max_reserve_batch", l.max_reserve_batch, 1, 100_000)?;
+        range("limits.max_reserve_queues", l.max_reserve_queues, 1, 1024)?;
+        range(
+            "limits.max_wait_timeout_ms",
+            l.max_wait_timeout_ms,
+            0,
+            3_600_000,
+        )?;
+        range(
+            "limits.max_message_bytes",
+            l.max_message_bytes,
+            1024,
+            1 << 30,
+        )?;
+        range(
+            "limits.max_queue_name_bytes",
+            l.max_queue_name_bytes,
+            1,
+            4096,
+        )?;
+        range("limits.max_job_type_bytes", l.max_job_type_bytes, 1, 4096)?;
+        let defaults = QueuePolicy::defaults(self);
+        validate_policy(
+            &defaults,
+            "limits.",
+            "storage.dedup_window_ms",
+            l.max_message_bytes,
+        )?;
+
+        let mut names = HashSet::new();
+        for (i, q) in self.queues.iter().enumerate() {
+            let at = format!("queues[{i}]");
+            if q.name.is_empty() {
+                return Err(ConfigError(format!(
+                    "config key {at}.name is empty: every [[queues]] entry needs a unique name"
+                )));
+            }
+            if let Err(why) = check_queue_name_shape(&q.name) {
+                return Err(ConfigError(format!(
+                    "config key {at}.name = {:?}: {why}",
+                    q.name
+                )));
+            }
+            if q.name.len() > l.max_queue_name_bytes as usize {
+                return Err(ConfigError(format!(
+                    "config key {at}.name is {} bytes: limits.max_queue_name_bytes is {}",
+                    q.name.len(),
+                    l.max_queue_name_bytes
+                )));
+            }
+            if !names.insert(q.name.as_str()) {
+                return Err(ConfigError(format!(
+                    "config key {at}.name = {:?} is a duplicate: queue names must be unique",
+                    q.name
+                )));
+            }
+            let merged = defaults.with_overrides(q);
+            validate_policy(
+                &merged,
+                &format!("{at}."),
+                &format!("{at}.dedup_window_ms"),
+                l.max_message_bytes,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The configuration as TOML, every key present (used by `sepp config example`'s test).
+    ///
+    /// # Errors
+    /// Never in practice; serialization of these plain types cannot fail.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        toml::to_string(self).map_err(|e| ConfigError(e.to_string()))
+    }
+}
+
+/// Range and consistency checks of one resolved per-queue policy. `at` prefixes the key names
+/// (`limits.` for the defaults, `queues[i].` for an entry).
+fn validate_policy(
+    p: &QueuePolicy,
+    at: &str,
+    window_key: &str,
+    max_message_bytes: u64,
+) -> Result<(), ConfigError> {
+    let k = |name: &str| format!("{at}{name}");
+    if let Some(types) = &p.allowed_job_types {
+        if types.is_empty() {
+            return Err(ConfigError(format!(
+                "config key {} is an empty list: leave it unset to allow every job type",
+                k("allowed_job_types")
+            )));
+        }
+    }
+    range(window_key, p.dedup_window_ms, 1, 3650 * DAY_MS)?;
+    range(
+        &k("max_lease_duration_ms"),
+        p.max_lease_duration_ms,
+        1,
+        7 * DAY_MS,
+    )?;
+    range(
+        &k("max_attempts_ceiling"),
+        p.max_attempts_ceiling,
+        1,
+        1_000_000,
+    )?;
+    range(
+        &k("default_max_attempts"),
+        p.default_max_attempts,
+        1,
+        p.max_attempts_ceiling,
+    )?;
+    range(&k("default_priority"), p.default_priority, 0, 9)?;
+    range(&k("retry_delay_ms"), p.retry_delay_ms, 0, 3650 * DAY_MS)?;
+    if p.retry_delay_max_ms < p.retry_delay_ms {
+        return Err(ConfigError(format!(
+            "config key {} = {} is below {} = {}: the cap must be at least the base delay",
+            k("retry_delay_max_ms"),
+            p.retry_delay_max_ms,
+            k("retry_delay_ms"),
+            p.retry_delay_ms
+        )));
+    }
+    range(
+        &k("retry_delay_max_ms"),
+        p.retry_delay_max_ms,
+        0,
+        3650 * DAY_MS,
+    )?;
+    range(
+        &k("max_payload_bytes"),
+        p.max_payload_bytes,
+        0,
+        max_message_bytes,
+    )
+    .map_err(|e| ConfigError(format!("{} (limits.max_message_bytes)", e.0)))?;
+    range(
+        &k("max_schedule_horizon_ms"),
+        p.max_schedule_horizon_ms,
+        0,
+        3650 * DAY_MS,
+    )?;
+    range(&k("max_custom_entries"), p.max_custom_entries, 0, 1_000_000)?;
+    range(
+        &k("max_custom_total_bytes"),
+        p.max_custom_total_bytes,
+        0,
+        max_message_bytes,
+    )
+    .map_err(|e| ConfigError(format!("{} (limits.max_message_bytes)", e.0)))?;
+    range(
+        &k("max_custom_key_bytes"),
+        p.max_custom_key_bytes,
+        1,
+        65_536,
+    )?;
+    if let Some(d) = p.max_queue_depth {
+        range(&k("max_queue_depth"), d, 1, u64::MAX)?;
+    }
+    Ok(())
+}
+
+fn range<T: PartialOrd + std::fmt::Display + Copy>(
+    key: &str,
+    v: T,
+    lo: T,
+    hi: T,
+) -> Result<(), ConfigError> {
+    if v < lo || v > hi {
+        return Err(ConfigError(format!(
+            "config key {key} = {v} is out of range: allowed {lo} to {hi}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the shape rules of a queue name (not its length): non-empty, not `.` or `..`, no `/`,
+/// no control characters. Returns why the name is not allowed.
+pub fn check_queue_name_shape(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("queue name is empty");
+    }
+    if name == "." || name == ".." {
+        return Err("queue name must not be \".\" or \"..\"");
+    }
+    if name.contains('/') {
+        return Err("queue name must not contain '/'");
+    }
+    if name.chars().any(char::is_control) {
+        return Err("queue name must not contain control characters");
+    }
+    Ok(())
+}
+
+/// Applies `SEPP_SECTION__FIELD=value` overrides. The value is read as a TOML value when it
+/// parses as one (numbers, booleans, quoted strings), otherwise as a bare string. Only scalar keys
+/// of the fixed sections can be overridden.
+fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
+    const SECTIONS: &[&str] = &["server", "auth", "limits", "storage"];
+    for (name, raw) in env {
+        let Some(rest) = name.strip_prefix("SEPP_") else {
+            continue;
+        };
+        if rest == "CONFIG" || rest == "LOG" {
+            continue;
+        }
+        let Some((section, field)) = rest.split_once("__") else {
+            return Err(ConfigError(format!(
+                "environment variable {name}: expected SEPP_SECTION__FIELD, e.g. SEPP_STORAGE__PERSIST_MODE"
+            )));
+        };
+        let section = section.to_ascii_lowercase();
+        let field = field.to_ascii_lowercase();
+        if !SECTIONS.contains(&section.as_str()) {
+            return Err(ConfigError(format!(
+                "environment variable {name}: unknown section {section:?}, expected one of {}",
+                SECTIONS.join(", ")
+            )));
+        }
+        let value = parse_env_value(raw);
+        if matches!(value, toml::Value::Array(_) | toml::Value::Table(_)) {
+            return Err(ConfigError(format!(
+                "environment variable {name}: only scalar keys can be set from the environment; put lists in the config file"
+            )));
+        }
+        let entry = table
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(sec) = entry else {
+            return Err(ConfigError(format!("config key {section} must be a table")));
+        };
+        sec.insert(field, value);
+    }
+    Ok(())
+}
+
+fn parse_env_value(raw: &str) -> toml::Value {
+    let doc = format!("v = {raw}");
+    match doc.parse::<toml::Table>() {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(raw.to_string())),
+        Err(_) => toml::Value::String(raw.to_string()),
+    }
+}
+
+/// The commented example printed by `sepp config example`. Its values are the compiled
+/// defaults; a test parses it back and compares it with [`Config::default`].
+pub const EXAMPLE: &str = include_str!("config_example.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, String> {
+        Config::from_toml_with_env(text, &[])
+            .map(|l| l.config)
+            .map_err(|e| e.0)
+    }
+
+    #[test]
+    fn example_config_parses_to_the_compiled_defaults() {
+        let parsed = load(EXAMPLE).expect("example parses");
+        let mut expected = Config::default();
+        // The example declares one queue to show the per-queue keys.
+        expected.queues = parsed.queues.clone();
+        assert_eq!(parsed, expected);
+        assert_eq!(parsed.queues.len(), 1);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = load("[limits]\nmax_enqueue_btch = 3\n").unwrap_err();
+        assert!(err.contains("limits"), "{err}");
+        assert!(err.contains("max_enqueue_btch"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_names_key_and_expectation() {
+        let err = load("[limits]\nmax_enqueue_batch = \"many\"\n").unwrap_err();
+        assert!(err.contains("limits.max_enqueue_batch"), "{err}");
+        assert!(err.contains("many"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_value_names_range() {
+        let err = load("[limits]\ndefault_priority = 12\n").unwrap_err();
+        assert_eq!(
+            err,
+            "config key limits.default_priority = 12 is out of range: allowed 0 to 9"
+        );
+    }
+
+    #[test]
+    fn retry_cap_below_base_is_rejected() {
+        let err = load("[limits]\nretry_delay_ms = 5000\nretry_delay_max_ms = 100\n").unwrap_err();
+        assert!(err.contains("retry_delay_max_ms = 100"), "{err}");
+        assert!(err.contains("retry_delay_ms = 5000"), "{err}");
+    }
+
+    #[test]
+    fn tls_cert_without_key_is_rejected() {
+        let err = load("[server]\ntls_cert_path = \"/tmp/c.pem\"\n").unwrap_err();
+        assert!(err.contains("server.tls_key_path"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_queue_name_is_rejected() {
+        let err = load("[[queues]]\nname = \"a\"\n[[queues]]\nname = \"a\"\n").unwrap_err();
+        assert!(err.contains("queues[1].name"), "{err}");
+        assert!(err.contains("duplicate"), "{err}");
+    }
+
+    #[test]
+    fn per_queue_override_is_range_checked() {
+        let err = load("[[queues]]\nname = \"a\"\ndefault_priority = 10\n").unwrap_err();
+        assert!(err.contains("queues[0].default_priority = 10"), "{err}");
+    }
+
+    #[test]
+    fn ignored_sections_are_reported() {
+        let l = Config::from_toml_with_env(
+            "[metrics]\nenabled = true\n[logging]\nlevel = \"info\"\n",
+            &[],
+        )
+        .expect("accepted");
+        assert_eq!(
+            l.ignored_sections,
+            vec!["logging".to_string(), "metrics".to_string()]
+        );
+    }
+
+    #[test]
+    fn env_overrides_file() {
+        let env = vec![
+            (
+                "SEPP_STORAGE__PERSIST_MODE".to_string(),
+                "buffer".to_string(),
+            ),
+            (
+                "SEPP_LIMITS__MAX_ENQUEUE_BATCH".to_string(),
+                "7".to_string(),
+            ),
+            (
+                "SEPP_SERVER__LISTEN_ADDR".to_string(),
+                "127.0.0.1:0".to_string(),
+            ),
+        ];
+        let l = Config::from_toml_with_env("[limits]\nmax_enqueue_batch = 3\n", &env).expect("ok");
+        assert_eq!(l.config.storage.persist_mode, PersistMode::Buffer);
+        assert_eq!(l.config.limits.max_enqueue_batch, 7);
+        assert_eq!(l.config.server.listen_addr.port(), 0);
+    }
+
+    #[test]
+    fn env_with_bad_value_is_named() {
+        let env = vec![(
+            "SEPP_STORAGE__PERSIST_MODE".to_string(),
+            "sometimes".to_string(),
+        )];
+        let err = Config::from_toml_with_env("", &env).unwrap_err().0;
+        assert!(err.contains("storage.persist_mode"), "{err}");
+        assert!(err.contains("sometimes"), "{err}");
+    }
+}

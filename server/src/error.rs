@@ -1,0 +1,82 @@
+//! The domain errors of whole requests, and their small closed set of codes.
+//!
+//! Per-job problems are never errors: they are [`crate::queue::model::Rejection`] values in the
+//! response. A [`QueueError`] fails a whole call; `api/status.rs` alone turns its
+//! [`ErrorCode`] into a gRPC status, per the table in `docs/errors.md`.
+
+use crate::storage::StorageError;
+
+/// Stable codes of whole-request errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The request is malformed (`INVALID_ARGUMENT`).
+    InvalidArgument,
+    /// Strict mode and an undeclared queue, or the job is in flight under another attempt
+    /// (`FAILED_PRECONDITION`).
+    FailedPrecondition,
+    /// The job is not in flight (`NOT_FOUND`).
+    NotFound,
+    /// Storage failed (`INTERNAL`).
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every code, for exhaustiveness checks.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::InvalidArgument,
+        ErrorCode::FailedPrecondition,
+        ErrorCode::NotFound,
+        ErrorCode::Internal,
+    ];
+
+    /// The SCREAMING_SNAKE name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::Internal => "INTERNAL",
+        }
+    }
+}
+
+/// A request that failed as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// Malformed request; the message names the field and the limit.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Strict mode: the listed queues are not declared.
+    #[error("queues not declared in strict mode: {}", .0.join(", "))]
+    UnknownQueues(Vec<String>),
+    /// The job is not in flight (acked, lease expired, dead-lettered, or never existed).
+    #[error("job {0} is not in flight")]
+    JobNotInFlight(String),
+    /// The job is in flight under another attempt.
+    #[error("job {job_id} is in flight under attempt {current}, not {sent}")]
+    AttemptMismatch {
+        /// The job.
+        job_id: String,
+        /// The attempt the caller sent.
+        sent: u32,
+        /// The attempt in flight.
+        current: u32,
+    },
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl QueueError {
+    /// The stable code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            QueueError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            QueueError::UnknownQueues(_) | QueueError::AttemptMismatch { .. } => {
+                ErrorCode::FailedPrecondition
+            }
+            QueueError::JobNotInFlight(_) => ErrorCode::NotFound,
+            QueueError::Storage(_) => ErrorCode::Internal,
+        }
+    }
+}

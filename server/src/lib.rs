@@ -1,0 +1,142 @@
+//! The sepp server as a library, so tests can run it in-process.
+//!
+//! Dependencies point one way: `main` → [`serve`] → [`api`] (gRPC edge) → [`queue`] (what a
+//! durable job queue means) → [`storage`] (the [`storage::Store`] trait, implemented by
+//! [`storage::embedded`]).
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`config`] | defaults ← `sepp.toml` ← `SEPP_*` environment |
+//! | [`api`] | one short handler per RPC, status mapping, API keys |
+//! | [`queue::validate`] | the per-job validation order |
+//! | [`queue::dedup`] | idempotency key and dedup window rules |
+//! | [`queue::lease`], [`queue::backoff`] | lease clamping, retry delays |
+//! | [`queue::reserve`] | long-poll Reserve |
+//! | [`queue::sweeper`] | lease expiry, scheduled promotion, dedup and record purge |
+//! | [`storage::embedded`] | the fjall backend: job index, dedup index, group commit, recovery |
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod queue;
+pub mod storage;
+
+use crate::config::Config;
+use crate::queue::Queue;
+use crate::queue::limits::Limits;
+use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
+use crate::storage::{ReadySignals, Store};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Storage could not be opened or flushed.
+    #[error(transparent)]
+    Storage(#[from] storage::StorageError),
+    /// The gRPC edge could not be built.
+    #[error(transparent)]
+    Api(#[from] api::ApiError),
+    /// The transport failed.
+    #[error("transport: {0}")]
+    Transport(String),
+}
+
+/// Binds `config.server.listen_addr`.
+///
+/// # Errors
+/// The bind error, naming the address.
+pub async fn bind(config: &Config) -> std::io::Result<TcpListener> {
+    let addr = config.server.listen_addr;
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
+/// Serves sepp on `listener` until `shutdown` resolves.
+///
+/// Opens the storage under `config`, starts the sweeper, serves gRPC, and at shutdown stops
+/// accepting, answers waiting Reserves with an empty result, lets other in-flight RPCs finish,
+/// stops the sweeper and flushes storage. `on_ready` is called with the bound address once the
+/// server accepts connections.
+///
+/// # Errors
+/// [`ServeError`] when storage cannot be opened or the transport fails.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServeError::Transport(e.to_string()))?;
+    let signals = Arc::new(ReadySignals::default());
+    let opts = EmbeddedOptions {
+        path: config.server.db_path.clone(),
+        persist_mode: config.storage.persist_mode,
+        dead_letter_retention_ms: config.storage.dead_letter_retention_ms,
+    };
+    let store = {
+        let signals = signals.clone();
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(opts, signals))
+            .await
+            .map_err(|e| ServeError::Transport(e.to_string()))??
+    };
+    let report = store.recovery_report();
+    tracing::info!(
+        path = %config.server.db_path.display(),
+        persist_mode = config.storage.persist_mode.as_str(),
+        jobs = report.jobs,
+        dedup_records = report.dedup_records,
+        dedup_expired = report.dedup_expired,
+        "storage opened"
+    );
+    let store: Arc<dyn Store> = Arc::new(store);
+    let stopping = CancellationToken::new();
+    let limits = Arc::new(Limits::from_config(&config));
+    let queue = Arc::new(Queue::new(
+        store.clone(),
+        limits,
+        signals.clone(),
+        stopping.clone(),
+    ));
+    let sweeper = tokio::spawn(queue::sweeper::run(
+        store.clone(),
+        config.storage.sweep_interval_ms,
+        stopping.clone(),
+    ));
+    let edge = api::build(&config, queue).await?;
+    let health = edge.health.clone();
+
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+        if let Ok(s) = &s {
+            // Small request/response messages: do not wait to coalesce them.
+            let _ = s.set_nodelay(true);
+        }
+        s
+    });
+    let stop = stopping.clone();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new connections; waiting requests get empty results");
+        api::set_not_serving(&health).await;
+        stop.cancel();
+        signals.wake_all();
+    };
+    on_ready(addr);
+    let served = edge
+        .router
+        .serve_with_incoming_shutdown(incoming, signal)
+        .await;
+    stopping.cancel();
+    let _ = sweeper.await;
+    store.close().await?;
+    tracing::info!("storage flushed; stopped");
+    served.map_err(|e| ServeError::Transport(e.to_string()))
+}

@@ -1,0 +1,152 @@
+//! `sepp`: the job-queue server binary. Flags, config, logging and signals; then
+//! [`sepp_server::serve`].
+
+use clap::{Parser, Subcommand};
+use sepp_server::config::{self, Config};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// sepp: a durable job queue with idempotent enqueue.
+#[derive(Parser)]
+#[command(name = "sepp", version, about, long_about = None)]
+struct Cli {
+    /// Config file (TOML). Default: $SEPP_CONFIG, else ./sepp.toml if present, else built-in
+    /// defaults.
+    #[arg(long, short = 'c', value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Configuration helpers.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Prints a commented example config whose values are the defaults.
+    Example,
+    /// Loads the config (file + environment), validates it and prints the effective result.
+    Check,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    match cli.command {
+        Some(Command::Config {
+            command: ConfigCommand::Example,
+        }) => {
+            print!("{}", config::EXAMPLE);
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Config {
+            command: ConfigCommand::Check,
+        }) => {
+            return match Config::load(cli.config.as_deref(), env) {
+                Ok(l) => match l.config.to_toml() {
+                    Ok(t) => {
+                        print!("{t}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("sepp: {e}");
+                        ExitCode::FAILURE
+                    }
+                },
+                Err(e) => {
+                    eprintln!("sepp: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        None => {}
+    }
+
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SEPP_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+
+    let loaded = match Config::load(cli.config.as_deref(), env) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("sepp: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !loaded.ignored_sections.is_empty() {
+        tracing::warn!(
+            sections = loaded.ignored_sections.join(", "),
+            "config sections not implemented by this server are ignored"
+        );
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sepp: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let config = loaded.config;
+        let listener = match sepp_server::bind(&config).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("sepp: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Some(p) = &loaded.path {
+            tracing::info!(path = %p.display(), "config loaded");
+        }
+        let result = sepp_server::serve(listener, config, shutdown_signal(), |addr| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "sepp listening on {addr}");
+            let _ = out.flush();
+            tracing::info!(%addr, "listening");
+        })
+        .await;
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sepp: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Resolves on SIGTERM or Ctrl-C (SIGINT).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

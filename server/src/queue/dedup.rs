@@ -1,0 +1,101 @@
+//! The idempotency key and the dedup window: the rules of `docs/idempotency.md`.
+//!
+//! A key is 1..=`max_idempotency_key_bytes` UTF-8 bytes, compared byte for byte (no trimming,
+//! case folding or Unicode normalisation), and scoped to its queue. Its record lives from the
+//! first accepted enqueue for the queue's `dedup_window_ms`; the expiry is fixed when the record
+//! is written, a hit does not extend it, and an expired record counts as absent even before the
+//! sweeper removes it. The lookup itself happens atomically with the insert, in storage
+//! ([`crate::storage::Store::enqueue`]).
+
+use super::model::{DedupClaim, Rejection, UnixMs};
+
+/// Rejects an empty key (`InvalidRequest`, a structural error).
+///
+/// # Errors
+/// [`Rejection::InvalidRequest`] when `key` is empty.
+pub fn check_key_present(key: &str) -> Result<(), Rejection> {
+    if key.is_empty() {
+        return Err(Rejection::invalid(
+            "idempotency_key is empty: omit it, or send 1 or more bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// Rejects a key longer than `limit` UTF-8 bytes.
+///
+/// # Errors
+/// [`Rejection::IdempotencyKeyTooLong`] with the limit and the actual byte length.
+pub fn check_key_length(key: &str, limit: u32) -> Result<(), Rejection> {
+    if key.len() > limit as usize {
+        return Err(Rejection::IdempotencyKeyTooLong {
+            limit,
+            actual: key.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// The claim a keyed job makes: the record expires `window_ms` after `now`.
+pub fn claim(key: String, window_ms: u64, now: UnixMs) -> DedupClaim {
+    DedupClaim {
+        key,
+        expires_at: now.saturating_add(i64::try_from(window_ms).unwrap_or(i64::MAX)),
+    }
+}
+
+/// Whether a record that expires at `expires_at` still deduplicates at `now`.
+pub fn is_live(expires_at: UnixMs, now: UnixMs) -> bool {
+    now < expires_at
+}
+
+/// The storage key of a dedup record: the queue name, a NUL byte, then the key bytes. Queue
+/// names cannot contain control characters, so the NUL separates the two unambiguously and
+/// the same key on two queues never collides.
+pub fn record_key(queue: &str, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(queue.len() + 1 + key.len());
+    k.extend_from_slice(queue.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+/// Splits a [`record_key`] back into queue and key.
+pub fn split_record_key(k: &[u8]) -> Option<(&str, &str)> {
+    let nul = k.iter().position(|b| *b == 0)?;
+    let queue = std::str::from_utf8(&k[..nul]).ok()?;
+    let key = std::str::from_utf8(&k[nul + 1..]).ok()?;
+    Some((queue, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_compared_byte_for_byte() {
+        let nfc = "\u{e9}";
+        let nfd = "e\u{301}";
+        let keys = ["abc", "ABC", " abc", nfc, nfd];
+        let mut records: Vec<Vec<u8>> = keys.iter().map(|k| record_key("q", k)).collect();
+        records.sort();
+        records.dedup();
+        assert_eq!(records.len(), 5);
+    }
+
+    #[test]
+    fn the_same_key_on_two_queues_is_two_records() {
+        assert_ne!(record_key("a", "k"), record_key("b", "k"));
+        assert_eq!(
+            split_record_key(&record_key("a", "k\0x")),
+            Some(("a", "k\0x"))
+        );
+    }
+
+    #[test]
+    fn a_record_is_live_until_its_expiry() {
+        let c = claim("k".into(), 2_000, 10_000);
+        assert!(is_live(c.expires_at, 11_999));
+        assert!(!is_live(c.expires_at, 12_000));
+    }
+}

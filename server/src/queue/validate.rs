@@ -1,0 +1,329 @@
+//! Validation of one enqueued job, in the protocol's documented order, and resolution of its
+//! defaults. Pure: no I/O, so every rule is unit-tested here.
+//!
+//! Order: structure (→ `InvalidRequest`) → strict-mode unknown queue → queue name length →
+//! job type length → allowed job types → idempotency key length → payload size → allowed
+//! encodings → custom entry count → each custom key length → total custom bytes → schedule
+//! horizon. Commit-time checks (queue closing, dedup lookup, `max_queue_depth`) happen in storage.
+//! All lengths are UTF-8 bytes.
+
+use super::dedup;
+use super::limits::Limits;
+use super::model::{EnqueueInput, JobId, NewJob, Rejection, UnixMs, Value};
+use crate::config::check_queue_name_shape;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Validates `input` and resolves it into a [`NewJob`] with a fresh id.
+///
+/// # Errors
+/// The first [`Rejection`] in the documented order.
+pub fn validate_job(
+    input: EnqueueInput,
+    limits: &Limits,
+    now: UnixMs,
+) -> Result<NewJob, Rejection> {
+    check_structure(&input)?;
+
+    if limits.strict_queues && !limits.is_declared(&input.queue) {
+        return Err(Rejection::UnknownQueue { queue: input.queue });
+    }
+    if input.queue.len() > limits.max_queue_name_bytes as usize {
+        return Err(Rejection::QueueNameTooLong {
+            limit: limits.max_queue_name_bytes,
+            actual: input.queue.len() as u64,
+        });
+    }
+    if input.job_type.len() > limits.max_job_type_bytes as usize {
+        return Err(Rejection::JobTypeNameTooLong {
+            limit: limits.max_job_type_bytes,
+            actual: input.job_type.len() as u64,
+        });
+    }
+    let policy = limits.policy(&input.queue);
+    if let Some(allowed) = &policy.allowed_job_types {
+        if !allowed.iter().any(|t| *t == input.job_type) {
+            return Err(Rejection::JobTypeNotAllowed {
+                job_type: input.job_type,
+                allowed: allowed.clone(),
+            });
+        }
+    }
+    if let Some(key) = &input.idempotency_key {
+        dedup::check_key_length(key, limits.max_idempotency_key_bytes)?;
+    }
+    if let Some(p) = &input.payload {
+        if p.data.len() as u64 > policy.max_payload_bytes {
+            return Err(Rejection::PayloadTooLarge {
+                limit: policy.max_payload_bytes,
+                actual: p.data.len() as u64,
+            });
+        }
+        if let Some(allowed) = &policy.allowed_encodings {
+            if !allowed.iter().any(|e| *e == p.encoding) {
+                return Err(Rejection::EncodingNotAllowed {
+                    encoding: p.encoding.clone(),
+                    allowed: allowed.clone(),
+                });
+            }
+        }
+    }
+    if input.custom.len() > policy.max_custom_entries as usize {
+        return Err(Rejection::CustomEntriesTooMany {
+            limit: policy.max_custom_entries,
+            actual: u32::try_from(input.custom.len()).unwrap_or(u32::MAX),
+        });
+    }
+    let mut total: u64 = 0;
+    for (k, v) in &input.custom {
+        if k.len() > policy.max_custom_key_bytes as usize {
+            return Err(Rejection::CustomKeyTooLong {
+                key: k.clone(),
+                limit: policy.max_custom_key_bytes,
+                actual: k.len() as u64,
+            });
+        }
+        total += k.len() as u64 + v.as_ref().map_or(0, Value::counted_bytes);
+    }
+    if total > policy.max_custom_total_bytes {
+        return Err(Rejection::CustomMapTooLarge {
+            limit: policy.max_custom_total_bytes,
+            actual: total,
+        });
+    }
+    let scheduled_at = match input.scheduled_at {
+        Some(at) if at > now => {
+            let horizon = i64::try_from(policy.max_schedule_horizon_ms).unwrap_or(i64::MAX);
+            if at - now > horizon {
+                return Err(Rejection::ScheduledTooFar {
+                    horizon_ms: policy.max_schedule_horizon_ms,
+                    actual: at,
+                });
+            }
+            Some(at)
+        }
+        _ => None,
+    };
+
+    let priority = input.priority.unwrap_or(policy.default_priority) as u8;
+    let max_attempts = input
+        .max_attempts
+        .unwrap_or(policy.default_max_attempts)
+        .min(policy.max_attempts_ceiling);
+    let dedup = input
+        .idempotency_key
+        .map(|key| dedup::claim(key, policy.dedup_window_ms, now));
+    let custom: BTreeMap<String, Value> = input
+        .custom
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+    Ok(NewJob {
+        id: JobId::new_v4(),
+        queue: Arc::from(input.queue),
+        job_type: input.job_type,
+        payload: input.payload,
+        priority,
+        max_attempts,
+        trace_context: input.trace_context,
+        custom,
+        enqueued_at: now,
+        scheduled_at,
+        dedup,
+        max_queue_depth: policy.max_queue_depth,
+    })
+}
+
+/// The structural checks, all reported as `InvalidRequest` naming the field.
+fn check_structure(input: &EnqueueInput) -> Result<(), Rejection> {
+    if let Err(why) = check_queue_name_shape(&input.queue) {
+        return Err(Rejection::invalid(format!("queue: {why}")));
+    }
+    if input.job_type.is_empty() {
+        return Err(Rejection::invalid("job_type is empty"));
+    }
+    if let Some(p) = &input.payload {
+        if p.data.is_empty() {
+            return Err(Rejection::invalid(
+                "payload.data is empty: omit the payload when there is no data",
+            ));
+        }
+        if p.encoding.is_empty() {
+            return Err(Rejection::invalid("payload.encoding is empty"));
+        }
+    }
+    if let Some(key) = &input.idempotency_key {
+        dedup::check_key_present(key)?;
+    }
+    if let Some(p) = input.priority {
+        if p > 9 {
+            return Err(Rejection::invalid(format!(
+                "priority is {p}: allowed 0 (lowest) to 9 (highest)"
+            )));
+        }
+    }
+    if input.max_attempts == Some(0) {
+        return Err(Rejection::invalid("max_attempts is 0: must be at least 1"));
+    }
+    if let Some(t) = &input.trace_context {
+        if t.traceparent.is_empty() {
+            return Err(Rejection::invalid("trace_context.traceparent is empty"));
+        }
+    }
+    for (k, v) in &input.custom {
+        if k.is_empty() {
+            return Err(Rejection::invalid("custom has an empty key"));
+        }
+        if v.is_none() {
+            return Err(Rejection::invalid(format!(
+                "custom[{k:?}] has no value set"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, QueueConfig};
+    use crate::queue::model::Payload;
+
+    fn limits(strict: bool) -> Limits {
+        let mut c = Config::default();
+        c.server.strict_queues = strict;
+        c.queues.push(QueueConfig {
+            name: "typed".into(),
+            allowed_job_types: Some(vec!["a".into()]),
+            ..Default::default()
+        });
+        Limits::from_config(&c)
+    }
+
+    fn job(queue: &str) -> EnqueueInput {
+        EnqueueInput {
+            queue: queue.into(),
+            job_type: "t".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn structure_comes_before_length_checks() {
+        let mut j = job("q");
+        j.idempotency_key = Some(String::new());
+        j.job_type = "x".repeat(1000);
+        assert!(matches!(
+            validate_job(j, &limits(false), 0),
+            Err(Rejection::InvalidRequest { .. })
+        ));
+    }
+
+    #[test]
+    fn strict_unknown_queue_before_queue_name_length() {
+        let j = job(&"q".repeat(600));
+        assert_eq!(
+            validate_job(j, &limits(true), 0),
+            Err(Rejection::UnknownQueue {
+                queue: "q".repeat(600)
+            })
+        );
+        let j = job(&"q".repeat(600));
+        assert_eq!(
+            validate_job(j, &limits(false), 0),
+            Err(Rejection::QueueNameTooLong {
+                limit: 512,
+                actual: 600
+            })
+        );
+    }
+
+    #[test]
+    fn key_length_is_counted_in_utf8_bytes() {
+        let mut j = job("q");
+        j.idempotency_key = Some("é".repeat(128));
+        assert!(validate_job(j, &limits(false), 0).is_ok());
+        let mut j = job("q");
+        j.idempotency_key = Some("€".repeat(86));
+        assert_eq!(
+            validate_job(j, &limits(false), 0),
+            Err(Rejection::IdempotencyKeyTooLong {
+                limit: 256,
+                actual: 258
+            })
+        );
+    }
+
+    #[test]
+    fn job_type_allow_list_comes_before_key_length() {
+        let mut j = job("typed");
+        j.job_type = "b".into();
+        j.idempotency_key = Some("k".repeat(300));
+        assert!(matches!(
+            validate_job(j, &limits(false), 0),
+            Err(Rejection::JobTypeNotAllowed { .. })
+        ));
+    }
+
+    #[test]
+    fn custom_bytes_count_keys_and_values() {
+        let mut c = Config::default();
+        c.limits.max_custom_total_bytes = 10;
+        let l = Limits::from_config(&c);
+        let mut j = job("q");
+        j.custom = vec![
+            ("ab".into(), Some(Value::Int(1))),
+            ("c".into(), Some(Value::Bool(true))),
+        ];
+        // 2 + 8 + 1 + 1 = 12 bytes
+        assert_eq!(
+            validate_job(j, &l, 0),
+            Err(Rejection::CustomMapTooLarge {
+                limit: 10,
+                actual: 12
+            })
+        );
+    }
+
+    #[test]
+    fn schedule_horizon_is_enforced_and_past_times_are_immediate() {
+        let mut j = job("q");
+        j.scheduled_at = Some(1_000 + 2_592_000_001);
+        assert!(matches!(
+            validate_job(j, &limits(false), 1_000),
+            Err(Rejection::ScheduledTooFar { .. })
+        ));
+        let mut j = job("q");
+        j.scheduled_at = Some(10);
+        assert_eq!(
+            validate_job(j, &limits(false), 1_000).unwrap().scheduled_at,
+            None
+        );
+    }
+
+    #[test]
+    fn empty_allowed_encodings_forbid_every_payload() {
+        let mut c = Config::default();
+        c.limits.allowed_encodings = Some(vec![]);
+        let l = Limits::from_config(&c);
+        let mut j = job("q");
+        j.payload = Some(Payload {
+            data: vec![1],
+            encoding: "x".into(),
+        });
+        assert!(matches!(
+            validate_job(j, &l, 0),
+            Err(Rejection::EncodingNotAllowed { .. })
+        ));
+    }
+
+    #[test]
+    fn max_attempts_is_clamped_to_the_ceiling() {
+        let mut j = job("q");
+        j.max_attempts = Some(1_000);
+        assert_eq!(
+            validate_job(j, &limits(false), 0).unwrap().max_attempts,
+            100
+        );
+    }
+}

@@ -1,0 +1,539 @@
+//! On-disk record formats of the embedded store (format version 1).
+//!
+//! Keyspaces and their records:
+//!
+//! | keyspace | key | value |
+//! |---|---|---|
+//! | `jobs` | job id (16 bytes, big endian) | [`Body`]: what never changes after enqueue |
+//! | `meta` | job id | [`Meta`]: queue, order, attempt and stage; rewritten on each transition |
+//! | `dedup` | queue, NUL, idempotency key | [`DedupRecord`] |
+//! | `queues` | queue name | [`QueueRecord`] (pause flag) |
+//! | `info` | `format_version` | u32, little endian |
+//!
+//! Every value starts with a version byte. Integers are little endian; strings and byte strings
+//! are a u32 length then the bytes; an optional value is a 0/1 byte then the value.
+
+use crate::queue::model::{DeadLetterCause, JobId, Payload, TraceContext, UnixMs, Value};
+use crate::storage::StorageError;
+use std::collections::BTreeMap;
+
+/// The format version this build writes and reads.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+const RECORD_V1: u8 = 1;
+
+/// A job's immutable part.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Body {
+    pub(crate) job_type: String,
+    pub(crate) payload: Option<Payload>,
+    pub(crate) trace_context: Option<TraceContext>,
+    pub(crate) custom: BTreeMap<String, Value>,
+    pub(crate) scheduled_at: Option<UnixMs>,
+    pub(crate) idempotency_key: Option<String>,
+}
+
+/// Where a job is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Stage {
+    Ready,
+    Scheduled {
+        due: UnixMs,
+    },
+    InFlight {
+        expires: UnixMs,
+    },
+    Dead {
+        cause: DeadLetterCause,
+        failed_at: UnixMs,
+    },
+    /// Acked (or dead-lettered without retention) while a dedup record may still name it:
+    /// only this small record remains, until `until`.
+    Tombstone {
+        finished_at: UnixMs,
+        until: UnixMs,
+        dead: Option<DeadLetterCause>,
+    },
+}
+
+/// A job's mutable part: everything the in-memory index needs, so that recovery reads only
+/// these small records.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Meta {
+    pub(crate) queue: std::sync::Arc<str>,
+    pub(crate) priority: u8,
+    /// Enqueue order (FIFO within a priority).
+    pub(crate) seq: u64,
+    pub(crate) enqueued_at: UnixMs,
+    /// The number of the last delivery started (0 before the first).
+    pub(crate) attempt: u32,
+    pub(crate) max_attempts: u32,
+    pub(crate) stage: Stage,
+    pub(crate) worker_id: Option<String>,
+    pub(crate) last_reason: Option<String>,
+    /// Expiry of the dedup record naming this job, if it was keyed.
+    pub(crate) dedup_until: Option<UnixMs>,
+}
+
+/// The value of a dedup record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DedupRecord {
+    pub(crate) job_id: JobId,
+    pub(crate) created_at: UnixMs,
+    pub(crate) expires_at: UnixMs,
+}
+
+/// Per-queue state that must survive restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct QueueRecord {
+    pub(crate) paused: bool,
+}
+
+struct W(Vec<u8>);
+
+impl W {
+    fn new(cap: usize) -> Self {
+        let mut v = Vec::with_capacity(cap);
+        v.push(RECORD_V1);
+        W(v)
+    }
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
+    fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+    }
+    fn opt_str(&mut self, s: Option<&str>) {
+        match s {
+            Some(s) => {
+                self.u8(1);
+                self.str(s);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn opt_i64(&mut self, v: Option<i64>) {
+        match v {
+            Some(v) => {
+                self.u8(1);
+                self.i64(v);
+            }
+            None => self.u8(0),
+        }
+    }
+}
+
+struct R<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> R<'a> {
+    fn new(buf: &'a [u8], what: &'static str) -> Result<Self, StorageError> {
+        let mut r = R { buf, what };
+        let v = r.u8()?;
+        if v != RECORD_V1 {
+            return Err(r.err(format!("unknown record version {v}")));
+        }
+        Ok(r)
+    }
+    fn err(&self, detail: String) -> StorageError {
+        StorageError::Corrupt {
+            what: self.what,
+            detail,
+        }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StorageError> {
+        if self.buf.len() < n {
+            return Err(self.err("truncated".into()));
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, StorageError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, StorageError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, StorageError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn i64(&mut self) -> Result<i64, StorageError> {
+        Ok(self.u64()? as i64)
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], StorageError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn string(&mut self) -> Result<String, StorageError> {
+        let b = self.bytes()?;
+        String::from_utf8(b.to_vec()).map_err(|_| self.err("invalid utf-8".into()))
+    }
+    fn opt_string(&mut self) -> Result<Option<String>, StorageError> {
+        Ok(if self.u8()? == 1 {
+            Some(self.string()?)
+        } else {
+            None
+        })
+    }
+    fn opt_i64(&mut self) -> Result<Option<i64>, StorageError> {
+        Ok(if self.u8()? == 1 {
+            Some(self.i64()?)
+        } else {
+            None
+        })
+    }
+}
+
+fn cause_to_u8(c: DeadLetterCause) -> u8 {
+    match c {
+        DeadLetterCause::AttemptsExhausted => 1,
+        DeadLetterCause::Rejected => 2,
+        DeadLetterCause::LeaseExpired => 3,
+        DeadLetterCause::Admin => 4,
+    }
+}
+
+fn cause_from_u8(v: u8) -> Option<DeadLetterCause> {
+    Some(match v {
+        1 => DeadLetterCause::AttemptsExhausted,
+        2 => DeadLetterCause::Rejected,
+        3 => DeadLetterCause::LeaseExpired,
+        4 => DeadLetterCause::Admin,
+        _ => return None,
+    })
+}
+
+impl Body {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let payload_len = self
+            .payload
+            .as_ref()
+            .map_or(0, |p| p.data.len() + p.encoding.len());
+        let mut w = W::new(64 + self.job_type.len() + payload_len);
+        w.str(&self.job_type);
+        match &self.payload {
+            Some(p) => {
+                w.u8(1);
+                w.bytes(&p.data);
+                w.str(&p.encoding);
+            }
+            None => w.u8(0),
+        }
+        match &self.trace_context {
+            Some(t) => {
+                w.u8(1);
+                w.str(&t.traceparent);
+                w.opt_str(t.tracestate.as_deref());
+            }
+            None => w.u8(0),
+        }
+        w.u32(self.custom.len() as u32);
+        for (k, v) in &self.custom {
+            w.str(k);
+            match v {
+                Value::String(s) => {
+                    w.u8(1);
+                    w.str(s);
+                }
+                Value::Double(d) => {
+                    w.u8(2);
+                    w.u64(d.to_bits());
+                }
+                Value::Int(i) => {
+                    w.u8(3);
+                    w.i64(*i);
+                }
+                Value::Bool(b) => {
+                    w.u8(4);
+                    w.u8(u8::from(*b));
+                }
+            }
+        }
+        w.opt_i64(self.scheduled_at);
+        w.opt_str(self.idempotency_key.as_deref());
+        w.0
+    }
+
+    pub(crate) fn decode(buf: &[u8]) -> Result<Self, StorageError> {
+        let mut r = R::new(buf, "job body")?;
+        let job_type = r.string()?;
+        let payload = if r.u8()? == 1 {
+            let data = r.bytes()?.to_vec();
+            let encoding = r.string()?;
+            Some(Payload { data, encoding })
+        } else {
+            None
+        };
+        let trace_context = if r.u8()? == 1 {
+            let traceparent = r.string()?;
+            let tracestate = r.opt_string()?;
+            Some(TraceContext {
+                traceparent,
+                tracestate,
+            })
+        } else {
+            None
+        };
+        let n = r.u32()?;
+        let mut custom = BTreeMap::new();
+        for _ in 0..n {
+            let k = r.string()?;
+            let v = match r.u8()? {
+                1 => Value::String(r.string()?),
+                2 => Value::Double(f64::from_bits(r.u64()?)),
+                3 => Value::Int(r.i64()?),
+                4 => Value::Bool(r.u8()? != 0),
+                t => return Err(r.err(format!("unknown custom value tag {t}"))),
+            };
+            custom.insert(k, v);
+        }
+        let scheduled_at = r.opt_i64()?;
+        let idempotency_key = r.opt_string()?;
+        Ok(Body {
+            job_type,
+            payload,
+            trace_context,
+            custom,
+            scheduled_at,
+            idempotency_key,
+        })
+    }
+}
+
+impl Meta {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut w = W::new(64 + self.queue.len());
+        w.str(&self.queue);
+        w.u8(self.priority);
+        w.u64(self.seq);
+        w.i64(self.enqueued_at);
+        w.u32(self.attempt);
+        w.u32(self.max_attempts);
+        match self.stage {
+            Stage::Ready => w.u8(1),
+            Stage::Scheduled { due } => {
+                w.u8(2);
+                w.i64(due);
+            }
+            Stage::InFlight { expires } => {
+                w.u8(3);
+                w.i64(expires);
+            }
+            Stage::Dead { cause, failed_at } => {
+                w.u8(4);
+                w.u8(cause_to_u8(cause));
+                w.i64(failed_at);
+            }
+            Stage::Tombstone {
+                finished_at,
+                until,
+                dead,
+            } => {
+                w.u8(5);
+                w.i64(finished_at);
+                w.i64(until);
+                w.u8(dead.map_or(0, cause_to_u8));
+            }
+        }
+        w.opt_str(self.worker_id.as_deref());
+        w.opt_str(self.last_reason.as_deref());
+        w.opt_i64(self.dedup_until);
+        w.0
+    }
+
+    pub(crate) fn decode(buf: &[u8]) -> Result<Self, StorageError> {
+        let mut r = R::new(buf, "job meta")?;
+        let queue: std::sync::Arc<str> = r.string()?.into();
+        let priority = r.u8()?;
+        let seq = r.u64()?;
+        let enqueued_at = r.i64()?;
+        let attempt = r.u32()?;
+        let max_attempts = r.u32()?;
+        let stage = match r.u8()? {
+            1 => Stage::Ready,
+            2 => Stage::Scheduled { due: r.i64()? },
+            3 => Stage::InFlight { expires: r.i64()? },
+            4 => {
+                let c = r.u8()?;
+                let cause = cause_from_u8(c).ok_or_else(|| r.err(format!("unknown cause {c}")))?;
+                Stage::Dead {
+                    cause,
+                    failed_at: r.i64()?,
+                }
+            }
+            5 => {
+                let finished_at = r.i64()?;
+                let until = r.i64()?;
+                let dead = cause_from_u8(r.u8()?);
+                Stage::Tombstone {
+                    finished_at,
+                    until,
+                    dead,
+                }
+            }
+            t => return Err(r.err(format!("unknown stage {t}"))),
+        };
+        let worker_id = r.opt_string()?;
+        let last_reason = r.opt_string()?;
+        let dedup_until = r.opt_i64()?;
+        Ok(Meta {
+            queue,
+            priority,
+            seq,
+            enqueued_at,
+            attempt,
+            max_attempts,
+            stage,
+            worker_id,
+            last_reason,
+            dedup_until,
+        })
+    }
+}
+
+impl DedupRecord {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut w = W::new(33);
+        w.0.extend_from_slice(&self.job_id.to_bytes());
+        w.i64(self.created_at);
+        w.i64(self.expires_at);
+        w.0
+    }
+
+    pub(crate) fn decode(buf: &[u8]) -> Result<Self, StorageError> {
+        let mut r = R::new(buf, "dedup record")?;
+        let mut id = [0u8; 16];
+        id.copy_from_slice(r.take(16)?);
+        Ok(DedupRecord {
+            job_id: JobId::from_bytes(id),
+            created_at: r.i64()?,
+            expires_at: r.i64()?,
+        })
+    }
+}
+
+impl QueueRecord {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut w = W::new(2);
+        w.u8(u8::from(self.paused));
+        w.0
+    }
+
+    pub(crate) fn decode(buf: &[u8]) -> Result<Self, StorageError> {
+        let mut r = R::new(buf, "queue record")?;
+        Ok(QueueRecord {
+            paused: r.u8()? != 0,
+        })
+    }
+}
+
+/// Decodes a 16-byte job id key.
+pub(crate) fn decode_id(key: &[u8]) -> Result<JobId, StorageError> {
+    let arr: [u8; 16] = key.try_into().map_err(|_| StorageError::Corrupt {
+        what: "job key",
+        detail: format!("{} bytes, expected 16", key.len()),
+    })?;
+    Ok(JobId::from_bytes(arr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let mut custom = BTreeMap::new();
+        custom.insert("s".to_string(), Value::String("x".into()));
+        custom.insert("d".to_string(), Value::Double(1.5));
+        custom.insert("i".to_string(), Value::Int(-3));
+        custom.insert("b".to_string(), Value::Bool(true));
+        let body = Body {
+            job_type: "t".into(),
+            payload: Some(Payload {
+                data: vec![0, 1, 2],
+                encoding: "application/octet-stream".into(),
+            }),
+            trace_context: Some(TraceContext {
+                traceparent: "00-abc-def-01".into(),
+                tracestate: None,
+            }),
+            custom,
+            scheduled_at: Some(42),
+            idempotency_key: Some("k".into()),
+        };
+        assert_eq!(Body::decode(&body.encode()).unwrap(), body);
+        for stage in [
+            Stage::Ready,
+            Stage::Scheduled { due: 5 },
+            Stage::InFlight { expires: 6 },
+            Stage::Dead {
+                cause: DeadLetterCause::LeaseExpired,
+                failed_at: 7,
+            },
+            Stage::Tombstone {
+                finished_at: 8,
+                until: 9,
+                dead: None,
+            },
+        ] {
+            let meta = Meta {
+                queue: "q".into(),
+                priority: 9,
+                seq: 77,
+                enqueued_at: 1,
+                attempt: 2,
+                max_attempts: 3,
+                stage,
+                worker_id: Some("w".into()),
+                last_reason: None,
+                dedup_until: Some(10),
+            };
+            assert_eq!(Meta::decode(&meta.encode()).unwrap(), meta);
+        }
+        let d = DedupRecord {
+            job_id: JobId(99),
+            created_at: 1,
+            expires_at: 2,
+        };
+        assert_eq!(DedupRecord::decode(&d.encode()).unwrap(), d);
+    }
+
+    #[test]
+    fn truncated_records_are_reported_not_panicked_on() {
+        let meta = Meta {
+            queue: "q".into(),
+            priority: 0,
+            seq: 0,
+            enqueued_at: 0,
+            attempt: 0,
+            max_attempts: 1,
+            stage: Stage::Ready,
+            worker_id: None,
+            last_reason: None,
+            dedup_until: None,
+        };
+        let bytes = meta.encode();
+        for n in 0..bytes.len() {
+            assert!(Meta::decode(&bytes[..n]).is_err());
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The dedup index of the embedded store: idempotency key → original job, held in memory so a
+//! hit is answered without touching the disk, mirrored in the `dedup` keyspace so it survives
+//! restarts. Rebuilt from that keyspace at start-up.
+//!
+//! Records are keyed by [`crate::queue::dedup::record_key`] (queue, NUL, key). Each remembers
+//! the group-commit batch that wrote it, so a hit on a record that is not yet durable waits for
+//! that batch before answering.
+
+use crate::queue::dedup::{is_live, split_record_key};
+use crate::queue::model::{JobId, UnixMs};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// One live (or expired, not yet swept) record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DedupEntry {
+    pub(crate) job_id: JobId,
+    pub(crate) created_at: UnixMs,
+    pub(crate) expires_at: UnixMs,
+    /// The group-commit batch that wrote the record (0: recovered from disk, durable).
+    pub(crate) batch: u64,
+}
+
+/// Keys and their expiry order. The key bytes are shared between the map and the expiry set.
+#[derive(Debug, Default)]
+pub(crate) struct DedupIndex {
+    map: HashMap<Arc<[u8]>, DedupEntry>,
+    by_expiry: BTreeSet<(UnixMs, Arc<[u8]>)>,
+    per_queue: HashMap<Box<str>, u64>,
+}
+
+impl DedupIndex {
+    /// The live record of `key` at `now`. An expired record counts as absent.
+    pub(crate) fn lookup(&self, key: &[u8], now: UnixMs) -> Option<&DedupEntry> {
+        self.map.get(key).filter(|e| is_live(e.expires_at, now))
+    }
+
+    /// Any record of `key`, live or not (for inspection).
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&DedupEntry> {
+        self.map.get(key)
+    }
+
+    /// Writes (or replaces an expired) record.
+    pub(crate) fn insert(&mut self, key: &[u8], entry: DedupEntry) {
+        self.remove(key);
+        let key: Arc<[u8]> = Arc::from(key);
+        if let Some((q, _)) = split_record_key(&key) {
+            *self.per_queue.entry(q.into()).or_default() += 1;
+        }
+        self.by_expiry.insert((entry.expires_at, key.clone()));
+        self.map.insert(key, entry);
+    }
+
+    /// Removes a record; returns whether there was one.
+    pub(crate) fn remove(&mut self, key: &[u8]) -> bool {
+        let Some((k, e)) = self.map.remove_entry(key) else {
+            return false;
+        };
+        self.by_expiry.remove(&(e.expires_at, k.clone()));
+        if let Some((q, _)) = split_record_key(&k) {
+            if let Some(n) = self.per_queue.get_mut(q) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.per_queue.remove(q);
+                }
+            }
+        }
+        true
+    }
+
+    /// Removes up to `budget` records expired at `now`; returns their keys (to delete on disk).
+    pub(crate) fn purge_expired(&mut self, now: UnixMs, budget: usize) -> Vec<Arc<[u8]>> {
+        let mut purged = Vec::new();
+        while purged.len() < budget {
+            let Some((exp, key)) = self.by_expiry.first().cloned() else {
+                break;
+            };
+            if is_live(exp, now) {
+                break;
+            }
+            self.remove(&key);
+            purged.push(key);
+        }
+        if !purged.is_empty()
+            && self.map.capacity() > 1024
+            && self.map.capacity() > self.map.len() * 4
+        {
+            self.map.shrink_to_fit();
+        }
+        purged
+    }
+
+    /// The earliest expiry, if any record exists.
+    pub(crate) fn next_expiry(&self) -> Option<UnixMs> {
+        self.by_expiry.first().map(|(e, _)| *e)
+    }
+
+    /// Records (live or awaiting the sweep) of one queue.
+    pub(crate) fn count_for_queue(&self, queue: &str) -> u64 {
+        self.per_queue.get(queue).copied().unwrap_or(0)
+    }
+
+    /// Records of all queues.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::dedup::record_key;
+
+    fn entry(expires_at: UnixMs) -> DedupEntry {
+        DedupEntry {
+            job_id: JobId(1),
+            created_at: 0,
+            expires_at,
+            batch: 0,
+        }
+    }
+
+    #[test]
+    fn expired_records_are_absent_before_and_gone_after_the_sweep() {
+        let mut idx = DedupIndex::default();
+        let k = record_key("q", "k");
+        idx.insert(&k, entry(100));
+        assert!(idx.lookup(&k, 99).is_some());
+        assert!(idx.lookup(&k, 100).is_none());
+        assert_eq!(idx.count_for_queue("q"), 1);
+        assert_eq!(idx.purge_expired(100, 10).len(), 1);
+        assert_eq!(idx.len(), 0);
+        assert_eq!(idx.count_for_queue("q"), 0);
+        assert_eq!(idx.next_expiry(), None);
+    }
+
+    #[test]
+    fn purge_respects_its_budget_and_expiry_order() {
+        let mut idx = DedupIndex::default();
+        for i in 0..10 {
+            idx.insert(&record_key("q", &format!("k{i}")), entry(10 + i));
+        }
+        assert_eq!(idx.purge_expired(1_000, 3).len(), 3);
+        assert_eq!(idx.next_expiry(), Some(13));
+    }
+}

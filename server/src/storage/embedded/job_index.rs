@@ -1,0 +1,202 @@
+//! The in-memory job index of the embedded store: every job's [`Meta`] plus the ordered sets
+//! that answer "next ready job of this queue", "next lease to expire", "next scheduled job due"
+//! and "oldest dead letter" without scanning. Rebuilt from the `meta` keyspace at start-up.
+//! Payloads are not held here; they stay on disk.
+
+use super::codec::{Meta, Stage};
+use crate::queue::model::{JobId, UnixMs};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Order of ready jobs within a queue: highest priority first, then enqueue order.
+pub(crate) type ReadyKey = (u8, u64, JobId);
+
+fn ready_key(id: JobId, m: &Meta) -> ReadyKey {
+    (9u8.saturating_sub(m.priority), m.seq, id)
+}
+
+/// One queue's share of the index.
+#[derive(Debug, Default)]
+pub(crate) struct QueueIndex {
+    pub(crate) ready: BTreeSet<ReadyKey>,
+    pub(crate) scheduled: u64,
+    pub(crate) in_flight: u64,
+    /// Dead letters of this queue, oldest first.
+    pub(crate) dead: BTreeSet<(UnixMs, JobId)>,
+    pub(crate) paused: bool,
+}
+
+impl QueueIndex {
+    /// Jobs counted against `max_queue_depth`: ready + scheduled + in flight.
+    pub(crate) fn depth(&self) -> u64 {
+        self.ready.len() as u64 + self.scheduled + self.in_flight
+    }
+}
+
+/// All jobs and their orderings.
+#[derive(Debug, Default)]
+pub(crate) struct JobIndex {
+    jobs: HashMap<JobId, Meta>,
+    queues: HashMap<Arc<str>, QueueIndex>,
+    scheduled: BTreeSet<(UnixMs, JobId)>,
+    leases: BTreeSet<(UnixMs, JobId)>,
+    dead: BTreeSet<(UnixMs, JobId)>,
+    tombstones: BTreeSet<(UnixMs, JobId)>,
+    /// The next enqueue sequence number.
+    pub(crate) next_seq: u64,
+}
+
+impl JobIndex {
+    pub(crate) fn get(&self, id: JobId) -> Option<&Meta> {
+        self.jobs.get(&id)
+    }
+
+    pub(crate) fn queue(&self, name: &str) -> Option<&QueueIndex> {
+        self.queues.get(name)
+    }
+
+    pub(crate) fn queue_mut(&mut self, name: &Arc<str>) -> &mut QueueIndex {
+        self.queues.entry(name.clone()).or_default()
+    }
+
+    /// The interned name of `queue`, so that every job of a queue shares one allocation.
+    pub(crate) fn intern(&mut self, queue: &Arc<str>) -> Arc<str> {
+        match self.queues.get_key_value(&**queue) {
+            Some((k, _)) => k.clone(),
+            None => {
+                self.queues.insert(queue.clone(), QueueIndex::default());
+                queue.clone()
+            }
+        }
+    }
+
+    pub(crate) fn depth(&self, queue: &str) -> u64 {
+        self.queues.get(queue).map_or(0, QueueIndex::depth)
+    }
+
+    /// Adds a job (new or recovered) and files it under its stage.
+    pub(crate) fn insert(&mut self, id: JobId, mut meta: Meta) {
+        meta.queue = self.intern(&meta.queue);
+        self.next_seq = self.next_seq.max(meta.seq + 1);
+        self.place(id, &meta);
+        if let Some(old) = self.jobs.insert(id, meta) {
+            self.unplace(id, &old);
+        }
+    }
+
+    /// Removes a job entirely.
+    pub(crate) fn remove(&mut self, id: JobId) -> Option<Meta> {
+        let meta = self.jobs.remove(&id)?;
+        self.unplace(id, &meta);
+        Some(meta)
+    }
+
+    /// Changes a job with `f`, keeping every ordered set in step. Returns the updated meta.
+    pub(crate) fn update(&mut self, id: JobId, f: impl FnOnce(&mut Meta)) -> Option<&Meta> {
+        let mut meta = self.jobs.remove(&id)?;
+        self.unplace(id, &meta);
+        f(&mut meta);
+        self.place(id, &meta);
+        self.jobs.insert(id, meta);
+        self.jobs.get(&id)
+    }
+
+    /// The next ready job of `queue`, if any.
+    pub(crate) fn first_ready(&self, queue: &str) -> Option<JobId> {
+        self.queues
+            .get(queue)
+            .and_then(|q| q.ready.first())
+            .map(|k| k.2)
+    }
+
+    pub(crate) fn first_lease(&self) -> Option<(UnixMs, JobId)> {
+        self.leases.first().copied()
+    }
+
+    pub(crate) fn first_scheduled(&self) -> Option<(UnixMs, JobId)> {
+        self.scheduled.first().copied()
+    }
+
+    pub(crate) fn first_tombstone(&self) -> Option<(UnixMs, JobId)> {
+        self.tombstones.first().copied()
+    }
+
+    /// Dead letters oldest first, of one queue or all.
+    pub(crate) fn dead_letters<'a>(
+        &'a self,
+        queue: Option<&str>,
+    ) -> Box<dyn Iterator<Item = (UnixMs, JobId)> + 'a> {
+        match queue {
+            Some(q) => match self.queues.get(q) {
+                Some(qi) => Box::new(qi.dead.iter().copied()),
+                None => Box::new(std::iter::empty()),
+            },
+            None => Box::new(self.dead.iter().copied()),
+        }
+    }
+
+    pub(crate) fn first_dead(&self) -> Option<(UnixMs, JobId)> {
+        self.dead.first().copied()
+    }
+
+    /// Shrinks the maps after a large purge so that memory comes back.
+    pub(crate) fn shrink_if_sparse(&mut self) {
+        if self.jobs.capacity() > 1024 && self.jobs.capacity() > self.jobs.len() * 4 {
+            self.jobs.shrink_to_fit();
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    fn place(&mut self, id: JobId, m: &Meta) {
+        let q = self.queues.entry(m.queue.clone()).or_default();
+        match m.stage {
+            Stage::Ready => {
+                q.ready.insert(ready_key(id, m));
+            }
+            Stage::Scheduled { due } => {
+                q.scheduled += 1;
+                self.scheduled.insert((due, id));
+            }
+            Stage::InFlight { expires } => {
+                q.in_flight += 1;
+                self.leases.insert((expires, id));
+            }
+            Stage::Dead { failed_at, .. } => {
+                q.dead.insert((failed_at, id));
+                self.dead.insert((failed_at, id));
+            }
+            Stage::Tombstone { until, .. } => {
+                self.tombstones.insert((until, id));
+            }
+        }
+    }
+
+    fn unplace(&mut self, id: JobId, m: &Meta) {
+        let Some(q) = self.queues.get_mut(&m.queue) else {
+            return;
+        };
+        match m.stage {
+            Stage::Ready => {
+                q.ready.remove(&ready_key(id, m));
+            }
+            Stage::Scheduled { due } => {
+                q.scheduled = q.scheduled.saturating_sub(1);
+                self.scheduled.remove(&(due, id));
+            }
+            Stage::InFlight { expires } => {
+                q.in_flight = q.in_flight.saturating_sub(1);
+                self.leases.remove(&(expires, id));
+            }
+            Stage::Dead { failed_at, .. } => {
+                q.dead.remove(&(failed_at, id));
+                self.dead.remove(&(failed_at, id));
+            }
+            Stage::Tombstone { until, .. } => {
+                self.tombstones.remove(&(until, id));
+            }
+        }
+    }
+}

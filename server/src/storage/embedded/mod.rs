@@ -1,0 +1,828 @@
+//! The embedded backend, the default: fjall on local disk, no external service.
+//!
+//! Layout: an in-memory index of every job's small [`codec::Meta`] record ([`job_index`]) and of
+//! the dedup records ([`dedup_index`]), mirrored on disk in fjall keyspaces ([`codec`] lists
+//! them); payloads live only on disk. Every transition takes the state lock, checks and changes
+//! the index, appends its writes to the group-commit batch ([`group_commit`]) and releases the
+//! lock; it then waits, without the lock, until its batch is durable. Recovery
+//! ([`recovery`]) rebuilds the index from the `meta` and `dedup` keyspaces.
+//!
+//! Why fjall: see `docs/storage-engine.md` (an LSM journal turns our small appends into
+//! sequential writes, and one journal fsync covers a whole batch across keyspaces).
+
+pub(crate) mod codec;
+pub(crate) mod dedup_index;
+pub(crate) mod group_commit;
+pub(crate) mod job_index;
+mod recovery;
+
+use self::codec::{Body, DedupRecord, Meta, QueueRecord, Stage};
+use self::dedup_index::{DedupEntry, DedupIndex};
+use self::group_commit::{GroupCommit, Keyspaces, Ks, WriteOp};
+use self::job_index::JobIndex;
+use super::{InsertOutcome, Maintenance, ReadySignals, StorageError, Store};
+use crate::config::PersistMode;
+use crate::queue::dedup::{is_live, record_key};
+use crate::queue::model::{
+    DeadLetter, DeadLetterCause, InFlight, Job, JobId, NackPlan, NewJob, ReserveSpec,
+    SettleRefusal, UnixMs,
+};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::Notify;
+
+/// How to open the embedded store.
+#[derive(Debug, Clone)]
+pub struct EmbeddedOptions {
+    /// The data directory (created if missing).
+    pub path: PathBuf,
+    /// Durability before a reply.
+    pub persist_mode: PersistMode,
+    /// How long dead letters are kept, in milliseconds; 0 deletes them at once.
+    pub dead_letter_retention_ms: u64,
+}
+
+/// What the recovery found, for the start-up log.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecoveryReport {
+    /// Jobs (any stage) in the index.
+    pub jobs: usize,
+    /// Live dedup records.
+    pub dedup_records: usize,
+    /// Expired dedup records deleted during recovery.
+    pub dedup_expired: usize,
+}
+
+pub(crate) struct State {
+    pub(crate) jobs: JobIndex,
+    pub(crate) dedup: DedupIndex,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    commit: GroupCommit,
+    ks: Keyspaces,
+    signals: Arc<ReadySignals>,
+    retention_ms: u64,
+    /// The deadline the sweeper currently sleeps toward; earlier new deadlines wake it.
+    next_wake: AtomicI64,
+    deadline: Notify,
+}
+
+/// The embedded [`Store`].
+pub struct EmbeddedStore {
+    shared: Arc<Shared>,
+    /// The flusher thread; joined by [`Store::close`].
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    report: RecoveryReport,
+}
+
+fn meta_put(id: JobId, meta: &Meta) -> WriteOp {
+    WriteOp::put(Ks::Meta, id.to_bytes(), meta.encode())
+}
+
+fn to_ms(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store at `opts.path` and rebuilds its index.
+    ///
+    /// # Errors
+    /// [`StorageError`] when the directory cannot be opened, holds a newer format, or a record
+    /// cannot be decoded.
+    pub fn open(opts: EmbeddedOptions, signals: Arc<ReadySignals>) -> Result<Self, StorageError> {
+        std::fs::create_dir_all(&opts.path)
+            .map_err(|e| StorageError::Io(format!("cannot create {}: {e}", opts.path.display())))?;
+        let (ks, state, report) = recovery::open(&opts.path)?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            commit: GroupCommit::new(opts.persist_mode),
+            ks,
+            signals,
+            retention_ms: opts.dead_letter_retention_ms,
+            next_wake: AtomicI64::new(i64::MAX),
+            deadline: Notify::new(),
+        });
+        let flusher_shared = shared.clone();
+        let flusher = std::thread::Builder::new()
+            .name("sepp-flusher".into())
+            .spawn(move || flusher_shared.commit.run_flusher(&flusher_shared.ks))
+            .map_err(|e| StorageError::Io(format!("cannot start the flusher thread: {e}")))?;
+        Ok(EmbeddedStore {
+            shared,
+            flusher: Mutex::new(Some(flusher)),
+            report,
+        })
+    }
+
+    /// What recovery found when the store was opened.
+    pub fn recovery_report(&self) -> RecoveryReport {
+        self.report
+    }
+
+    /// Bytes on disk (journal and tables), as fjall reports them.
+    pub fn disk_space(&self) -> u64 {
+        self.shared.ks.db.disk_space().unwrap_or(0)
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the sweeper if `at` is earlier than the deadline it sleeps toward.
+    fn deadline_at(&self, at: UnixMs) {
+        if at < self.next_wake.load(Ordering::Relaxed) {
+            self.next_wake.store(at, Ordering::Relaxed);
+            self.deadline.notify_one();
+        }
+    }
+
+    fn body(&self, id: JobId) -> Result<Option<Body>, StorageError> {
+        match self.ks.jobs.get(id.to_bytes()) {
+            Ok(Some(v)) => Ok(Some(Body::decode(&v)?)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(StorageError::Io(e.to_string())),
+        }
+    }
+
+    /// A job leaves the live set (acked, or dead-lettered): kept as a dead letter when
+    /// `dead` is set and retention is on; otherwise its body goes and, while a dedup record may
+    /// still name it, a tombstone stays.
+    fn finish(
+        &self,
+        st: &mut State,
+        id: JobId,
+        dead: Option<DeadLetterCause>,
+        now: UnixMs,
+        ops: &mut Vec<WriteOp>,
+    ) {
+        if let (Some(cause), true) = (dead, self.retention_ms > 0) {
+            if let Some(m) = st.jobs.update(id, |m| {
+                m.stage = Stage::Dead {
+                    cause,
+                    failed_at: now,
+                };
+            }) {
+                ops.push(meta_put(id, m));
+            }
+            self.deadline_at(now.saturating_add(to_ms(self.retention_ms)));
+            return;
+        }
+        ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
+        let until = st.jobs.get(id).and_then(|m| m.dedup_until);
+        match until {
+            Some(until) if until > now => {
+                if let Some(m) = st.jobs.update(id, |m| {
+                    m.stage = Stage::Tombstone {
+                        finished_at: now,
+                        until,
+                        dead,
+                    };
+                }) {
+                    ops.push(meta_put(id, m));
+                }
+            }
+            _ => {
+                st.jobs.remove(id);
+                ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
+            }
+        }
+    }
+
+    /// The locked part of an enqueue: plan (dedup lookups, depth checks), then apply. Returns
+    /// the outcomes, the batch to wait for, the queues that got ready jobs and the earliest
+    /// new schedule.
+    #[allow(clippy::type_complexity)]
+    fn enqueue_locked(
+        &self,
+        jobs: Vec<NewJob>,
+        keys: Vec<Option<Vec<u8>>>,
+        bodies: Vec<Vec<u8>>,
+        atomic: bool,
+        now: UnixMs,
+    ) -> Result<
+        (
+            Vec<InsertOutcome>,
+            u64,
+            HashMap<Arc<str>, usize>,
+            Option<UnixMs>,
+        ),
+        StorageError,
+    > {
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        let mut wait_for = 0u64;
+        let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut earliest: Option<UnixMs> = None;
+        {
+            let mut st = self.lock();
+            let durable = self.commit.durable_batch();
+            // Plan: dedup lookups (index, then earlier jobs of this batch) and depth checks.
+            let mut batch_keys: HashMap<&[u8], JobId> = HashMap::new();
+            let mut added: HashMap<&str, u64> = HashMap::new();
+            for (job, key) in jobs.iter().zip(&keys) {
+                if let Some(key) = key {
+                    if let Some(e) = st.dedup.lookup(key, now) {
+                        if e.batch > durable {
+                            wait_for = wait_for.max(e.batch);
+                        }
+                        outcomes.push(InsertOutcome::Deduplicated(e.job_id));
+                        continue;
+                    }
+                    if let Some(id) = batch_keys.get(key.as_slice()) {
+                        outcomes.push(InsertOutcome::Deduplicated(*id));
+                        continue;
+                    }
+                }
+                if let Some(limit) = job.max_queue_depth {
+                    let n = added.get(&*job.queue).copied().unwrap_or(0);
+                    if st.jobs.depth(&job.queue) + n >= limit {
+                        outcomes.push(InsertOutcome::QueueFull { limit });
+                        continue;
+                    }
+                }
+                *added.entry(&job.queue).or_default() += 1;
+                if let Some(key) = key {
+                    batch_keys.insert(key, job.id);
+                }
+                outcomes.push(InsertOutcome::Created(job.id));
+            }
+            if atomic
+                && outcomes
+                    .iter()
+                    .any(|o| matches!(o, InsertOutcome::QueueFull { .. }))
+            {
+                return Ok((outcomes, wait_for, ready, earliest));
+            }
+            // Apply.
+            let mut ops = Vec::with_capacity(jobs.len() * 3);
+            let mut created = Vec::new();
+            for ((job, key), (body, outcome)) in jobs
+                .into_iter()
+                .zip(keys)
+                .zip(bodies.into_iter().zip(&outcomes))
+            {
+                if !matches!(outcome, InsertOutcome::Created(_)) {
+                    continue;
+                }
+                let seq = st.jobs.next_seq;
+                st.jobs.next_seq += 1;
+                let stage = match job.scheduled_at {
+                    Some(due) => {
+                        earliest = Some(earliest.map_or(due, |e: UnixMs| e.min(due)));
+                        Stage::Scheduled { due }
+                    }
+                    None => {
+                        *ready.entry(job.queue.clone()).or_default() += 1;
+                        Stage::Ready
+                    }
+                };
+                let meta = Meta {
+                    queue: job.queue,
+                    priority: job.priority,
+                    seq,
+                    enqueued_at: job.enqueued_at,
+                    attempt: 0,
+                    max_attempts: job.max_attempts,
+                    stage,
+                    worker_id: None,
+                    last_reason: None,
+                    dedup_until: job.dedup.as_ref().map(|d| d.expires_at),
+                };
+                ops.push(WriteOp::put(Ks::Jobs, job.id.to_bytes(), body));
+                ops.push(meta_put(job.id, &meta));
+                if let (Some(key), Some(claim)) = (key, &job.dedup) {
+                    let rec = DedupRecord {
+                        job_id: job.id,
+                        created_at: now,
+                        expires_at: claim.expires_at,
+                    };
+                    ops.push(WriteOp::put(Ks::Dedup, key.clone(), rec.encode()));
+                    created.push((key, rec));
+                }
+                st.jobs.insert(job.id, meta);
+            }
+            let batch = self.commit.append(ops)?;
+            for (key, rec) in created {
+                st.dedup.insert(
+                    &key,
+                    DedupEntry {
+                        job_id: rec.job_id,
+                        created_at: rec.created_at,
+                        expires_at: rec.expires_at,
+                        batch,
+                    },
+                );
+            }
+            wait_for = wait_for.max(batch);
+        }
+        Ok((outcomes, wait_for, ready, earliest))
+    }
+
+    /// Checks that `id` is in flight under `attempt`.
+    fn fence(st: &State, id: JobId, attempt: u32) -> Result<&Meta, SettleRefusal> {
+        match st.jobs.get(id) {
+            Some(m) if matches!(m.stage, Stage::InFlight { .. }) => {
+                if m.attempt == attempt {
+                    Ok(m)
+                } else {
+                    Err(SettleRefusal::AttemptMismatch { current: m.attempt })
+                }
+            }
+            _ => Err(SettleRefusal::NotInFlight),
+        }
+    }
+}
+
+fn assemble(id: JobId, meta: &Meta, body: Body) -> Job {
+    Job {
+        id,
+        queue: meta.queue.to_string(),
+        job_type: body.job_type,
+        payload: body.payload,
+        priority: meta.priority,
+        trace_context: body.trace_context,
+        enqueued_at: meta.enqueued_at,
+        attempt: meta.attempt,
+        max_attempts: meta.max_attempts,
+        lease_expires_at: match meta.stage {
+            Stage::InFlight { expires } => Some(expires),
+            _ => None,
+        },
+        custom: body.custom,
+        scheduled_at: body.scheduled_at,
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for EmbeddedStore {
+    async fn enqueue(
+        &self,
+        jobs: Vec<NewJob>,
+        atomic: bool,
+        now: UnixMs,
+    ) -> Result<Vec<InsertOutcome>, StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        // Encode outside the lock: bodies can be large.
+        let keys: Vec<Option<Vec<u8>>> = jobs
+            .iter()
+            .map(|j| j.dedup.as_ref().map(|d| record_key(&j.queue, &d.key)))
+            .collect();
+        let bodies: Vec<Vec<u8>> = jobs
+            .iter()
+            .map(|j| {
+                Body {
+                    job_type: j.job_type.clone(),
+                    payload: j.payload.clone(),
+                    trace_context: j.trace_context.clone(),
+                    custom: j.custom.clone(),
+                    scheduled_at: j.scheduled_at,
+                    idempotency_key: j.dedup.as_ref().map(|d| d.key.clone()),
+                }
+                .encode()
+            })
+            .collect();
+
+        let (outcomes, wait_for, ready, earliest) =
+            sh.enqueue_locked(jobs, keys, bodies, atomic, now)?;
+        for (queue, n) in ready {
+            sh.signals.job_ready(&queue, n);
+        }
+        if let Some(at) = earliest {
+            sh.deadline_at(at);
+        }
+        sh.commit.wait(wait_for).await?;
+        Ok(outcomes)
+    }
+
+    async fn reserve(&self, spec: &ReserveSpec, now: UnixMs) -> Result<Vec<Job>, StorageError> {
+        let sh = &*self.shared;
+        let expires = now.saturating_add(to_ms(spec.lease_ms));
+        let mut leased = Vec::new();
+        let batch = {
+            let mut st = sh.lock();
+            let mut ops = Vec::new();
+            for queue in &spec.queues {
+                if st.jobs.queue(queue).is_none_or(|q| q.paused) {
+                    continue;
+                }
+                while leased.len() < spec.max_jobs as usize {
+                    let Some(id) = st.jobs.first_ready(queue) else {
+                        break;
+                    };
+                    let Some(meta) = st.jobs.update(id, |m| {
+                        m.attempt += 1;
+                        m.stage = Stage::InFlight { expires };
+                        m.worker_id.clone_from(&spec.worker_id);
+                    }) else {
+                        break;
+                    };
+                    ops.push(meta_put(id, meta));
+                    leased.push((id, meta.clone()));
+                }
+            }
+            if leased.is_empty() {
+                return Ok(Vec::new());
+            }
+            sh.commit.append(ops)?
+        };
+        sh.deadline_at(expires);
+        sh.commit.wait(batch).await?;
+        let mut jobs = Vec::with_capacity(leased.len());
+        for (id, meta) in leased {
+            // The body was written in an earlier (now durable) batch. It is missing only if the
+            // job was settled by someone else in the meantime, which needs the lease to have
+            // expired already; then it is not ours to hand out.
+            if let Some(body) = sh.body(id)? {
+                jobs.push(assemble(id, &meta, body));
+            }
+        }
+        Ok(jobs)
+    }
+
+    async fn in_flight(&self, id: JobId) -> Result<Option<InFlight>, StorageError> {
+        let st = self.shared.lock();
+        Ok(st.jobs.get(id).and_then(|m| match m.stage {
+            Stage::InFlight { .. } => Some(InFlight {
+                queue: m.queue.to_string(),
+                attempt: m.attempt,
+                max_attempts: m.max_attempts,
+            }),
+            _ => None,
+        }))
+    }
+
+    async fn ack(
+        &self,
+        id: JobId,
+        attempt: u32,
+        now: UnixMs,
+    ) -> Result<Result<(), SettleRefusal>, StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        let batch = {
+            let mut st = sh.lock();
+            if let Err(r) = Shared::fence(&st, id, attempt) {
+                return Ok(Err(r));
+            }
+            let mut ops = Vec::with_capacity(2);
+            sh.finish(&mut st, id, None, now, &mut ops);
+            sh.commit.append(ops)?
+        };
+        sh.commit.wait(batch).await?;
+        Ok(Ok(()))
+    }
+
+    async fn nack(
+        &self,
+        id: JobId,
+        attempt: u32,
+        plan: NackPlan,
+        reason: Option<String>,
+        now: UnixMs,
+    ) -> Result<Result<bool, SettleRefusal>, StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        let mut ready_queue = None;
+        let (batch, dead) = {
+            let mut st = sh.lock();
+            if let Err(r) = Shared::fence(&st, id, attempt) {
+                return Ok(Err(r));
+            }
+            let mut ops = Vec::with_capacity(2);
+            let dead = match plan {
+                NackPlan::Retry { ready_at } => {
+                    let stage = if ready_at <= now {
+                        Stage::Ready
+                    } else {
+                        Stage::Scheduled { due: ready_at }
+                    };
+                    if let Some(m) = st.jobs.update(id, |m| {
+                        m.stage = stage;
+                        m.last_reason = reason;
+                        m.worker_id = None;
+                    }) {
+                        ops.push(meta_put(id, m));
+                        if stage == Stage::Ready {
+                            ready_queue = Some(m.queue.clone());
+                        }
+                    }
+                    if ready_at > now {
+                        sh.deadline_at(ready_at);
+                    }
+                    false
+                }
+                NackPlan::DeadLetter(cause) => {
+                    st.jobs.update(id, |m| m.last_reason = reason);
+                    sh.finish(&mut st, id, Some(cause), now, &mut ops);
+                    true
+                }
+            };
+            (sh.commit.append(ops)?, dead)
+        };
+        if let Some(q) = ready_queue {
+            sh.signals.job_ready(&q, 1);
+        }
+        sh.commit.wait(batch).await?;
+        Ok(Ok(dead))
+    }
+
+    async fn extend(
+        &self,
+        id: JobId,
+        attempt: u32,
+        lease_ms: u64,
+        now: UnixMs,
+    ) -> Result<Result<UnixMs, SettleRefusal>, StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        let expires = now.saturating_add(to_ms(lease_ms));
+        let batch = {
+            let mut st = sh.lock();
+            if let Err(r) = Shared::fence(&st, id, attempt) {
+                return Ok(Err(r));
+            }
+            let Some(m) = st
+                .jobs
+                .update(id, |m| m.stage = Stage::InFlight { expires })
+            else {
+                return Ok(Err(SettleRefusal::NotInFlight));
+            };
+            sh.commit.append(vec![meta_put(id, m)])?
+        };
+        sh.deadline_at(expires);
+        sh.commit.wait(batch).await?;
+        Ok(Ok(expires))
+    }
+
+    async fn drain_dead_letters(
+        &self,
+        queue: Option<&str>,
+        max: u32,
+    ) -> Result<Vec<DeadLetter>, StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        let now = crate::queue::model::now_ms();
+        let mut records = Vec::new();
+        let batch = {
+            let mut st = sh.lock();
+            let picked: Vec<JobId> = st
+                .jobs
+                .dead_letters(queue)
+                .take(max as usize)
+                .map(|(_, id)| id)
+                .collect();
+            let mut ops = Vec::new();
+            for id in picked {
+                let Some(meta) = st.jobs.get(id).cloned() else {
+                    continue;
+                };
+                let Stage::Dead { cause, failed_at } = meta.stage else {
+                    continue;
+                };
+                // Read before the delete is queued: once the flusher writes it the body is gone.
+                if let Some(body) = sh.body(id)? {
+                    let last_reason = meta.last_reason.clone();
+                    records.push(DeadLetter {
+                        job: assemble(id, &meta, body),
+                        cause,
+                        failed_at,
+                        final_attempt: meta.attempt,
+                        last_reason,
+                    });
+                }
+                ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
+                match meta.dedup_until {
+                    Some(until) if until > now => {
+                        if let Some(m) = st.jobs.update(id, |m| {
+                            m.stage = Stage::Tombstone {
+                                finished_at: failed_at,
+                                until,
+                                dead: Some(cause),
+                            };
+                        }) {
+                            ops.push(meta_put(id, m));
+                        }
+                    }
+                    _ => {
+                        st.jobs.remove(id);
+                        ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
+                    }
+                }
+            }
+            sh.commit.append(ops)?
+        };
+        sh.commit.wait(batch).await?;
+        Ok(records)
+    }
+
+    async fn maintain(&self, now: UnixMs, budget: usize) -> Result<Maintenance, StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        let mut report = Maintenance::default();
+        let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
+        {
+            let mut st = sh.lock();
+            let mut ops = Vec::new();
+            let mut left = budget;
+            // Expired leases: redeliver, or dead-letter on the last attempt.
+            while left > 0 {
+                let Some((expires, id)) = st.jobs.first_lease() else {
+                    break;
+                };
+                if expires > now {
+                    break;
+                }
+                left -= 1;
+                let Some(m) = st.jobs.get(id) else { break };
+                if m.attempt >= m.max_attempts {
+                    sh.finish(
+                        &mut st,
+                        id,
+                        Some(DeadLetterCause::LeaseExpired),
+                        now,
+                        &mut ops,
+                    );
+                    report.dead_lettered += 1;
+                } else if let Some(m) = st.jobs.update(id, |m| {
+                    m.stage = Stage::Ready;
+                    m.worker_id = None;
+                }) {
+                    ops.push(meta_put(id, m));
+                    *ready.entry(m.queue.clone()).or_default() += 1;
+                    report.redelivered += 1;
+                }
+            }
+            // Scheduled jobs that are due.
+            while left > 0 {
+                let Some((due, id)) = st.jobs.first_scheduled() else {
+                    break;
+                };
+                if due > now {
+                    break;
+                }
+                left -= 1;
+                if let Some(m) = st.jobs.update(id, |m| m.stage = Stage::Ready) {
+                    ops.push(meta_put(id, m));
+                    *ready.entry(m.queue.clone()).or_default() += 1;
+                    report.promoted += 1;
+                }
+            }
+            // Dedup records past their window.
+            let purged = st.dedup.purge_expired(now, left);
+            left -= purged.len();
+            report.dedup_purged = purged.len() as u64;
+            for key in purged {
+                ops.push(WriteOp::delete(Ks::Dedup, key.to_vec()));
+            }
+            // Dead letters past their retention.
+            let retention = to_ms(sh.retention_ms);
+            while left > 0 {
+                let Some((failed_at, id)) = st.jobs.first_dead() else {
+                    break;
+                };
+                if failed_at.saturating_add(retention) > now {
+                    break;
+                }
+                left -= 1;
+                let until = st.jobs.get(id).and_then(|m| m.dedup_until);
+                ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
+                match until {
+                    Some(until) if until > now => {
+                        if let Some(m) = st.jobs.update(id, |m| {
+                            let cause = match m.stage {
+                                Stage::Dead { cause, .. } => Some(cause),
+                                _ => None,
+                            };
+                            m.stage = Stage::Tombstone {
+                                finished_at: failed_at,
+                                until,
+                                dead: cause,
+                            };
+                        }) {
+                            ops.push(meta_put(id, m));
+                        }
+                    }
+                    _ => {
+                        st.jobs.remove(id);
+                        ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
+                    }
+                }
+                report.records_purged += 1;
+            }
+            // Tombstones whose dedup record has expired.
+            while left > 0 {
+                let Some((until, id)) = st.jobs.first_tombstone() else {
+                    break;
+                };
+                if until > now {
+                    break;
+                }
+                left -= 1;
+                st.jobs.remove(id);
+                ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
+                report.records_purged += 1;
+            }
+            if left == 0 {
+                report.more = true;
+            } else {
+                st.jobs.shrink_if_sparse();
+            }
+            report.next_deadline = [
+                st.jobs.first_lease().map(|x| x.0),
+                st.jobs.first_scheduled().map(|x| x.0),
+                st.dedup.next_expiry(),
+                st.jobs.first_dead().map(|x| x.0.saturating_add(retention)),
+                st.jobs.first_tombstone().map(|x| x.0),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            sh.next_wake
+                .store(report.next_deadline.unwrap_or(i64::MAX), Ordering::Relaxed);
+            // Sweeper writes need not be awaited: if they are lost in a crash, recovery finds
+            // the same deadlines passed and the next pass repeats them.
+            sh.commit.append(ops)?;
+        }
+        for (queue, n) in ready {
+            sh.signals.job_ready(&queue, n);
+        }
+        Ok(report)
+    }
+
+    async fn deadline_changed(&self) {
+        self.shared.deadline.notified().await;
+    }
+
+    async fn close(&self) -> Result<(), StorageError> {
+        self.shared.commit.close();
+        let handle = self
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = handle {
+            let _ = tokio::task::spawn_blocking(move || h.join()).await;
+        }
+        self.shared
+            .ks
+            .db
+            .persist(fjall::PersistMode::SyncAll)
+            .map_err(|e| StorageError::Io(e.to_string()))
+    }
+}
+
+impl EmbeddedStore {
+    /// Pauses or resumes a queue (kept on disk).
+    ///
+    /// # Errors
+    /// [`StorageError`] when the write fails.
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), StorageError> {
+        let sh = &*self.shared;
+        let batch = {
+            let mut st = sh.lock();
+            let name: Arc<str> = Arc::from(queue);
+            let name = st.jobs.intern(&name);
+            st.jobs.queue_mut(&name).paused = paused;
+            let rec = QueueRecord { paused };
+            sh.commit.append(vec![WriteOp::put(
+                Ks::Queues,
+                queue.as_bytes(),
+                rec.encode(),
+            )])?
+        };
+        if !paused {
+            let n = {
+                let st = sh.lock();
+                st.jobs.queue(queue).map_or(0, |q| q.ready.len())
+            };
+            sh.signals.job_ready(queue, n);
+        }
+        sh.commit.wait(batch).await
+    }
+
+    /// Counts of the dedup index and the job index, for tests and benchmarks.
+    pub fn index_sizes(&self) -> (usize, usize) {
+        let st = self.shared.lock();
+        (st.jobs.len(), st.dedup.len())
+    }
+
+    /// The live dedup record of `key` on `queue`: (job id, created, expires).
+    pub fn lookup_key(
+        &self,
+        queue: &str,
+        key: &str,
+        now: UnixMs,
+    ) -> Option<(JobId, UnixMs, UnixMs)> {
+        let st = self.shared.lock();
+        st.dedup
+            .get(&record_key(queue, key))
+            .filter(|e| is_live(e.expires_at, now))
+            .map(|e| (e.job_id, e.created_at, e.expires_at))
+    }
+}

@@ -1,0 +1,110 @@
+//! Opening the data directory: format check, then the in-memory index rebuilt from the `meta`,
+//! `dedup` and `queues` keyspaces. Payloads (`jobs`) are not read.
+//!
+//! fjall replays its journal on open, so every batch that was made durable before a crash is
+//! there; a batch that was not is absent as a whole (write batches are atomic).
+
+use super::codec::{self, DedupRecord, FORMAT_VERSION, Meta, QueueRecord};
+use super::dedup_index::{DedupEntry, DedupIndex};
+use super::group_commit::Keyspaces;
+use super::job_index::JobIndex;
+use super::{RecoveryReport, State};
+use crate::queue::model::now_ms;
+use crate::storage::StorageError;
+use fjall::{KeyspaceCreateOptions, PersistMode};
+use std::path::Path;
+use std::sync::Arc;
+
+fn io(e: impl std::fmt::Display) -> StorageError {
+    StorageError::Io(e.to_string())
+}
+
+pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), StorageError> {
+    let db = fjall::Database::builder(path)
+        .manual_journal_persist(true)
+        .open()
+        .map_err(|e| StorageError::Io(format!("cannot open {}: {e}", path.display())))?;
+    let ks = |name: &str| {
+        db.keyspace(name, KeyspaceCreateOptions::default)
+            .map_err(io)
+    };
+    let info = ks("info")?;
+    let keyspaces = Keyspaces {
+        jobs: ks("jobs")?,
+        meta: ks("meta")?,
+        dedup: ks("dedup")?,
+        queues: ks("queues")?,
+        db: db.clone(),
+    };
+
+    match info.get("format_version").map_err(io)? {
+        Some(v) => {
+            let found = <[u8; 4]>::try_from(&*v)
+                .map(u32::from_le_bytes)
+                .map_err(|_| StorageError::Corrupt {
+                    what: "format version",
+                    detail: format!("{} bytes", v.len()),
+                })?;
+            if found > FORMAT_VERSION {
+                return Err(StorageError::FormatVersion {
+                    found,
+                    supported: FORMAT_VERSION,
+                });
+            }
+        }
+        None => {
+            info.insert("format_version", FORMAT_VERSION.to_le_bytes())
+                .map_err(io)?;
+            db.persist(PersistMode::SyncAll).map_err(io)?;
+        }
+    }
+
+    let mut jobs = JobIndex::default();
+    for guard in keyspaces.meta.iter() {
+        let (k, v) = guard.into_inner().map_err(io)?;
+        let id = codec::decode_id(&k)?;
+        jobs.insert(id, Meta::decode(&v)?);
+    }
+
+    for guard in keyspaces.queues.iter() {
+        let (k, v) = guard.into_inner().map_err(io)?;
+        let name: Arc<str> = String::from_utf8_lossy(&k).into_owned().into();
+        let rec = QueueRecord::decode(&v)?;
+        let name = jobs.intern(&name);
+        jobs.queue_mut(&name).paused = rec.paused;
+    }
+
+    let now = now_ms();
+    let mut dedup = DedupIndex::default();
+    let mut report = RecoveryReport::default();
+    let mut expired = Vec::new();
+    for guard in keyspaces.dedup.iter() {
+        let (k, v) = guard.into_inner().map_err(io)?;
+        let rec = DedupRecord::decode(&v)?;
+        if rec.expires_at <= now {
+            expired.push(k);
+            continue;
+        }
+        dedup.insert(
+            &k,
+            DedupEntry {
+                job_id: rec.job_id,
+                created_at: rec.created_at,
+                expires_at: rec.expires_at,
+                batch: 0,
+            },
+        );
+    }
+    if !expired.is_empty() {
+        report.dedup_expired = expired.len();
+        let mut b = db.batch();
+        for k in expired {
+            b.remove(&keyspaces.dedup, k);
+        }
+        b.commit().map_err(io)?;
+        db.persist(PersistMode::SyncAll).map_err(io)?;
+    }
+    report.jobs = jobs.len();
+    report.dedup_records = dedup.len();
+    Ok((keyspaces, State { jobs, dedup }, report))
+}

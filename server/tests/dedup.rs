@@ -1,0 +1,271 @@
+//! The idempotency key and the dedup window, end to end over real gRPC.
+
+mod common;
+
+use common::TestServer;
+use sepp_proto::v1 as pb;
+use sepp_rs::{EnqueueError, EnqueueRequest, Rejection};
+use sepp_server::config::QueueConfig;
+use std::collections::HashSet;
+use std::time::Duration;
+
+fn keyed(queue: &str, key: &str) -> EnqueueRequest {
+    EnqueueRequest::new(queue, "receipt")
+        .unwrap()
+        .with_idempotency_key(key)
+}
+
+fn raw_job(queue: &str, key: Option<&str>) -> pb::EnqueueRequest {
+    pb::EnqueueRequest {
+        queue: queue.into(),
+        job_type: "receipt".into(),
+        idempotency_key: key.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+async fn raw_enqueue(server: &TestServer, job: pb::EnqueueRequest) -> pb::job_result::Outcome {
+    let mut raw = server.raw().await;
+    raw.enqueue_batch(pb::EnqueueBatchRequest { jobs: vec![job] })
+        .await
+        .expect("rpc")
+        .into_inner()
+        .results
+        .remove(0)
+        .outcome
+        .expect("outcome")
+}
+
+#[tokio::test]
+async fn a_repeated_key_returns_the_original_job_marked_deduplicated() {
+    let server = TestServer::start(|_| {}).await;
+    let client = server.client().await;
+    let first = client.enqueue(keyed("emails", "order-77")).await.unwrap();
+    let second = client.enqueue(keyed("emails", "order-77")).await.unwrap();
+    assert!(!first.deduplicated);
+    assert!(second.deduplicated);
+    assert_eq!(first.job_id, second.job_id);
+    assert!(uuid_v4(&first.job_id), "{}", first.job_id);
+}
+
+fn uuid_v4(s: &str) -> bool {
+    s.len() == 36 && s.as_bytes()[14] == b'4'
+}
+
+#[tokio::test]
+async fn the_same_key_on_two_queues_creates_two_jobs() {
+    let server = TestServer::start(|_| {}).await;
+    let client = server.client().await;
+    let a = client.enqueue(keyed("emails", "k")).await.unwrap();
+    let b = client.enqueue(keyed("sms", "k")).await.unwrap();
+    assert_ne!(a.job_id, b.job_id);
+    assert!(!a.deduplicated && !b.deduplicated);
+}
+
+#[tokio::test]
+async fn the_server_counts_key_length_in_utf8_bytes() {
+    let server = TestServer::start(|_| {}).await;
+    let ok = |o: &pb::job_result::Outcome| matches!(o, pb::job_result::Outcome::Success(_));
+    assert!(ok(&raw_enqueue(
+        &server,
+        raw_job("q", Some(&"a".repeat(256)))
+    )
+    .await));
+    assert!(ok(&raw_enqueue(
+        &server,
+        raw_job("q", Some(&"é".repeat(128)))
+    )
+    .await));
+    let too_long = |o: pb::job_result::Outcome| match o {
+        pb::job_result::Outcome::Rejection(pb::JobRejection {
+            reason: Some(pb::job_rejection::Reason::IdempotencyKeyTooLong(x)),
+        }) => (x.limit, x.actual),
+        other => panic!("expected IdempotencyKeyTooLong, got {other:?}"),
+    };
+    assert_eq!(
+        too_long(raw_enqueue(&server, raw_job("q", Some(&"a".repeat(257)))).await),
+        (256, 257)
+    );
+    assert_eq!(
+        too_long(raw_enqueue(&server, raw_job("q", Some(&"€".repeat(86)))).await),
+        (256, 258)
+    );
+    match raw_enqueue(&server, raw_job("q", Some(""))).await {
+        pb::job_result::Outcome::Rejection(pb::JobRejection {
+            reason: Some(pb::job_rejection::Reason::InvalidRequest(m)),
+        }) => assert!(m.message.contains("idempotency_key"), "{}", m.message),
+        other => panic!("expected InvalidRequest, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_client_rejects_an_over_long_key_with_the_same_value_as_the_server() {
+    let server = TestServer::start(|_| {}).await;
+    let client = server.client().await;
+    let err = client
+        .enqueue(keyed("q", &"a".repeat(257)))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        EnqueueError::Rejected(Rejection::IdempotencyKeyTooLong {
+            limit: 256,
+            actual: 257
+        })
+    ));
+    // A client connected to nothing rejects it too, without a network call.
+    let offline = sepp_rs::SeppClient::builder("http://127.0.0.1:9")
+        .connect_lazy()
+        .unwrap();
+    let err = offline
+        .enqueue(keyed("q", &"a".repeat(257)))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        EnqueueError::Rejected(Rejection::IdempotencyKeyTooLong {
+            limit: 256,
+            actual: 257
+        })
+    ));
+}
+
+#[tokio::test]
+async fn keys_are_compared_byte_for_byte_without_normalisation() {
+    let server = TestServer::start(|_| {}).await;
+    let client = server.client().await;
+    let keys = ["abc", "ABC", " abc", "\u{e9}", "e\u{301}"];
+    let mut ids = HashSet::new();
+    for k in keys {
+        let ack = client.enqueue(keyed("q", k)).await.unwrap();
+        assert!(!ack.deduplicated, "key {k:?} was taken as a duplicate");
+        ids.insert(ack.job_id);
+    }
+    assert_eq!(ids.len(), 5);
+}
+
+#[tokio::test]
+async fn the_window_runs_from_the_first_enqueue_and_a_hit_does_not_extend_it() {
+    let server = TestServer::start(|c| {
+        c.queues.push(QueueConfig {
+            name: "short".into(),
+            dedup_window_ms: Some(2_000),
+            ..Default::default()
+        });
+    })
+    .await;
+    let client = server.client().await;
+    let start = tokio::time::Instant::now();
+    let first = client.enqueue(keyed("short", "k")).await.unwrap();
+    let other = client.enqueue(keyed("long", "k")).await.unwrap();
+
+    tokio::time::sleep_until(start + Duration::from_millis(500)).await;
+    let at_half = client.enqueue(keyed("short", "k")).await.unwrap();
+    assert!(at_half.deduplicated);
+    assert_eq!(at_half.job_id, first.job_id);
+
+    tokio::time::sleep_until(start + Duration::from_millis(1_500)).await;
+    let at_one_and_half = client.enqueue(keyed("short", "k")).await.unwrap();
+    assert!(at_one_and_half.deduplicated);
+
+    tokio::time::sleep_until(start + Duration::from_millis(3_000)).await;
+    let at_three = client.enqueue(keyed("short", "k")).await.unwrap();
+    assert!(
+        !at_three.deduplicated,
+        "the 2 s window was extended by a hit"
+    );
+    assert_ne!(at_three.job_id, first.job_id);
+
+    let default_window = client.enqueue(keyed("long", "k")).await.unwrap();
+    assert!(default_window.deduplicated);
+    assert_eq!(default_window.job_id, other.job_id);
+}
+
+#[tokio::test]
+async fn a_batch_with_a_repeated_key_dedups_within_itself() {
+    let server = TestServer::start(|_| {}).await;
+    let client = server.client().await;
+    let results = client
+        .enqueue_batch(vec![keyed("q", "K"), keyed("q", "K"), keyed("q", "L")])
+        .await
+        .unwrap();
+    let acks: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+    assert!(!acks[0].deduplicated);
+    assert!(acks[1].deduplicated);
+    assert_eq!(acks[1].job_id, acks[0].job_id);
+    assert!(!acks[2].deduplicated);
+    assert_ne!(acks[2].job_id, acks[0].job_id);
+
+    let atomic = client
+        .enqueue_atomic(vec![keyed("q", "M"), keyed("q", "M")])
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!atomic[0].deduplicated && atomic[1].deduplicated);
+    assert_eq!(atomic[0].job_id, atomic[1].job_id);
+}
+
+#[tokio::test]
+async fn an_atomic_batch_with_two_invalid_jobs_lists_both_and_writes_nothing() {
+    let server = TestServer::start(|_| {}).await;
+    let mut raw = server.raw().await;
+    let mut bad_priority = raw_job("q", Some("valid-2"));
+    bad_priority.priority = Some(10);
+    let jobs = vec![
+        raw_job("q", Some("valid-1")),
+        raw_job("q", Some(&"x".repeat(300))),
+        raw_job("q", Some("valid-3")),
+        bad_priority,
+    ];
+    let resp = raw
+        .enqueue_atomic(pb::EnqueueBatchRequest { jobs })
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(pb::enqueue_atomic_response::Outcome::Rejection(f)) = resp.outcome else {
+        panic!("expected a rejection, got {resp:?}");
+    };
+    let indexes: Vec<u32> = f.errors.iter().map(|e| e.index).collect();
+    assert_eq!(indexes, vec![1, 3]);
+    // Nothing was written: the valid jobs' keys are still free.
+    let client = server.client().await;
+    for k in ["valid-1", "valid-3", "valid-2"] {
+        assert!(
+            !client.enqueue(keyed("q", k)).await.unwrap().deduplicated,
+            "{k} was taken"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_enqueues_of_one_key_create_exactly_one_job() {
+    let server = TestServer::start(|_| {}).await;
+    let mut clients = Vec::new();
+    for _ in 0..64 {
+        // One connection each.
+        clients.push(server.client().await);
+    }
+    for round in 0..20 {
+        let key = format!("race-{round}");
+        let mut tasks = Vec::new();
+        for c in &clients {
+            let c = c.clone();
+            let key = key.clone();
+            tasks.push(tokio::spawn(
+                async move { c.enqueue(keyed("race", &key)).await },
+            ));
+        }
+        let mut ids = HashSet::new();
+        let mut fresh = 0;
+        for t in tasks {
+            let ack = t.await.unwrap().unwrap();
+            ids.insert(ack.job_id);
+            fresh += usize::from(!ack.deduplicated);
+        }
+        assert_eq!(ids.len(), 1, "round {round}: {ids:?}");
+        assert_eq!(
+            fresh, 1,
+            "round {round}: {fresh} callers saw deduplicated = false"
+        );
+    }
+}
