@@ -1,0 +1,37 @@
+# The one entry point: `make ci` runs what CI runs (.ci/run calls it). Sub-makefiles of the
+# Python and JS packages add their own targets to CI_TARGETS.
+SHELL := /bin/bash
+export CARGO_TERM_COLOR ?= never
+
+CI_TARGETS := lint test-rust
+
+-include python/python.mk
+-include js/js.mk
+
+.PHONY: ci lint test-rust build release fmt no-tonic-in-core
+
+ci: $(CI_TARGETS)
+	@echo "make ci: all checks passed"
+
+build:
+	cargo build --workspace --all-targets
+
+release:
+	cargo build --release --bin sepp
+
+fmt:
+	cargo fmt --all
+
+lint: no-tonic-in-core
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
+# The queue semantics and the storage layer must not know about gRPC.
+no-tonic-in-core:
+	@if grep -rnE '\b(tonic|prost)::' server/src/queue server/src/storage; then \
+		echo "tonic/prost referenced outside server/src/api"; exit 1; fi
+
+test-rust:
+	cargo nextest run --workspace --no-fail-fast
+	cargo test --workspace --doc
