@@ -1,0 +1,161 @@
+//! The `sepp` binary as a process: flags, config errors, the readiness line, graceful shutdown.
+
+mod common;
+
+use common::{ServerProcess, sepp_bin};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn run(args: &[&str], config: Option<&str>) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(sepp_bin());
+    cmd.args(args)
+        .current_dir(dir.path())
+        .env_remove("SEPP_CONFIG");
+    if let Some(text) = config {
+        let p = dir.path().join("bad.toml");
+        std::fs::write(&p, text).unwrap();
+        cmd.arg("--config").arg(&p);
+        // A valid listen address so that only the config under test can fail.
+        cmd.env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0");
+    }
+    let out = cmd.output().expect("run sepp");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn version_and_help_print_and_exit_zero() {
+    let (code, out, _) = run(&["--version"], None);
+    assert_eq!(code, 0);
+    assert!(out.contains(env!("CARGO_PKG_VERSION")), "{out}");
+    let (code, out, _) = run(&["--help"], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("--config"), "{out}");
+}
+
+#[test]
+fn config_example_matches_the_compiled_defaults() {
+    let (code, out, _) = run(&["config", "example"], None);
+    assert_eq!(code, 0);
+    let parsed = sepp_server::config::Config::from_toml_with_env(&out, &[])
+        .expect("the example parses")
+        .config;
+    let mut expected = sepp_server::config::Config::default();
+    expected.queues = parsed.queues.clone();
+    assert_eq!(parsed, expected);
+}
+
+#[test]
+fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
+    let cases: &[(&str, &[&str])] = &[
+        ("[limits]\nmax_enqueue_btch = 3\n", &["max_enqueue_btch"]),
+        (
+            "[limits]\nmax_enqueue_batch = \"lots\"\n",
+            &["limits.max_enqueue_batch", "lots"],
+        ),
+        (
+            "[limits]\ndefault_priority = 12\n",
+            &["limits.default_priority", "12", "0 to 9"],
+        ),
+        (
+            "[limits]\nretry_delay_ms = 10\nretry_delay_max_ms = 5\n",
+            &["retry_delay_max_ms = 5", "retry_delay_ms = 10"],
+        ),
+        (
+            "[server]\ntls_cert_path = \"/tmp/cert.pem\"\n",
+            &["tls_key_path"],
+        ),
+        (
+            "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"a\"\n",
+            &["queues[1].name", "duplicate"],
+        ),
+        (
+            "[storage]\npersist_mode = \"sometimes\"\n",
+            &["storage.persist_mode", "sometimes"],
+        ),
+        ("this is not toml", &["TOML"]),
+    ];
+    for (text, needles) in cases {
+        let (code, out, err) = run(&[], Some(text));
+        assert_eq!(code, 1, "config {text:?}: stderr {err}");
+        assert!(out.is_empty(), "config {text:?} printed {out}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "config {text:?}: {err}");
+        for n in *needles {
+            assert!(
+                lines[0].contains(n),
+                "config {text:?}: {:?} lacks {n:?}",
+                lines[0]
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unknown_environment_override_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(sepp_bin())
+        .current_dir(dir.path())
+        .env("SEPP_LIMITS__MAX_ENQUEUE_BATCH", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("limits.max_enqueue_batch = 0"), "{err}");
+}
+
+fn terminate(p: &ServerProcess) {
+    let pid = p.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+#[tokio::test]
+async fn sigterm_answers_waiting_reserves_empty_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[server]\ndb_path = \"{}\"\n[metrics]\nenabled = true\n",
+        dir.path().join("data").display()
+    );
+    let mut p = ServerProcess::start(dir.path(), &toml);
+    let client = sepp_rs::SeppClient::connect(p.url()).await.unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .reserve(
+                    sepp_rs::ReserveOptions::new(["idle"], Duration::from_secs(30))
+                        .with_wait_timeout(Duration::from_secs(60)),
+                )
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    terminate(&p);
+    let jobs = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiting reserve returned")
+        .unwrap()
+        .expect("an empty result, not an error");
+    assert!(jobs.is_empty());
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let status = tokio::task::spawn_blocking(move || p.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
