@@ -2,9 +2,11 @@
 //! [`crate::queue::Queue`] method and map the error; no policy lives here.
 //!
 //! - [`queue_service`]: `sepp.v1.QueueService`.
+//! - [`admin_service`]: `sepp.admin.v1.AdminService` (inspection and repair).
 //! - `grpc.health.v1.Health` (unauthenticated, for probes) and gRPC server reflection (v1 and
 //!   v1alpha, behind the API keys like the sepp services).
 
+mod admin_service;
 mod auth;
 mod convert;
 mod queue_service;
@@ -12,6 +14,7 @@ mod status;
 
 use crate::config::{Config, ServerConfig};
 use crate::queue::Queue;
+use sepp_proto::admin::v1::admin_service_server::AdminServiceServer;
 use sepp_proto::v1::queue_service_server::QueueServiceServer;
 use std::sync::Arc;
 use tonic::service::interceptor::InterceptedService;
@@ -57,6 +60,10 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
     let max_message = usize::try_from(config.limits.max_message_bytes).unwrap_or(usize::MAX);
     let auth = auth::ApiKeyAuth::new(config.auth.api_keys.clone());
 
+    let admin_svc = AdminServiceServer::new(admin_service::AdminApi {
+        queue: queue.clone(),
+    })
+    .max_decoding_message_size(max_message);
     let queue_svc = QueueServiceServer::new(queue_service::QueueApi { queue })
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(usize::MAX);
@@ -84,6 +91,7 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
     let router = builder
         .add_service(health_svc)
         .add_service(InterceptedService::new(queue_svc, auth.clone()))
+        .add_service(InterceptedService::new(admin_svc, auth.clone()))
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))
         .add_service(InterceptedService::new(reflection_v1alpha, auth));
     Ok(Edge { router, health })

@@ -5,6 +5,7 @@
 //! atomic transition to the [`Store`], and turns the result into domain outcomes. Waiting
 //! (long-poll Reserve) lives in [`reserve`]; background expiry in [`sweeper`].
 
+pub mod admin;
 pub mod backoff;
 pub mod dedup;
 pub mod lease;

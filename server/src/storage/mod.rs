@@ -10,7 +10,8 @@
 pub mod embedded;
 
 use crate::queue::model::{
-    DeadLetter, InFlight, Job, JobId, NackPlan, NewJob, ReserveSpec, SettleRefusal, UnixMs,
+    DeadLetter, DeadLetterCursor, DeadLetterSelector, InFlight, Job, JobId, JobInfo, KeyRecord,
+    NackPlan, NewJob, QueueStats, ReserveSpec, SettleRefusal, UnixMs,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -140,6 +141,47 @@ pub trait Store: Send + Sync + 'static {
     /// One bounded sweeper pass: expires leases, promotes due scheduled jobs, purges expired
     /// dedup records and retained records past their retention.
     async fn maintain(&self, now: UnixMs, budget: usize) -> Result<Maintenance, StorageError>;
+
+    /// Everything known about job `id` (including tombstones), or `None`.
+    async fn get_job(&self, id: JobId) -> Result<Option<JobInfo>, StorageError>;
+
+    /// The live dedup record of `key` on `queue`.
+    async fn lookup_key(
+        &self,
+        queue: &str,
+        key: &str,
+        now: UnixMs,
+    ) -> Result<Option<KeyRecord>, StorageError>;
+
+    /// Up to `limit` dead letters after `after`, oldest first, without removing them. Returns
+    /// the page and the cursor of its last record when more may follow.
+    async fn list_dead_letters(
+        &self,
+        queue: Option<&str>,
+        after: Option<DeadLetterCursor>,
+        limit: u32,
+    ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StorageError>;
+
+    /// Puts the selected dead letters back on their queues: same id, attempt 1, enqueued now.
+    /// The dedup index is not touched. Returns the ids requeued.
+    async fn requeue_dead_letters(
+        &self,
+        selector: &DeadLetterSelector,
+        now: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError>;
+
+    /// Deletes the selected dead letters. Returns the ids deleted.
+    async fn delete_dead_letters(
+        &self,
+        selector: &DeadLetterSelector,
+        now: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError>;
+
+    /// Pauses (Reserve skips the queue) or resumes a queue; survives restarts.
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), StorageError>;
+
+    /// Counts of a queue's jobs by state.
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError>;
 
     /// Resolves when a deadline earlier than the last reported `next_deadline` appears, so
     /// the sweeper can wake early.

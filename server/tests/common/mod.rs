@@ -66,6 +66,14 @@ impl TestServer {
         SeppClient::connect(self.url()).await.expect("connect")
     }
 
+    pub async fn admin(
+        &self,
+    ) -> sepp_proto::admin::v1::admin_service_client::AdminServiceClient<Channel> {
+        sepp_proto::admin::v1::admin_service_client::AdminServiceClient::connect(self.url())
+            .await
+            .expect("connect admin")
+    }
+
     pub async fn raw(&self) -> QueueServiceClient<Channel> {
         QueueServiceClient::connect(self.url())
             .await

@@ -60,6 +60,8 @@ pub(crate) enum Stage {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Meta {
     pub(crate) queue: std::sync::Arc<str>,
+    /// Kept here too so that a tombstone can still say what the job was.
+    pub(crate) job_type: String,
     pub(crate) priority: u8,
     /// Enqueue order (FIFO within a priority).
     pub(crate) seq: u64,
@@ -321,8 +323,9 @@ impl Body {
 
 impl Meta {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut w = W::new(64 + self.queue.len());
+        let mut w = W::new(64 + self.queue.len() + self.job_type.len());
         w.str(&self.queue);
+        w.str(&self.job_type);
         w.u8(self.priority);
         w.u64(self.seq);
         w.i64(self.enqueued_at);
@@ -363,6 +366,7 @@ impl Meta {
     pub(crate) fn decode(buf: &[u8]) -> Result<Self, StorageError> {
         let mut r = R::new(buf, "job meta")?;
         let queue: std::sync::Arc<str> = r.string()?.into();
+        let job_type = r.string()?;
         let priority = r.u8()?;
         let seq = r.u64()?;
         let enqueued_at = r.i64()?;
@@ -397,6 +401,7 @@ impl Meta {
         let dedup_until = r.opt_i64()?;
         Ok(Meta {
             queue,
+            job_type,
             priority,
             seq,
             enqueued_at,
@@ -497,6 +502,7 @@ mod tests {
         ] {
             let meta = Meta {
                 queue: "q".into(),
+                job_type: "t".into(),
                 priority: 9,
                 seq: 77,
                 enqueued_at: 1,
@@ -521,6 +527,7 @@ mod tests {
     fn truncated_records_are_reported_not_panicked_on() {
         let meta = Meta {
             queue: "q".into(),
+            job_type: "t".into(),
             priority: 0,
             seq: 0,
             enqueued_at: 0,

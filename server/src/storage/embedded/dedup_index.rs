@@ -35,11 +35,6 @@ impl DedupIndex {
         self.map.get(key).filter(|e| is_live(e.expires_at, now))
     }
 
-    /// Any record of `key`, live or not (for inspection).
-    pub(crate) fn get(&self, key: &[u8]) -> Option<&DedupEntry> {
-        self.map.get(key)
-    }
-
     /// Writes (or replaces an expired) record.
     pub(crate) fn insert(&mut self, key: &[u8], entry: DedupEntry) {
         self.remove(key);

@@ -121,17 +121,24 @@ impl JobIndex {
         self.tombstones.first().copied()
     }
 
-    /// Dead letters oldest first, of one queue or all.
+    /// Dead letters oldest first, of one queue or all, starting after `after` (a paging
+    /// cursor) when given.
     pub(crate) fn dead_letters<'a>(
         &'a self,
         queue: Option<&str>,
+        after: Option<(UnixMs, JobId)>,
     ) -> Box<dyn Iterator<Item = (UnixMs, JobId)> + 'a> {
-        match queue {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let set = match queue {
             Some(q) => match self.queues.get(q) {
-                Some(qi) => Box::new(qi.dead.iter().copied()),
-                None => Box::new(std::iter::empty()),
+                Some(qi) => &qi.dead,
+                None => return Box::new(std::iter::empty()),
             },
-            None => Box::new(self.dead.iter().copied()),
+            None => &self.dead,
+        };
+        match after {
+            Some(c) => Box::new(set.range((Excluded(c), Unbounded)).copied()),
+            None => Box::new(set.iter().copied()),
         }
     }
 

@@ -22,10 +22,10 @@ use self::group_commit::{GroupCommit, Keyspaces, Ks, WriteOp};
 use self::job_index::JobIndex;
 use super::{InsertOutcome, Maintenance, ReadySignals, StorageError, Store};
 use crate::config::PersistMode;
-use crate::queue::dedup::{is_live, record_key};
+use crate::queue::dedup::record_key;
 use crate::queue::model::{
-    DeadLetter, DeadLetterCause, InFlight, Job, JobId, NackPlan, NewJob, ReserveSpec,
-    SettleRefusal, UnixMs,
+    DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, InFlight, Job, JobId,
+    JobInfo, JobState, KeyRecord, NackPlan, NewJob, QueueStats, ReserveSpec, SettleRefusal, UnixMs,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -173,16 +173,29 @@ impl Shared {
             self.deadline_at(now.saturating_add(to_ms(self.retention_ms)));
             return;
         }
+        Self::discard(st, id, now, dead, now, ops);
+    }
+
+    /// Deletes a job's body and then either its meta or, while a dedup record may still name
+    /// the job, turns the meta into a tombstone that says how the job ended.
+    fn discard(
+        st: &mut State,
+        id: JobId,
+        finished_at: UnixMs,
+        dead: Option<DeadLetterCause>,
+        now: UnixMs,
+        ops: &mut Vec<WriteOp>,
+    ) {
         ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
-        let until = st.jobs.get(id).and_then(|m| m.dedup_until);
-        match until {
+        match st.jobs.get(id).and_then(|m| m.dedup_until) {
             Some(until) if until > now => {
                 if let Some(m) = st.jobs.update(id, |m| {
                     m.stage = Stage::Tombstone {
-                        finished_at: now,
+                        finished_at,
                         until,
                         dead,
                     };
+                    m.worker_id = None;
                 }) {
                     ops.push(meta_put(id, m));
                 }
@@ -283,6 +296,7 @@ impl Shared {
                 };
                 let meta = Meta {
                     queue: job.queue,
+                    job_type: job.job_type.clone(),
                     priority: job.priority,
                     seq,
                     enqueued_at: job.enqueued_at,
@@ -321,6 +335,37 @@ impl Shared {
             wait_for = wait_for.max(batch);
         }
         Ok((outcomes, wait_for, ready, earliest))
+    }
+
+    /// The full record of dead letter `id` (reads its body), if it is one.
+    fn dead_letter(&self, id: JobId, meta: &Meta) -> Result<Option<DeadLetter>, StorageError> {
+        let Stage::Dead { cause, failed_at } = meta.stage else {
+            return Ok(None);
+        };
+        Ok(self.body(id)?.map(|body| DeadLetter {
+            job: assemble(id, meta, body),
+            cause,
+            failed_at,
+            final_attempt: meta.attempt,
+            last_reason: meta.last_reason.clone(),
+        }))
+    }
+
+    /// The dead letters a selector names, oldest first for a queue selection.
+    fn select_dead(st: &State, selector: &DeadLetterSelector) -> Vec<JobId> {
+        match selector {
+            DeadLetterSelector::Ids(ids) => ids
+                .iter()
+                .copied()
+                .filter(|id| matches!(st.jobs.get(*id).map(|m| m.stage), Some(Stage::Dead { .. })))
+                .collect(),
+            DeadLetterSelector::Oldest { queue, max } => st
+                .jobs
+                .dead_letters(queue.as_deref(), None)
+                .take(*max as usize)
+                .map(|(_, id)| id)
+                .collect(),
+        }
     }
 
     /// Checks that `id` is in flight under `attempt`.
@@ -571,12 +616,13 @@ impl Store for EmbeddedStore {
         let mut records = Vec::new();
         let batch = {
             let mut st = sh.lock();
-            let picked: Vec<JobId> = st
-                .jobs
-                .dead_letters(queue)
-                .take(max as usize)
-                .map(|(_, id)| id)
-                .collect();
+            let picked = Shared::select_dead(
+                &st,
+                &DeadLetterSelector::Oldest {
+                    queue: queue.map(str::to_string),
+                    max,
+                },
+            );
             let mut ops = Vec::new();
             for id in picked {
                 let Some(meta) = st.jobs.get(id).cloned() else {
@@ -586,34 +632,10 @@ impl Store for EmbeddedStore {
                     continue;
                 };
                 // Read before the delete is queued: once the flusher writes it the body is gone.
-                if let Some(body) = sh.body(id)? {
-                    let last_reason = meta.last_reason.clone();
-                    records.push(DeadLetter {
-                        job: assemble(id, &meta, body),
-                        cause,
-                        failed_at,
-                        final_attempt: meta.attempt,
-                        last_reason,
-                    });
+                if let Some(record) = sh.dead_letter(id, &meta)? {
+                    records.push(record);
                 }
-                ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
-                match meta.dedup_until {
-                    Some(until) if until > now => {
-                        if let Some(m) = st.jobs.update(id, |m| {
-                            m.stage = Stage::Tombstone {
-                                finished_at: failed_at,
-                                until,
-                                dead: Some(cause),
-                            };
-                        }) {
-                            ops.push(meta_put(id, m));
-                        }
-                    }
-                    _ => {
-                        st.jobs.remove(id);
-                        ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
-                    }
-                }
+                Shared::discard(&mut st, id, failed_at, Some(cause), now, &mut ops);
             }
             sh.commit.append(ops)?
         };
@@ -690,29 +712,11 @@ impl Store for EmbeddedStore {
                     break;
                 }
                 left -= 1;
-                let until = st.jobs.get(id).and_then(|m| m.dedup_until);
-                ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
-                match until {
-                    Some(until) if until > now => {
-                        if let Some(m) = st.jobs.update(id, |m| {
-                            let cause = match m.stage {
-                                Stage::Dead { cause, .. } => Some(cause),
-                                _ => None,
-                            };
-                            m.stage = Stage::Tombstone {
-                                finished_at: failed_at,
-                                until,
-                                dead: cause,
-                            };
-                        }) {
-                            ops.push(meta_put(id, m));
-                        }
-                    }
-                    _ => {
-                        st.jobs.remove(id);
-                        ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
-                    }
-                }
+                let cause = match st.jobs.get(id).map(|m| m.stage) {
+                    Some(Stage::Dead { cause, .. }) => Some(cause),
+                    _ => None,
+                };
+                Shared::discard(&mut st, id, failed_at, cause, now, &mut ops);
                 report.records_purged += 1;
             }
             // Tombstones whose dedup record has expired.
@@ -755,6 +759,210 @@ impl Store for EmbeddedStore {
         Ok(report)
     }
 
+    async fn get_job(&self, id: JobId) -> Result<Option<JobInfo>, StorageError> {
+        let sh = &*self.shared;
+        let Some(meta) = sh.lock().jobs.get(id).cloned() else {
+            return Ok(None);
+        };
+        let body = match meta.stage {
+            Stage::Tombstone { .. } => None,
+            _ => sh.body(id)?,
+        };
+        let (state, scheduled_at, lease_expires_at, finished_at, cause) = match meta.stage {
+            Stage::Ready => (JobState::Ready, None, None, None, None),
+            Stage::Scheduled { due } => (JobState::Scheduled, Some(due), None, None, None),
+            Stage::InFlight { expires } => (JobState::InFlight, None, Some(expires), None, None),
+            Stage::Dead { cause, failed_at } => (
+                JobState::DeadLettered,
+                None,
+                None,
+                Some(failed_at),
+                Some(cause),
+            ),
+            Stage::Tombstone {
+                finished_at, dead, ..
+            } => match dead {
+                Some(c) => (
+                    JobState::DeadLettered,
+                    None,
+                    None,
+                    Some(finished_at),
+                    Some(c),
+                ),
+                None => (JobState::Completed, None, None, Some(finished_at), None),
+            },
+        };
+        Ok(Some(JobInfo {
+            id,
+            state,
+            queue: meta.queue.to_string(),
+            job_type: meta.job_type,
+            attempt: meta.attempt,
+            max_attempts: meta.max_attempts,
+            priority: meta.priority,
+            enqueued_at: meta.enqueued_at,
+            scheduled_at,
+            lease_expires_at,
+            last_reason: meta.last_reason,
+            finished_at,
+            dead_letter_cause: cause,
+            idempotency_key: body.and_then(|b| b.idempotency_key),
+            worker_id: meta.worker_id,
+        }))
+    }
+
+    async fn lookup_key(
+        &self,
+        queue: &str,
+        key: &str,
+        now: UnixMs,
+    ) -> Result<Option<KeyRecord>, StorageError> {
+        let st = self.shared.lock();
+        Ok(st
+            .dedup
+            .lookup(&record_key(queue, key), now)
+            .map(|e| KeyRecord {
+                job_id: e.job_id,
+                created_at: e.created_at,
+                expires_at: e.expires_at,
+            }))
+    }
+
+    async fn list_dead_letters(
+        &self,
+        queue: Option<&str>,
+        after: Option<DeadLetterCursor>,
+        limit: u32,
+    ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StorageError> {
+        let sh = &*self.shared;
+        let st = sh.lock();
+        let mut page: Vec<(DeadLetterCursor, Meta)> = Vec::new();
+        let mut more = false;
+        for (failed_at, id) in st.jobs.dead_letters(queue, after) {
+            if page.len() == limit as usize {
+                more = true;
+                break;
+            }
+            if let Some(m) = st.jobs.get(id) {
+                page.push(((failed_at, id), m.clone()));
+            }
+        }
+        // Bodies are read under the lock so that a concurrent drain cannot delete them first.
+        let mut records = Vec::with_capacity(page.len());
+        for ((_, id), meta) in &page {
+            if let Some(r) = sh.dead_letter(*id, meta)? {
+                records.push(r);
+            }
+        }
+        drop(st);
+        let next = if more {
+            page.last().map(|(c, _)| *c)
+        } else {
+            None
+        };
+        Ok((records, next))
+    }
+
+    async fn requeue_dead_letters(
+        &self,
+        selector: &DeadLetterSelector,
+        now: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
+        let (ids, batch) = {
+            let mut st = sh.lock();
+            let ids = Shared::select_dead(&st, selector);
+            let mut ops = Vec::with_capacity(ids.len());
+            for id in &ids {
+                let seq = st.jobs.next_seq;
+                st.jobs.next_seq += 1;
+                // Enqueued anew: attempt 1 on the next delivery, enqueue time now, same id;
+                // the dedup index is not consulted or written.
+                if let Some(m) = st.jobs.update(*id, |m| {
+                    m.stage = Stage::Ready;
+                    m.seq = seq;
+                    m.enqueued_at = now;
+                    m.attempt = 0;
+                    m.last_reason = None;
+                    m.worker_id = None;
+                }) {
+                    ops.push(meta_put(*id, m));
+                    *ready.entry(m.queue.clone()).or_default() += 1;
+                }
+            }
+            let batch = sh.commit.append(ops)?;
+            (ids, batch)
+        };
+        for (q, n) in ready {
+            sh.signals.job_ready(&q, n);
+        }
+        sh.commit.wait(batch).await?;
+        Ok(ids)
+    }
+
+    async fn delete_dead_letters(
+        &self,
+        selector: &DeadLetterSelector,
+        now: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        let (ids, batch) = {
+            let mut st = sh.lock();
+            let ids = Shared::select_dead(&st, selector);
+            let mut ops = Vec::with_capacity(ids.len() * 2);
+            for id in &ids {
+                let (failed_at, cause) = match st.jobs.get(*id).map(|m| m.stage) {
+                    Some(Stage::Dead { failed_at, cause }) => (failed_at, cause),
+                    _ => continue,
+                };
+                Shared::discard(&mut st, *id, failed_at, Some(cause), now, &mut ops);
+            }
+            let batch = sh.commit.append(ops)?;
+            (ids, batch)
+        };
+        sh.commit.wait(batch).await?;
+        Ok(ids)
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), StorageError> {
+        let sh = &*self.shared;
+        sh.commit.check_writable()?;
+        let (batch, ready) = {
+            let mut st = sh.lock();
+            let name = st.jobs.intern(&Arc::from(queue));
+            let q = st.jobs.queue_mut(&name);
+            q.paused = paused;
+            let ready = q.ready.len();
+            let rec = QueueRecord { paused };
+            let batch = sh.commit.append(vec![WriteOp::put(
+                Ks::Queues,
+                queue.as_bytes(),
+                rec.encode(),
+            )])?;
+            (batch, ready)
+        };
+        if !paused {
+            sh.signals.job_ready(queue, ready);
+        }
+        sh.commit.wait(batch).await
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
+        let st = self.shared.lock();
+        let q = st.jobs.queue(queue);
+        Ok(QueueStats {
+            ready: q.map_or(0, |q| q.ready.len() as u64),
+            scheduled: q.map_or(0, |q| q.scheduled),
+            in_flight: q.map_or(0, |q| q.in_flight),
+            dead_lettered: q.map_or(0, |q| q.dead.len() as u64),
+            dedup_records: st.dedup.count_for_queue(queue),
+            paused: q.is_some_and(|q| q.paused),
+        })
+    }
+
     async fn deadline_changed(&self) {
         self.shared.deadline.notified().await;
     }
@@ -778,51 +986,9 @@ impl Store for EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// Pauses or resumes a queue (kept on disk).
-    ///
-    /// # Errors
-    /// [`StorageError`] when the write fails.
-    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), StorageError> {
-        let sh = &*self.shared;
-        let batch = {
-            let mut st = sh.lock();
-            let name: Arc<str> = Arc::from(queue);
-            let name = st.jobs.intern(&name);
-            st.jobs.queue_mut(&name).paused = paused;
-            let rec = QueueRecord { paused };
-            sh.commit.append(vec![WriteOp::put(
-                Ks::Queues,
-                queue.as_bytes(),
-                rec.encode(),
-            )])?
-        };
-        if !paused {
-            let n = {
-                let st = sh.lock();
-                st.jobs.queue(queue).map_or(0, |q| q.ready.len())
-            };
-            sh.signals.job_ready(queue, n);
-        }
-        sh.commit.wait(batch).await
-    }
-
-    /// Counts of the dedup index and the job index, for tests and benchmarks.
+    /// Counts of the job index and the dedup index, for tests and benchmarks.
     pub fn index_sizes(&self) -> (usize, usize) {
         let st = self.shared.lock();
         (st.jobs.len(), st.dedup.len())
-    }
-
-    /// The live dedup record of `key` on `queue`: (job id, created, expires).
-    pub fn lookup_key(
-        &self,
-        queue: &str,
-        key: &str,
-        now: UnixMs,
-    ) -> Option<(JobId, UnixMs, UnixMs)> {
-        let st = self.shared.lock();
-        st.dedup
-            .get(&record_key(queue, key))
-            .filter(|e| is_live(e.expires_at, now))
-            .map(|e| (e.job_id, e.created_at, e.expires_at))
     }
 }

@@ -1,0 +1,174 @@
+//! `sepp.admin.v1.AdminService`: job and key inspection, dead-letter repair, pause/resume,
+//! queue stats. One short method per RPC.
+
+use super::convert::{cause_out, dead_letter_out, ms_timestamp};
+use crate::queue::Queue;
+use crate::queue::admin::SelectorInput;
+use crate::queue::model::{JobInfo, JobState};
+use sepp_proto::admin::v1 as pb;
+use sepp_proto::admin::v1::admin_service_server::AdminService;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The gRPC face of the operator calls.
+pub(crate) struct AdminApi {
+    pub(crate) queue: Arc<Queue>,
+}
+
+fn state_out(s: JobState) -> pb::JobState {
+    match s {
+        JobState::Scheduled => pb::JobState::Scheduled,
+        JobState::Ready => pb::JobState::Ready,
+        JobState::InFlight => pb::JobState::InFlight,
+        JobState::DeadLettered => pb::JobState::DeadLettered,
+        JobState::Completed => pb::JobState::Completed,
+    }
+}
+
+fn info_out(j: JobInfo) -> pb::JobInfo {
+    pb::JobInfo {
+        job_id: j.id.to_string(),
+        state: state_out(j.state) as i32,
+        queue: j.queue,
+        job_type: j.job_type,
+        attempt: j.attempt,
+        max_attempts: j.max_attempts,
+        priority: u32::from(j.priority),
+        enqueued_at: Some(ms_timestamp(j.enqueued_at)),
+        scheduled_at: j.scheduled_at.map(ms_timestamp),
+        lease_expires_at: j.lease_expires_at.map(ms_timestamp),
+        last_reason: j.last_reason,
+        finished_at: j.finished_at.map(ms_timestamp),
+        dead_letter_cause: j.dead_letter_cause.map_or(0, |c| cause_out(c) as i32),
+        idempotency_key: j.idempotency_key,
+        worker_id: j.worker_id,
+    }
+}
+
+fn selector_in(s: Option<pb::DeadLetterSelector>) -> SelectorInput {
+    let s = s.unwrap_or_default();
+    SelectorInput {
+        job_ids: s.job_ids,
+        queue: s.queue,
+        max: s.max,
+    }
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    #[tracing::instrument(name = "sepp.admin.get_job", skip_all)]
+    async fn get_job(
+        &self,
+        req: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::GetJobResponse>, Status> {
+        let id = req.into_inner().job_id;
+        let job = match self.queue.get_job(&id).await? {
+            Some(info) => info_out(info),
+            None => pb::JobInfo {
+                job_id: id,
+                state: pb::JobState::Unknown as i32,
+                ..Default::default()
+            },
+        };
+        Ok(Response::new(pb::GetJobResponse { job: Some(job) }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.lookup_idempotency_key", skip_all)]
+    async fn lookup_idempotency_key(
+        &self,
+        req: Request<pb::LookupIdempotencyKeyRequest>,
+    ) -> Result<Response<pb::LookupIdempotencyKeyResponse>, Status> {
+        let r = req.into_inner();
+        let rec = self
+            .queue
+            .lookup_idempotency_key(&r.queue, &r.idempotency_key)
+            .await?;
+        Ok(Response::new(match rec {
+            Some(k) => pb::LookupIdempotencyKeyResponse {
+                found: true,
+                job_id: k.job_id.to_string(),
+                created_at: Some(ms_timestamp(k.created_at)),
+                expires_at: Some(ms_timestamp(k.expires_at)),
+            },
+            None => pb::LookupIdempotencyKeyResponse::default(),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.list_dead_letters", skip_all)]
+    async fn list_dead_letters(
+        &self,
+        req: Request<pb::ListDeadLettersRequest>,
+    ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
+        let r = req.into_inner();
+        let page = self
+            .queue
+            .list_dead_letters(r.queue, r.page_size, &r.page_token)
+            .await?;
+        Ok(Response::new(pb::ListDeadLettersResponse {
+            records: page.records.into_iter().map(dead_letter_out).collect(),
+            next_page_token: page.next_page_token,
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.requeue_dead_letters", skip_all)]
+    async fn requeue_dead_letters(
+        &self,
+        req: Request<pb::RequeueDeadLettersRequest>,
+    ) -> Result<Response<pb::RequeueDeadLettersResponse>, Status> {
+        let sel = selector_in(req.into_inner().selector);
+        let ids = self.queue.requeue_dead_letters(sel).await?;
+        Ok(Response::new(pb::RequeueDeadLettersResponse {
+            job_ids: ids.into_iter().map(|i| i.to_string()).collect(),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.delete_dead_letters", skip_all)]
+    async fn delete_dead_letters(
+        &self,
+        req: Request<pb::DeleteDeadLettersRequest>,
+    ) -> Result<Response<pb::DeleteDeadLettersResponse>, Status> {
+        let sel = selector_in(req.into_inner().selector);
+        let ids = self.queue.delete_dead_letters(sel).await?;
+        Ok(Response::new(pb::DeleteDeadLettersResponse {
+            job_ids: ids.into_iter().map(|i| i.to_string()).collect(),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.pause_queue", skip_all)]
+    async fn pause_queue(
+        &self,
+        req: Request<pb::PauseQueueRequest>,
+    ) -> Result<Response<pb::PauseQueueResponse>, Status> {
+        self.queue.set_paused(&req.into_inner().queue, true).await?;
+        Ok(Response::new(pb::PauseQueueResponse {}))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.resume_queue", skip_all)]
+    async fn resume_queue(
+        &self,
+        req: Request<pb::ResumeQueueRequest>,
+    ) -> Result<Response<pb::ResumeQueueResponse>, Status> {
+        self.queue
+            .set_paused(&req.into_inner().queue, false)
+            .await?;
+        Ok(Response::new(pb::ResumeQueueResponse {}))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.get_queue_stats", skip_all)]
+    async fn get_queue_stats(
+        &self,
+        req: Request<pb::GetQueueStatsRequest>,
+    ) -> Result<Response<pb::GetQueueStatsResponse>, Status> {
+        let queue = req.into_inner().queue;
+        let s = self.queue.queue_stats(&queue).await?;
+        Ok(Response::new(pb::GetQueueStatsResponse {
+            queue,
+            ready: s.ready,
+            scheduled: s.scheduled,
+            in_flight: s.in_flight,
+            dead_lettered: s.dead_lettered,
+            dedup_records: s.dedup_records,
+            paused: s.paused,
+        }))
+    }
+}

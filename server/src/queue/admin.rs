@@ -1,0 +1,210 @@
+//! Inspection and repair without destroying anything: the operator calls behind
+//! `sepp.admin.v1.AdminService`. None of them consults or writes the dedup index, except the
+//! read-only key lookup.
+
+use super::Queue;
+use super::model::{
+    DeadLetter, DeadLetterCursor, DeadLetterSelector, JobId, JobInfo, KeyRecord, QueueStats, now_ms,
+};
+use crate::error::QueueError;
+
+/// Default and largest page of `list_dead_letters`.
+pub const DEFAULT_PAGE: u32 = 100;
+/// Largest page of `list_dead_letters`, and most jobs one selector may name.
+pub const MAX_PAGE: u32 = 1000;
+
+/// A page of dead letters and the token of the next one (empty on the last page).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterPage {
+    /// Records, oldest first.
+    pub records: Vec<DeadLetter>,
+    /// Pass back to get the next page; empty when this is the last.
+    pub next_page_token: String,
+}
+
+/// A dead-letter selection as received.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SelectorInput {
+    /// Exactly these jobs, when non-empty.
+    pub job_ids: Vec<String>,
+    /// Else: the oldest of this queue (or of all).
+    pub queue: Option<String>,
+    /// How many (default 1; 0 is refused).
+    pub max: Option<u32>,
+}
+
+fn encode_cursor(c: DeadLetterCursor) -> String {
+    format!("{:016x}{:032x}", c.0 as u64, c.1.0)
+}
+
+fn decode_cursor(token: &str) -> Result<Option<DeadLetterCursor>, QueueError> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        QueueError::InvalidArgument(format!(
+            "page_token {token:?} is not a token this server issued"
+        ))
+    };
+    if token.len() != 48 {
+        return Err(bad());
+    }
+    let at = u64::from_str_radix(&token[..16], 16).map_err(|_| bad())?;
+    let id = u128::from_str_radix(&token[16..], 16).map_err(|_| bad())?;
+    Ok(Some((at as i64, JobId(id))))
+}
+
+impl Queue {
+    fn check_queue_name(&self, field: &str, queue: &str) -> Result<(), QueueError> {
+        crate::config::check_queue_name_shape(queue)
+            .map_err(|why| QueueError::InvalidArgument(format!("{field}: {why}")))?;
+        if self.limits.strict_queues && !self.limits.is_declared(queue) {
+            return Err(QueueError::UnknownQueues(vec![queue.to_string()]));
+        }
+        Ok(())
+    }
+
+    /// Everything known about a job; `None` when the id is unknown (or not a UUID).
+    ///
+    /// # Errors
+    /// [`QueueError::Storage`].
+    pub async fn get_job(&self, job_id: &str) -> Result<Option<JobInfo>, QueueError> {
+        let Some(id) = JobId::parse(job_id) else {
+            return Ok(None);
+        };
+        Ok(self.store.get_job(id).await?)
+    }
+
+    /// The live dedup record of `key` on `queue`.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for an empty queue or key; [`QueueError::Storage`].
+    pub async fn lookup_idempotency_key(
+        &self,
+        queue: &str,
+        key: &str,
+    ) -> Result<Option<KeyRecord>, QueueError> {
+        self.check_queue_name("queue", queue)?;
+        if key.is_empty() {
+            return Err(QueueError::InvalidArgument(
+                "idempotency_key is empty".into(),
+            ));
+        }
+        Ok(self.store.lookup_key(queue, key, now_ms()).await?)
+    }
+
+    /// One page of dead letters, oldest first, not removed.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for `page_size = 0` or a foreign token.
+    pub async fn list_dead_letters(
+        &self,
+        queue: Option<String>,
+        page_size: Option<u32>,
+        page_token: &str,
+    ) -> Result<DeadLetterPage, QueueError> {
+        if let Some(q) = &queue {
+            self.check_queue_name("queue", q)?;
+        }
+        let limit = match page_size {
+            Some(0) => {
+                return Err(QueueError::InvalidArgument(
+                    "page_size is 0: ask for at least 1 record".into(),
+                ));
+            }
+            Some(n) => n.min(MAX_PAGE),
+            None => DEFAULT_PAGE,
+        };
+        let after = decode_cursor(page_token)?;
+        let (records, next) = self
+            .store
+            .list_dead_letters(queue.as_deref(), after, limit)
+            .await?;
+        Ok(DeadLetterPage {
+            records,
+            next_page_token: next.map(encode_cursor).unwrap_or_default(),
+        })
+    }
+
+    fn selector(&self, s: SelectorInput) -> Result<DeadLetterSelector, QueueError> {
+        if !s.job_ids.is_empty() {
+            if s.job_ids.len() > MAX_PAGE as usize {
+                return Err(QueueError::InvalidArgument(format!(
+                    "selector.job_ids has {} entries, the limit is {MAX_PAGE}",
+                    s.job_ids.len()
+                )));
+            }
+            // Ids that are not UUIDs cannot name a dead letter; they are skipped like any
+            // other id that is not one.
+            return Ok(DeadLetterSelector::Ids(
+                s.job_ids.iter().filter_map(|i| JobId::parse(i)).collect(),
+            ));
+        }
+        if let Some(q) = &s.queue {
+            self.check_queue_name("selector.queue", q)?;
+        }
+        let max = match s.max {
+            Some(0) => {
+                return Err(QueueError::InvalidArgument(
+                    "selector.max is 0: select at least 1 record".into(),
+                ));
+            }
+            Some(n) => n.min(MAX_PAGE),
+            None => 1,
+        };
+        Ok(DeadLetterSelector::Oldest {
+            queue: s.queue,
+            max,
+        })
+    }
+
+    /// Requeues dead letters (same id, attempt 1, enqueued now). Returns the ids requeued.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a bad selector; [`QueueError::Storage`].
+    pub async fn requeue_dead_letters(&self, s: SelectorInput) -> Result<Vec<JobId>, QueueError> {
+        let sel = self.selector(s)?;
+        Ok(self.store.requeue_dead_letters(&sel, now_ms()).await?)
+    }
+
+    /// Deletes dead letters. Returns the ids deleted.
+    ///
+    /// # Errors
+    /// As [`Queue::requeue_dead_letters`].
+    pub async fn delete_dead_letters(&self, s: SelectorInput) -> Result<Vec<JobId>, QueueError> {
+        let sel = self.selector(s)?;
+        Ok(self.store.delete_dead_letters(&sel, now_ms()).await?)
+    }
+
+    /// Pauses or resumes `queue`.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a malformed name; [`QueueError::UnknownQueues`] in
+    /// strict mode; [`QueueError::Storage`].
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), QueueError> {
+        self.check_queue_name("queue", queue)?;
+        Ok(self.store.set_paused(queue, paused).await?)
+    }
+
+    /// Counts of `queue`'s jobs by state.
+    ///
+    /// # Errors
+    /// As [`Queue::set_paused`].
+    pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, QueueError> {
+        self.check_queue_name("queue", queue)?;
+        Ok(self.store.queue_stats(queue).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_foreign_tokens_are_refused() {
+        let c = (1_700_000_000_123, JobId(u128::MAX - 5));
+        assert_eq!(decode_cursor(&encode_cursor(c)).unwrap(), Some(c));
+        assert_eq!(decode_cursor("").unwrap(), None);
+        assert!(decode_cursor("zz").is_err());
+    }
+}

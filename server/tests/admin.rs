@@ -1,0 +1,402 @@
+//! `sepp.admin.v1.AdminService` over real gRPC: job inspection through every state, key
+//! lookup, non-destructive dead-letter repair, pause/resume, stats.
+
+mod common;
+
+use common::TestServer;
+use sepp_proto::admin::v1 as apb;
+use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
+use sepp_rs::{EnqueueRequest, NackRetry, ReserveOptions, SeppClient};
+use sepp_server::config::QueueConfig;
+use std::time::{Duration, SystemTime};
+use tonic::transport::Channel;
+
+async fn state(admin: &mut AdminServiceClient<Channel>, id: &str) -> apb::JobInfo {
+    admin
+        .get_job(apb::GetJobRequest { job_id: id.into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap()
+}
+
+fn st(s: apb::JobState) -> i32 {
+    s as i32
+}
+
+async fn reserve(c: &SeppClient, q: &str, lease_ms: u64) -> sepp_rs::Job {
+    c.reserve(ReserveOptions::new([q], Duration::from_millis(lease_ms)))
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+#[tokio::test]
+async fn get_job_follows_a_job_through_every_state() {
+    let server = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
+    let c = server.client().await;
+    let mut admin = server.admin().await;
+
+    let unknown = state(&mut admin, "00000000-0000-4000-8000-000000000000").await;
+    assert_eq!(unknown.state, st(apb::JobState::Unknown));
+
+    let later = SystemTime::now() + Duration::from_secs(600);
+    let sched = c
+        .enqueue(
+            EnqueueRequest::new("q", "report")
+                .unwrap()
+                .with_scheduled_at(later),
+        )
+        .await
+        .unwrap();
+    let s = state(&mut admin, &sched.job_id).await;
+    assert_eq!(s.state, st(apb::JobState::Scheduled));
+    assert!(s.scheduled_at.is_some());
+
+    let ack = c
+        .enqueue(
+            EnqueueRequest::new("q", "email")
+                .unwrap()
+                .with_idempotency_key("k1")
+                .with_max_attempts(2),
+        )
+        .await
+        .unwrap();
+    let s = state(&mut admin, &ack.job_id).await;
+    assert_eq!(s.state, st(apb::JobState::Ready));
+    assert_eq!((s.queue.as_str(), s.job_type.as_str()), ("q", "email"));
+    assert_eq!(s.idempotency_key.as_deref(), Some("k1"));
+
+    let j = c
+        .reserve(ReserveOptions::new(["q"], Duration::from_secs(30)).with_worker_id("w-1"))
+        .await
+        .unwrap()
+        .remove(0);
+    let s = state(&mut admin, &j.id).await;
+    assert_eq!(s.state, st(apb::JobState::InFlight));
+    assert_eq!(s.attempt, 1);
+    assert_eq!(s.worker_id.as_deref(), Some("w-1"));
+    assert!(s.lease_expires_at.is_some());
+
+    c.nack(
+        &j.id,
+        1,
+        NackRetry::Delay(Duration::from_secs(60)),
+        Some("flaky".into()),
+    )
+    .await
+    .unwrap();
+    let s = state(&mut admin, &j.id).await;
+    assert_eq!(s.state, st(apb::JobState::Scheduled));
+    assert_eq!(s.last_reason.as_deref(), Some("flaky"));
+
+    // Acked: a keyed job leaves a tombstone, so the id a dedup hit returns can be looked up.
+    let k2 = c
+        .enqueue(
+            EnqueueRequest::new("done", "t")
+                .unwrap()
+                .with_idempotency_key("k2"),
+        )
+        .await
+        .unwrap();
+    let j2 = reserve(&c, "done", 30_000).await;
+    c.ack(&j2.id, 1).await.unwrap();
+    let s = state(&mut admin, &k2.job_id).await;
+    assert_eq!(s.state, st(apb::JobState::Completed));
+    assert_eq!(s.job_type, "t");
+    assert!(s.finished_at.is_some());
+    // An unkeyed job leaves nothing behind.
+    let plain = c
+        .enqueue(EnqueueRequest::new("done", "t").unwrap())
+        .await
+        .unwrap();
+    let j3 = reserve(&c, "done", 30_000).await;
+    assert_eq!(j3.id, plain.job_id);
+    c.ack(&j3.id, 1).await.unwrap();
+    assert_eq!(
+        state(&mut admin, &plain.job_id).await.state,
+        st(apb::JobState::Unknown)
+    );
+
+    let dl = c
+        .enqueue(EnqueueRequest::new("dead", "t").unwrap())
+        .await
+        .unwrap();
+    let j4 = reserve(&c, "dead", 30_000).await;
+    c.nack(&j4.id, 1, NackRetry::DeadLetter, Some("nope".into()))
+        .await
+        .unwrap();
+    let s = state(&mut admin, &dl.job_id).await;
+    assert_eq!(s.state, st(apb::JobState::DeadLettered));
+    assert_eq!(
+        s.dead_letter_cause,
+        sepp_proto::v1::DeadLetterCause::Rejected as i32
+    );
+    assert_eq!(s.last_reason.as_deref(), Some("nope"));
+}
+
+#[tokio::test]
+async fn key_lookup_names_the_job_and_expiry() {
+    let server = TestServer::start(|c| c.storage.dedup_window_ms = 60_000).await;
+    let c = server.client().await;
+    let mut admin = server.admin().await;
+    let ack = c
+        .enqueue(
+            EnqueueRequest::new("q", "t")
+                .unwrap()
+                .with_idempotency_key("order-1"),
+        )
+        .await
+        .unwrap();
+    let found = admin
+        .lookup_idempotency_key(apb::LookupIdempotencyKeyRequest {
+            queue: "q".into(),
+            idempotency_key: "order-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(found.found);
+    assert_eq!(found.job_id, ack.job_id);
+    let (c_at, e_at) = (found.created_at.unwrap(), found.expires_at.unwrap());
+    assert_eq!(e_at.seconds - c_at.seconds, 60);
+    let missing = admin
+        .lookup_idempotency_key(apb::LookupIdempotencyKeyRequest {
+            queue: "other".into(),
+            idempotency_key: "order-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!missing.found);
+}
+
+async fn make_dead(c: &SeppClient, queue: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        c.enqueue(
+            EnqueueRequest::new(queue, "t")
+                .unwrap()
+                .with_idempotency_key(format!("{queue}-{i}")),
+        )
+        .await
+        .unwrap();
+        let j = reserve(c, queue, 30_000).await;
+        c.nack(&j.id, 1, NackRetry::DeadLetter, None).await.unwrap();
+        ids.push(j.id);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    ids
+}
+
+#[tokio::test]
+async fn dead_letters_can_be_listed_in_pages_requeued_and_deleted() {
+    let server = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
+    let c = server.client().await;
+    let mut admin = server.admin().await;
+    let ids = make_dead(&c, "q", 5).await;
+
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = admin
+            .list_dead_letters(apb::ListDeadLettersRequest {
+                queue: Some("q".into()),
+                page_size: Some(2),
+                page_token: token.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.records.len() <= 2);
+        seen.extend(page.records.into_iter().map(|r| r.job.unwrap().id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen, ids);
+    // Listing removed nothing.
+    let stats = admin
+        .get_queue_stats(apb::GetQueueStatsRequest { queue: "q".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.dead_lettered, 5);
+
+    let deleted = admin
+        .delete_dead_letters(apb::DeleteDeadLettersRequest {
+            selector: Some(apb::DeadLetterSelector {
+                job_ids: vec![ids[0].clone()],
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_ids;
+    assert_eq!(deleted, vec![ids[0].clone()]);
+    let requeued = admin
+        .requeue_dead_letters(apb::RequeueDeadLettersRequest {
+            selector: Some(apb::DeadLetterSelector {
+                queue: Some("q".into()),
+                max: Some(2),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_ids;
+    assert_eq!(requeued, ids[1..3].to_vec());
+    let stats = admin
+        .get_queue_stats(apb::GetQueueStatsRequest { queue: "q".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((stats.ready, stats.dead_lettered), (2, 2));
+    let j = reserve(&c, "q", 30_000).await;
+    assert_eq!(j.id, ids[1]);
+    assert_eq!(j.attempt, 1);
+    // A bad selector is refused.
+    let e = admin
+        .requeue_dead_letters(apb::RequeueDeadLettersRequest {
+            selector: Some(apb::DeadLetterSelector {
+                max: Some(0),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn a_paused_queue_accepts_enqueues_but_hands_out_nothing_until_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir, |_| {}).await;
+    let c = server.client().await;
+    let mut admin = server.admin().await;
+    admin
+        .pause_queue(apb::PauseQueueRequest { queue: "q".into() })
+        .await
+        .unwrap();
+    c.enqueue(EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .unwrap();
+    let none = c
+        .reserve(ReserveOptions::new(["q"], Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    // The pause survives a restart.
+    let dir = server.stop().await;
+    let server = TestServer::start_in(dir, |_| {}).await;
+    let c = server.client().await;
+    let mut admin = server.admin().await;
+    let stats = admin
+        .get_queue_stats(apb::GetQueueStatsRequest { queue: "q".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stats.paused);
+    assert_eq!(stats.ready, 1);
+    // A waiting reserve is woken by the resume.
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.reserve(
+                ReserveOptions::new(["q"], Duration::from_secs(30))
+                    .with_wait_timeout(Duration::from_secs(10)),
+            )
+            .await
+            .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    admin
+        .resume_queue(apb::ResumeQueueRequest { queue: "q".into() })
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1);
+}
+
+#[tokio::test]
+async fn expired_dedup_records_are_swept_and_their_count_returns_to_zero() {
+    let server = TestServer::start(|c| {
+        c.queues.push(QueueConfig {
+            name: "brief".into(),
+            dedup_window_ms: Some(500),
+            ..Default::default()
+        });
+    })
+    .await;
+    let c = server.client().await;
+    let mut admin = server.admin().await;
+    for i in 0..300 {
+        c.enqueue(
+            EnqueueRequest::new("brief", "t")
+                .unwrap()
+                .with_idempotency_key(format!("k{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    let count = |admin: &mut AdminServiceClient<Channel>| {
+        let mut admin = admin.clone();
+        async move {
+            admin
+                .get_queue_stats(apb::GetQueueStatsRequest {
+                    queue: "brief".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .dedup_records
+        }
+    };
+    assert!(count(&mut admin).await > 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if count(&mut admin).await == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "records were not swept"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And a key whose record expired starts a fresh job.
+    let fresh = c
+        .enqueue(
+            EnqueueRequest::new("brief", "t")
+                .unwrap()
+                .with_idempotency_key("k1"),
+        )
+        .await
+        .unwrap();
+    assert!(!fresh.deduplicated);
+}
+
+#[tokio::test]
+async fn the_admin_service_honours_api_keys() {
+    let server = TestServer::start(|c| {
+        c.auth.api_keys = Some(vec![sepp_server::config::ApiKey {
+            name: "ops".into(),
+            key: "k".into(),
+        }]);
+    })
+    .await;
+    let mut admin = server.admin().await;
+    let e = admin
+        .get_queue_stats(apb::GetQueueStatsRequest { queue: "q".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+}
