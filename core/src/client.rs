@@ -9,6 +9,7 @@ use crate::job::{
 };
 use crate::request::{EnqueueRequest, NackRetry, ReserveOptions};
 use crate::retry::{RetryClass, RetryPolicy, is_retryable};
+use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::queue_service_client::QueueServiceClient;
 use std::future::Future;
@@ -126,12 +127,16 @@ impl SeppClientBuilder {
             ),
             None => None,
         };
+        let admin = AdminServiceClient::new(channel.clone())
+            .max_decoding_message_size(self.max_receive_bytes)
+            .max_encoding_message_size(usize::MAX);
         let grpc = QueueServiceClient::new(channel.clone())
             .max_decoding_message_size(self.max_receive_bytes)
             .max_encoding_message_size(usize::MAX);
         Ok(SeppClient {
             inner: Arc::new(Inner {
                 grpc,
+                admin,
                 channel,
                 api_key,
                 rpc_timeout: self.rpc_timeout,
@@ -212,8 +217,9 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-struct Inner {
-    grpc: QueueServiceClient<Channel>,
+pub(crate) struct Inner {
+    pub(crate) grpc: QueueServiceClient<Channel>,
+    pub(crate) admin: AdminServiceClient<Channel>,
     channel: Channel,
     api_key: Option<MetadataValue<Ascii>>,
     rpc_timeout: Option<Duration>,
@@ -230,7 +236,7 @@ struct Inner {
 /// called from many tasks at once.
 #[derive(Clone)]
 pub struct SeppClient {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for SeppClient {
@@ -285,7 +291,7 @@ impl SeppClient {
         self.inner.max_key_bytes.load(Ordering::Relaxed)
     }
 
-    fn request<T>(&self, msg: T, extra: Option<Duration>) -> tonic::Request<T> {
+    pub(crate) fn request<T>(&self, msg: T, extra: Option<Duration>) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         if let Some(k) = &self.inner.api_key {
             req.metadata_mut().insert("authorization", k.clone());
@@ -296,16 +302,31 @@ impl SeppClient {
         req
     }
 
-    /// Runs `call` with the retry policy for `class`.
+    /// Runs `call` on the queue service with the retry policy for `class`.
     async fn call<T, F, Fut>(&self, class: RetryClass, mut call: F) -> Result<T, tonic::Status>
     where
         F: FnMut(QueueServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.with_retries(class, || call(self.inner.grpc.clone()))
+            .await
+    }
+
+    /// Runs `attempt` until it succeeds, the error is not retryable under `class`, or the
+    /// retry policy (if any) gives up.
+    pub(crate) async fn with_retries<T, F, Fut>(
+        &self,
+        class: RetryClass,
+        mut attempt: F,
+    ) -> Result<T, tonic::Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let mut tries = 0u32;
         loop {
             tries += 1;
-            match call(self.inner.grpc.clone()).await {
+            match attempt().await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => {
                     let Some(p) = &self.inner.retry else {

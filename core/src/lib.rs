@@ -5,10 +5,11 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`client`] | [`SeppClient`](client::SeppClient): connect, enqueue, reserve, ack, nack, extend, ... |
+//! | [`admin`] | operator calls: job and key lookup, dead-letter repair, pause/resume, stats |
+//! | [`client`] | [`SeppClient`]: connect, enqueue, reserve, ack, nack, extend, ... |
 //! | [`request`] | [`EnqueueRequest`] and its validation, [`ReserveOptions`], [`NackRetry`] |
 //! | [`job`] | what the server returns: [`EnqueueAck`], [`Job`], dead letters, server info |
-//! | [`retry`] | [`RetryPolicy`](retry::RetryPolicy): what is retried, only when safe |
+//! | [`retry`] | [`RetryPolicy`]: what is retried, only when safe |
 //! | [`error`] | per-operation errors, [`Rejection`], stable [`ErrorCode`]s |
 //!
 //! # Quickstart
@@ -28,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admin;
 pub mod client;
 pub mod error;
 pub mod job;

@@ -155,12 +155,12 @@ impl EnqueueRequest {
                 "idempotency_key is empty: omit it, or send 1 or more bytes",
             ));
         }
-        if let Some(p) = self.priority {
-            if p > 9 {
-                return Err(Rejection::invalid(format!(
-                    "priority is {p}: allowed 0 (lowest) to 9 (highest)"
-                )));
-            }
+        if let Some(p) = self.priority
+            && p > 9
+        {
+            return Err(Rejection::invalid(format!(
+                "priority is {p}: allowed 0 (lowest) to 9 (highest)"
+            )));
         }
         if self.max_attempts == Some(0) {
             return Err(Rejection::invalid("max_attempts is 0: must be at least 1"));
@@ -168,10 +168,10 @@ impl EnqueueRequest {
         if self.custom.keys().any(String::is_empty) {
             return Err(Rejection::invalid("custom has an empty key"));
         }
-        if let Some(t) = &self.trace_context {
-            if t.traceparent.is_empty() {
-                return Err(Rejection::invalid("trace_context.traceparent is empty"));
-            }
+        if let Some(t) = &self.trace_context
+            && t.traceparent.is_empty()
+        {
+            return Err(Rejection::invalid("trace_context.traceparent is empty"));
         }
         Ok(())
     }
@@ -182,13 +182,13 @@ impl EnqueueRequest {
     /// [`Rejection::InvalidRequest`] or [`Rejection::IdempotencyKeyTooLong`].
     pub fn check(&self, max_key_bytes: u32) -> Result<(), Rejection> {
         self.validate()?;
-        if let Some(k) = &self.idempotency_key {
-            if k.len() > max_key_bytes as usize {
-                return Err(Rejection::IdempotencyKeyTooLong {
-                    limit: max_key_bytes,
-                    actual: k.len() as u64,
-                });
-            }
+        if let Some(k) = &self.idempotency_key
+            && k.len() > max_key_bytes as usize
+        {
+            return Err(Rejection::IdempotencyKeyTooLong {
+                limit: max_key_bytes,
+                actual: k.len() as u64,
+            });
         }
         Ok(())
     }

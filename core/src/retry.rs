@@ -99,15 +99,15 @@ pub(crate) fn is_retryable(class: RetryClass, status: &tonic::Status) -> bool {
 fn never_sent(status: &tonic::Status) -> bool {
     let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(e) = src {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
                 io.kind(),
                 std::io::ErrorKind::ConnectionRefused
                     | std::io::ErrorKind::AddrNotAvailable
                     | std::io::ErrorKind::NotFound
-            ) {
-                return true;
-            }
+            )
+        {
+            return true;
         }
         let text = e.to_string();
         if text.contains("error trying to connect") || text.contains("tcp connect error") {

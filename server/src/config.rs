@@ -514,13 +514,13 @@ fn validate_policy(
     max_message_bytes: u64,
 ) -> Result<(), ConfigError> {
     let k = |name: &str| format!("{at}{name}");
-    if let Some(types) = &p.allowed_job_types {
-        if types.is_empty() {
-            return Err(ConfigError(format!(
-                "config key {} is an empty list: leave it unset to allow every job type",
-                k("allowed_job_types")
-            )));
-        }
+    if let Some(types) = &p.allowed_job_types
+        && types.is_empty()
+    {
+        return Err(ConfigError(format!(
+            "config key {} is an empty list: leave it unset to allow every job type",
+            k("allowed_job_types")
+        )));
     }
     range(window_key, p.dedup_window_ms, 1, 3650 * DAY_MS)?;
     range(
@@ -680,6 +680,7 @@ fn parse_env_value(raw: &str) -> toml::Value {
 pub const EXAMPLE: &str = include_str!("config_example.toml");
 
 #[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
 

@@ -44,8 +44,10 @@ fn config_example_matches_the_compiled_defaults() {
     let parsed = sepp_server::config::Config::from_toml_with_env(&out, &[])
         .expect("the example parses")
         .config;
-    let mut expected = sepp_server::config::Config::default();
-    expected.queues = parsed.queues.clone();
+    let expected = sepp_server::config::Config {
+        queues: parsed.queues.clone(),
+        ..Default::default()
+    };
     assert_eq!(parsed, expected);
 }
 

@@ -1,8 +1,8 @@
 //! The gRPC edge: the only module that names tonic or prost. Handlers convert, call one
-//! [`crate::queue::Queue`] method and map the error; no policy lives here.
+//! `crate::queue::Queue` method and map the error; no policy lives here.
 //!
-//! - [`queue_service`]: `sepp.v1.QueueService`.
-//! - [`admin_service`]: `sepp.admin.v1.AdminService` (inspection and repair).
+//! - `queue_service`: `sepp.v1.QueueService`.
+//! - `admin_service`: `sepp.admin.v1.AdminService` (inspection and repair).
 //! - `grpc.health.v1.Health` (unauthenticated, for probes) and gRPC server reflection (v1 and
 //!   v1alpha, behind the API keys like the sepp services).
 

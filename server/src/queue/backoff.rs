@@ -40,6 +40,7 @@ fn jitter(id: JobId, attempt: u32, max: u64) -> u64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
     use crate::config::Config;

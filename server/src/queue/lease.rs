@@ -17,6 +17,7 @@ pub fn clamp_lease_ms<'a>(
 }
 
 #[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
     use crate::config::{Config, QueueConfig};

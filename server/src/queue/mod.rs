@@ -305,12 +305,12 @@ impl Queue {
         reason: Option<String>,
     ) -> Result<bool, QueueError> {
         let id = Self::parse_id(job_id)?;
-        if let NackStrategy::Delay(ms) = strategy {
-            if ms < 0 {
-                return Err(QueueError::InvalidArgument(format!(
-                    "retry.delay is {ms} ms: it must not be negative"
-                )));
-            }
+        if let NackStrategy::Delay(ms) = strategy
+            && ms < 0
+        {
+            return Err(QueueError::InvalidArgument(format!(
+                "retry.delay is {ms} ms: it must not be negative"
+            )));
         }
         let now = now_ms();
         let Some(f) = self.store.in_flight(id).await? else {

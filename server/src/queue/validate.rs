@@ -41,13 +41,13 @@ pub fn validate_job(
         });
     }
     let policy = limits.policy(&input.queue);
-    if let Some(allowed) = &policy.allowed_job_types {
-        if !allowed.iter().any(|t| *t == input.job_type) {
-            return Err(Rejection::JobTypeNotAllowed {
-                job_type: input.job_type,
-                allowed: allowed.clone(),
-            });
-        }
+    if let Some(allowed) = &policy.allowed_job_types
+        && !allowed.contains(&input.job_type)
+    {
+        return Err(Rejection::JobTypeNotAllowed {
+            job_type: input.job_type,
+            allowed: allowed.clone(),
+        });
     }
     if let Some(key) = &input.idempotency_key {
         dedup::check_key_length(key, limits.max_idempotency_key_bytes)?;
@@ -59,13 +59,13 @@ pub fn validate_job(
                 actual: p.data.len() as u64,
             });
         }
-        if let Some(allowed) = &policy.allowed_encodings {
-            if !allowed.iter().any(|e| *e == p.encoding) {
-                return Err(Rejection::EncodingNotAllowed {
-                    encoding: p.encoding.clone(),
-                    allowed: allowed.clone(),
-                });
-            }
+        if let Some(allowed) = &policy.allowed_encodings
+            && !allowed.contains(&p.encoding)
+        {
+            return Err(Rejection::EncodingNotAllowed {
+                encoding: p.encoding.clone(),
+                allowed: allowed.clone(),
+            });
         }
     }
     if input.custom.len() > policy.max_custom_entries as usize {
@@ -155,20 +155,20 @@ fn check_structure(input: &EnqueueInput) -> Result<(), Rejection> {
     if let Some(key) = &input.idempotency_key {
         dedup::check_key_present(key)?;
     }
-    if let Some(p) = input.priority {
-        if p > 9 {
-            return Err(Rejection::invalid(format!(
-                "priority is {p}: allowed 0 (lowest) to 9 (highest)"
-            )));
-        }
+    if let Some(p) = input.priority
+        && p > 9
+    {
+        return Err(Rejection::invalid(format!(
+            "priority is {p}: allowed 0 (lowest) to 9 (highest)"
+        )));
     }
     if input.max_attempts == Some(0) {
         return Err(Rejection::invalid("max_attempts is 0: must be at least 1"));
     }
-    if let Some(t) = &input.trace_context {
-        if t.traceparent.is_empty() {
-            return Err(Rejection::invalid("trace_context.traceparent is empty"));
-        }
+    if let Some(t) = &input.trace_context
+        && t.traceparent.is_empty()
+    {
+        return Err(Rejection::invalid("trace_context.traceparent is empty"));
     }
     for (k, v) in &input.custom {
         if k.is_empty() {
@@ -184,6 +184,7 @@ fn check_structure(input: &EnqueueInput) -> Result<(), Rejection> {
 }
 
 #[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
     use crate::config::{Config, QueueConfig};

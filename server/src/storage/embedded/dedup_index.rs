@@ -52,12 +52,12 @@ impl DedupIndex {
             return false;
         };
         self.by_expiry.remove(&(e.expires_at, k.clone()));
-        if let Some((q, _)) = split_record_key(&k) {
-            if let Some(n) = self.per_queue.get_mut(q) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    self.per_queue.remove(q);
-                }
+        if let Some((q, _)) = split_record_key(&k)
+            && let Some(n) = self.per_queue.get_mut(q)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_queue.remove(q);
             }
         }
         true

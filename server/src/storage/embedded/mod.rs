@@ -1,11 +1,11 @@
 //! The embedded backend, the default: fjall on local disk, no external service.
 //!
-//! Layout: an in-memory index of every job's small [`codec::Meta`] record ([`job_index`]) and of
-//! the dedup records ([`dedup_index`]), mirrored on disk in fjall keyspaces ([`codec`] lists
+//! Layout: an in-memory index of every job's small `codec::Meta` record (`job_index`) and of
+//! the dedup records (`dedup_index`), mirrored on disk in fjall keyspaces (`codec` lists
 //! them); payloads live only on disk. Every transition takes the state lock, checks and changes
-//! the index, appends its writes to the group-commit batch ([`group_commit`]) and releases the
+//! the index, appends its writes to the group-commit batch (`group_commit`) and releases the
 //! lock; it then waits, without the lock, until its batch is durable. Recovery
-//! ([`recovery`]) rebuilds the index from the `meta` and `dedup` keyspaces.
+//! (`recovery`) rebuilds the index from the `meta` and `dedup` keyspaces.
 //!
 //! Why fjall: see `docs/storage-engine.md` (an LSM journal turns our small appends into
 //! sequential writes, and one journal fsync covers a whole batch across keyspaces).

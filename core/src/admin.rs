@@ -1,0 +1,362 @@
+//! The operator calls of `sepp.admin.v1` (sepp servers only; a server without them answers
+//! [`ErrorCode::Unsupported`]): job inspection, idempotency-key lookup, non-destructive
+//! dead-letter listing, requeue and delete, pause/resume, queue stats.
+
+use crate::client::SeppClient;
+use crate::error::ClientError;
+#[allow(unused_imports)]
+use crate::error::ErrorCode;
+use crate::job::{DeadLetterCause, DeadLetterRecord, proto_to_system_time};
+use crate::retry::RetryClass;
+use sepp_proto::admin::v1 as pb;
+use sepp_proto::prost_types;
+use std::time::SystemTime;
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Not known: never existed, or finished and forgotten.
+    Unknown,
+    /// Waiting for its scheduled time or a retry delay.
+    Scheduled,
+    /// Ready to be reserved.
+    Ready,
+    /// Leased to a worker.
+    InFlight,
+    /// Dead-lettered.
+    DeadLettered,
+    /// Acked (a tombstone kept while its idempotency key's dedup record lives).
+    Completed,
+}
+
+impl JobState {
+    fn from_proto(v: i32) -> Self {
+        match pb::JobState::try_from(v) {
+            Ok(pb::JobState::Scheduled) => JobState::Scheduled,
+            Ok(pb::JobState::Ready) => JobState::Ready,
+            Ok(pb::JobState::InFlight) => JobState::InFlight,
+            Ok(pb::JobState::DeadLettered) => JobState::DeadLettered,
+            Ok(pb::JobState::Completed) => JobState::Completed,
+            _ => JobState::Unknown,
+        }
+    }
+}
+
+/// What the server knows about one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobInfo {
+    /// The id asked about.
+    pub job_id: String,
+    /// Where it is.
+    pub state: JobState,
+    /// Its queue (empty when unknown).
+    pub queue: String,
+    /// Its type.
+    pub job_type: String,
+    /// The attempt in flight or the last one made (0 before the first delivery).
+    pub attempt: u32,
+    /// Deliveries allowed.
+    pub max_attempts: u32,
+    /// 0–9.
+    pub priority: u32,
+    /// When it was enqueued.
+    pub enqueued_at: Option<SystemTime>,
+    /// When it becomes ready, while scheduled.
+    pub scheduled_at: Option<SystemTime>,
+    /// When its lease ends, while in flight.
+    pub lease_expires_at: Option<SystemTime>,
+    /// The reason of its last nack.
+    pub last_reason: Option<String>,
+    /// When it was acked or dead-lettered.
+    pub finished_at: Option<SystemTime>,
+    /// Why it was dead-lettered.
+    pub dead_letter_cause: Option<DeadLetterCause>,
+    /// Its idempotency key, while its body is kept.
+    pub idempotency_key: Option<String>,
+    /// The worker label of its current lease.
+    pub worker_id: Option<String>,
+}
+
+/// A live dedup record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    /// The job the key names.
+    pub job_id: String,
+    /// When the record was written (the first accepted enqueue).
+    pub created_at: Option<SystemTime>,
+    /// When it stops deduplicating.
+    pub expires_at: Option<SystemTime>,
+}
+
+/// One page of dead letters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterPage {
+    /// Records, oldest first.
+    pub records: Vec<DeadLetterRecord>,
+    /// Pass to the next call to continue; `None` on the last page.
+    pub next_page_token: Option<String>,
+}
+
+/// Which dead letters a requeue or delete applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetterSelector {
+    /// Exactly these jobs (ids that are not dead letters are skipped).
+    Ids(Vec<String>),
+    /// The oldest `max` (at least 1) of one queue, or of all.
+    Oldest {
+        /// One queue, or all.
+        queue: Option<String>,
+        /// How many.
+        max: u32,
+    },
+}
+
+impl DeadLetterSelector {
+    fn to_proto(&self) -> pb::DeadLetterSelector {
+        match self {
+            DeadLetterSelector::Ids(ids) => pb::DeadLetterSelector {
+                job_ids: ids.clone(),
+                ..Default::default()
+            },
+            DeadLetterSelector::Oldest { queue, max } => pb::DeadLetterSelector {
+                job_ids: vec![],
+                queue: queue.clone(),
+                max: Some(*max),
+            },
+        }
+    }
+}
+
+/// A queue's job counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Ready jobs.
+    pub ready: u64,
+    /// Scheduled jobs (including retry delays).
+    pub scheduled: u64,
+    /// Leased jobs.
+    pub in_flight: u64,
+    /// Dead letters kept.
+    pub dead_lettered: u64,
+    /// Dedup records.
+    pub dedup_records: u64,
+    /// Whether Reserve skips the queue.
+    pub paused: bool,
+}
+
+fn ts(t: Option<&prost_types::Timestamp>) -> Option<SystemTime> {
+    t.map(proto_to_system_time)
+}
+
+impl SeppClient {
+    async fn admin_call<T, F, Fut>(&self, class: RetryClass, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(
+            sepp_proto::admin::v1::admin_service_client::AdminServiceClient<
+                tonic::transport::Channel,
+            >,
+        ) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.with_retries(class, || call(self.inner.admin.clone()))
+            .await
+            .map_err(|s| ClientError::from_status(&s, false))
+    }
+
+    /// Everything the server knows about job `job_id` ([`JobState::Unknown`] if nothing).
+    ///
+    /// # Errors
+    /// [`ClientError`] for transport, auth and server failures; [`ErrorCode::Unsupported`]
+    /// from a server without the admin service.
+    pub async fn get_job(&self, job_id: &str) -> Result<JobInfo, ClientError> {
+        let msg = pb::GetJobRequest {
+            job_id: job_id.to_string(),
+        };
+        let r = self
+            .admin_call(RetryClass::Read, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.get_job(req).await }
+            })
+            .await?;
+        let j = r.job.unwrap_or_default();
+        Ok(JobInfo {
+            job_id: if j.job_id.is_empty() {
+                job_id.to_string()
+            } else {
+                j.job_id
+            },
+            state: JobState::from_proto(j.state),
+            queue: j.queue,
+            job_type: j.job_type,
+            attempt: j.attempt,
+            max_attempts: j.max_attempts,
+            priority: j.priority,
+            enqueued_at: ts(j.enqueued_at.as_ref()),
+            scheduled_at: ts(j.scheduled_at.as_ref()),
+            lease_expires_at: ts(j.lease_expires_at.as_ref()),
+            last_reason: j.last_reason,
+            finished_at: ts(j.finished_at.as_ref()),
+            dead_letter_cause: (j.dead_letter_cause != 0)
+                .then(|| DeadLetterCause::from_proto(j.dead_letter_cause)),
+            idempotency_key: j.idempotency_key,
+            worker_id: j.worker_id,
+        })
+    }
+
+    /// The live dedup record of `key` on `queue`, or `None`.
+    ///
+    /// # Errors
+    /// As [`SeppClient::get_job`]; [`ErrorCode::InvalidArgument`] for an empty queue or key.
+    pub async fn lookup_idempotency_key(
+        &self,
+        queue: &str,
+        key: &str,
+    ) -> Result<Option<KeyRecord>, ClientError> {
+        let msg = pb::LookupIdempotencyKeyRequest {
+            queue: queue.to_string(),
+            idempotency_key: key.to_string(),
+        };
+        let r = self
+            .admin_call(RetryClass::Read, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.lookup_idempotency_key(req).await }
+            })
+            .await?;
+        Ok(r.found.then(|| KeyRecord {
+            job_id: r.job_id,
+            created_at: ts(r.created_at.as_ref()),
+            expires_at: ts(r.expires_at.as_ref()),
+        }))
+    }
+
+    /// One page (default 100, at most 1000 records) of dead letters, oldest first, without
+    /// removing them. Pass the returned token back for the next page.
+    ///
+    /// # Errors
+    /// As [`SeppClient::get_job`]; [`ErrorCode::InvalidArgument`] for `page_size = 0` or a
+    /// token the server did not issue.
+    pub async fn list_dead_letters(
+        &self,
+        queue: Option<&str>,
+        page_size: Option<u32>,
+        page_token: Option<&str>,
+    ) -> Result<DeadLetterPage, ClientError> {
+        let msg = pb::ListDeadLettersRequest {
+            queue: queue.map(str::to_string),
+            page_size,
+            page_token: page_token.unwrap_or_default().to_string(),
+        };
+        let r = self
+            .admin_call(RetryClass::Read, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.list_dead_letters(req).await }
+            })
+            .await?;
+        Ok(DeadLetterPage {
+            records: r
+                .records
+                .into_iter()
+                .map(DeadLetterRecord::from_proto)
+                .collect(),
+            next_page_token: (!r.next_page_token.is_empty()).then_some(r.next_page_token),
+        })
+    }
+
+    /// Puts the selected dead letters back on their queues (same id, attempt 1, enqueued
+    /// now; their idempotency keys still name them). Returns the ids requeued. Never retried
+    /// automatically.
+    ///
+    /// # Errors
+    /// As [`SeppClient::get_job`]; [`ErrorCode::InvalidArgument`] for `max = 0`.
+    pub async fn requeue_dead_letters(
+        &self,
+        selector: &DeadLetterSelector,
+    ) -> Result<Vec<String>, ClientError> {
+        let msg = pb::RequeueDeadLettersRequest {
+            selector: Some(selector.to_proto()),
+        };
+        let r = self
+            .admin_call(RetryClass::Never, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.requeue_dead_letters(req).await }
+            })
+            .await?;
+        Ok(r.job_ids)
+    }
+
+    /// Deletes the selected dead letters for good. Returns the ids deleted.
+    ///
+    /// # Errors
+    /// As [`SeppClient::requeue_dead_letters`].
+    pub async fn delete_dead_letters(
+        &self,
+        selector: &DeadLetterSelector,
+    ) -> Result<Vec<String>, ClientError> {
+        let msg = pb::DeleteDeadLettersRequest {
+            selector: Some(selector.to_proto()),
+        };
+        let r = self
+            .admin_call(RetryClass::Never, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.delete_dead_letters(req).await }
+            })
+            .await?;
+        Ok(r.job_ids)
+    }
+
+    /// Pauses `queue`: Reserve skips it, enqueues are still accepted. Survives restarts.
+    ///
+    /// # Errors
+    /// As [`SeppClient::get_job`].
+    pub async fn pause_queue(&self, queue: &str) -> Result<(), ClientError> {
+        let msg = pb::PauseQueueRequest {
+            queue: queue.to_string(),
+        };
+        self.admin_call(RetryClass::Read, |mut c| {
+            let req = self.request(msg.clone(), None);
+            async move { c.pause_queue(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Resumes a paused queue.
+    ///
+    /// # Errors
+    /// As [`SeppClient::get_job`].
+    pub async fn resume_queue(&self, queue: &str) -> Result<(), ClientError> {
+        let msg = pb::ResumeQueueRequest {
+            queue: queue.to_string(),
+        };
+        self.admin_call(RetryClass::Read, |mut c| {
+            let req = self.request(msg.clone(), None);
+            async move { c.resume_queue(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Counts of `queue`'s jobs by state.
+    ///
+    /// # Errors
+    /// As [`SeppClient::get_job`].
+    pub async fn get_queue_stats(&self, queue: &str) -> Result<QueueStats, ClientError> {
+        let msg = pb::GetQueueStatsRequest {
+            queue: queue.to_string(),
+        };
+        let r = self
+            .admin_call(RetryClass::Read, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.get_queue_stats(req).await }
+            })
+            .await?;
+        Ok(QueueStats {
+            ready: r.ready,
+            scheduled: r.scheduled,
+            in_flight: r.in_flight,
+            dead_lettered: r.dead_lettered,
+            dedup_records: r.dedup_records,
+            paused: r.paused,
+        })
+    }
+}
