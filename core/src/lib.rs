@@ -10,6 +10,8 @@
 //! | [`request`] | [`EnqueueRequest`] and its validation, [`ReserveOptions`], [`NackRetry`] |
 //! | [`job`] | what the server returns: [`EnqueueAck`], [`Job`], dead letters, server info |
 //! | [`retry`] | [`RetryPolicy`]: what is retried, only when safe |
+//! | [`engine`] | poll-and-complete engine under every worker: reserve batches, auto-extend, shutdown |
+//! | [`worker`] | the Rust [`Worker`](worker::Worker): handlers per job type, bounded concurrency |
 //! | [`error`] | per-operation errors, [`Rejection`], stable [`ErrorCode`]s |
 //!
 //! # Quickstart
@@ -31,10 +33,12 @@
 
 pub mod admin;
 pub mod client;
+pub mod engine;
 pub mod error;
 pub mod job;
 pub mod request;
 pub mod retry;
+pub mod worker;
 
 pub use client::SeppClient;
 pub use error::{
@@ -45,3 +49,4 @@ pub use job::{
 };
 pub use request::{EnqueueRequest, NackRetry, ReserveOptions};
 pub use retry::RetryPolicy;
+pub use worker::{HandlerError, JobCtx, Worker};

@@ -20,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod queue;
 pub mod storage;
+pub mod testing;
 
 use crate::config::Config;
 use crate::queue::Queue;

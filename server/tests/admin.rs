@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{Clients, TestServer};
 use sepp_proto::admin::v1 as apb;
 use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
 use sepp_rs::{EnqueueRequest, NackRetry, ReserveOptions, SeppClient};
@@ -274,7 +274,7 @@ async fn dead_letters_can_be_listed_in_pages_requeued_and_deleted() {
 
 #[tokio::test]
 async fn a_paused_queue_accepts_enqueues_but_hands_out_nothing_until_resumed() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::TempDir::new();
     let server = TestServer::start_in(dir, |_| {}).await;
     let c = server.client().await;
     let mut admin = server.admin().await;

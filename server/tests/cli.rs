@@ -110,7 +110,7 @@ fn an_unknown_environment_override_is_refused() {
     assert!(err.contains("limits.max_enqueue_batch = 0"), "{err}");
 }
 
-fn terminate(p: &ServerProcess) {
+fn terminate(p: &sepp_server::testing::ServerProcess) {
     let pid = p.child.id().to_string();
     assert!(
         Command::new("kill")

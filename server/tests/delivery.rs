@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{Clients, TestServer};
 use sepp_proto::v1 as pb;
 use sepp_rs::{EnqueueRequest, Job, LeaseError, NackRetry, ReserveOptions, SeppClient};
 use sepp_server::config::{QueueConfig, RetryBackoff};

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{Clients, TestServer};
 use sepp_proto::v1 as pb;
 use sepp_server::config::ApiKey;
 use tonic::Code;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{Clients, TestServer};
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::job_rejection::Reason;
 use sepp_server::config::QueueConfig;

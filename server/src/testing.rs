@@ -1,0 +1,190 @@
+//! Test support: a server running inside the test process, and the real binary as a child
+//! process. Used by this crate's tests, the client core's tests and the benchmarks.
+
+use crate::config::{Config, PersistMode};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// A fresh directory under the system temp dir, removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates `sepp-test-<pid>-<n>` under the system temp directory.
+    ///
+    /// # Panics
+    /// When the directory cannot be created.
+    pub fn new() -> Self {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "sepp-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).expect("create test directory");
+        TempDir(p)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Default for TempDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A server running inside the test process on `127.0.0.1:0`, with `persist_mode = buffer`
+/// unless the test says otherwise.
+pub struct TestServer {
+    /// The bound address.
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+    /// The data directory's parent.
+    pub dir: TempDir,
+}
+
+impl TestServer {
+    /// Starts a server with the default config changed by `tweak`, on a fresh directory.
+    pub async fn start(tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::start_in(TempDir::new(), tweak).await
+    }
+
+    /// Starts a server on `dir` (for restarts on the same data).
+    ///
+    /// # Panics
+    /// When the config is invalid or the port cannot be bound.
+    pub async fn start_in(dir: TempDir, tweak: impl FnOnce(&mut Config)) -> Self {
+        let mut config = Config::default();
+        config.server.listen_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.server.db_path = dir.path().join("data");
+        config.storage.persist_mode = PersistMode::Buffer;
+        tweak(&mut config);
+        config.validate().expect("test config is valid");
+        let listener = crate::bind(&config).await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            crate::serve(
+                listener,
+                config,
+                async {
+                    let _ = rx.await;
+                },
+                |_| {},
+            )
+            .await
+            .expect("server ran");
+        });
+        TestServer {
+            addr,
+            stop: Some(tx),
+            handle: Some(handle),
+            dir,
+        }
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops the server gracefully, waits for it and returns its directory.
+    ///
+    /// # Panics
+    /// When the server does not stop within 10 s.
+    pub async fn stop(mut self) -> TempDir {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            tokio::time::timeout(Duration::from_secs(10), h)
+                .await
+                .expect("server stopped within 10 s")
+                .expect("server task");
+        }
+        std::mem::take(&mut self.dir)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A `sepp` process started from a binary.
+pub struct ServerProcess {
+    /// The child.
+    pub child: Child,
+    /// The address from its readiness line.
+    pub addr: SocketAddr,
+}
+
+impl ServerProcess {
+    /// Starts `bin --config <dir>/sepp.toml` with `toml`, its listen address forced to
+    /// `127.0.0.1:0`, and waits for the readiness line `sepp listening on ADDR`.
+    ///
+    /// # Panics
+    /// When the process cannot start or prints something else first.
+    pub fn start(bin: &Path, dir: &Path, toml: &str) -> Self {
+        let cfg = dir.join("sepp.toml");
+        std::fs::write(&cfg, toml).expect("write config");
+        let mut child = Command::new(bin)
+            .arg("--config")
+            .arg(&cfg)
+            .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+            .env("SEPP_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sepp");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read readiness line");
+        let addr = line
+            .trim()
+            .strip_prefix("sepp listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("address");
+        ServerProcess { child, addr }
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
