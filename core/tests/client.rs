@@ -1,0 +1,170 @@
+//! Every client call against a real in-process server, and request validation without one.
+
+use sepp_rs::admin::{DeadLetterSelector, JobState};
+use sepp_rs::{
+    BatchError, EnqueueError, EnqueueRequest, ErrorCode, LeaseError, NackRetry, Rejection,
+    ReserveError, ReserveOptions, SeppClient,
+};
+use sepp_server::testing::TestServer;
+use std::time::{Duration, SystemTime};
+
+async fn setup() -> (TestServer, SeppClient) {
+    let server = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
+    let client = SeppClient::connect(server.url()).await.expect("connect");
+    (server, client)
+}
+
+#[tokio::test]
+async fn a_client_connected_to_nothing_still_validates_requests() {
+    let client = SeppClient::builder("127.0.0.1:9").connect_lazy().unwrap();
+    let long = EnqueueRequest::new("q", "t").unwrap().with_idempotency_key("a".repeat(257));
+    match client.enqueue(long).await {
+        Err(EnqueueError::Rejected(Rejection::IdempotencyKeyTooLong { limit, actual })) => {
+            assert_eq!((limit, actual), (256, 257));
+        }
+        other => panic!("expected IdempotencyKeyTooLong, got {other:?}"),
+    }
+    let empty = EnqueueRequest::new("q", "t").unwrap().with_idempotency_key("");
+    assert!(matches!(
+        client.enqueue(empty).await,
+        Err(EnqueueError::Rejected(Rejection::InvalidRequest { .. }))
+    ));
+    let prio = EnqueueRequest::new("q", "t").unwrap().with_priority(10);
+    assert_eq!(client.enqueue(prio).await.unwrap_err().code(), ErrorCode::InvalidRequest);
+    assert!(matches!(
+        client.reserve(ReserveOptions::new(Vec::<String>::new(), Duration::from_secs(1))).await,
+        Err(ReserveError::Invalid(_))
+    ));
+    assert!(matches!(
+        client.reserve(ReserveOptions::new(["q"], Duration::ZERO)).await,
+        Err(ReserveError::Invalid(_))
+    ));
+    assert!(matches!(client.enqueue_batch(vec![]).await, Err(BatchError::Invalid(_))));
+    assert!(matches!(
+        client.extend("x", 1, Duration::ZERO).await,
+        Err(LeaseError::Invalid(_))
+    ));
+    // And a real call reports the transport.
+    let err = client.enqueue(EnqueueRequest::new("q", "t").unwrap()).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Transport);
+}
+
+#[tokio::test]
+async fn every_queue_call_round_trips() {
+    let (_server, c) = setup().await;
+    let info = c.get_server_info().await.unwrap();
+    assert_eq!(info.supported_protocol_versions, vec!["v1"]);
+    assert_eq!(info.dedup_window, Some(Duration::from_secs(86_400)));
+
+    let req = EnqueueRequest::new("q", "email")
+        .unwrap()
+        .with_payload(b"{\"to\":\"a@b\"}".to_vec(), "application/json")
+        .with_priority(7)
+        .with_max_attempts(4)
+        .with_custom_entry("tenant", "acme")
+        .with_custom_entry("big", i64::MAX)
+        .with_custom_entry("ratio", 0.5)
+        .with_custom_entry("vip", true)
+        .with_trace_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None)
+        .with_idempotency_key("order-1");
+    let ack = c.enqueue(req.clone()).await.unwrap();
+    assert!(!ack.deduplicated);
+    assert!(c.enqueue(req).await.unwrap().deduplicated);
+
+    let batch = c
+        .enqueue_batch(vec![
+            EnqueueRequest::new("q", "t").unwrap(),
+            EnqueueRequest::new("q", "t").unwrap().with_idempotency_key(""),
+        ])
+        .await
+        .unwrap();
+    assert!(batch[0].is_ok());
+    assert!(matches!(batch[1], Err(Rejection::InvalidRequest { .. })));
+    let atomic = c
+        .enqueue_atomic(vec![
+            EnqueueRequest::new("q", "t").unwrap(),
+            EnqueueRequest::new("q", "t").unwrap().with_priority(12),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(atomic.unwrap_err()[0].0, 1);
+
+    let jobs = c
+        .reserve(ReserveOptions::new(["q"], Duration::from_secs(30)).with_max_jobs(10))
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 2);
+    let j = &jobs[0];
+    assert_eq!(j.id, ack.job_id);
+    assert_eq!(j.priority, 7);
+    assert_eq!(j.max_attempts, 4);
+    assert_eq!(j.payload.as_ref().unwrap().encoding, "application/json");
+    assert_eq!(j.custom["big"], sepp_rs::Value::Int(i64::MAX));
+    assert_eq!(j.custom["vip"], sepp_rs::Value::Bool(true));
+    assert!(j.trace_context.is_some());
+    let before = j.lease_expires_at.unwrap();
+    let after = c.extend(&j.id, j.attempt, Duration::from_secs(120)).await.unwrap();
+    assert!(after > before);
+    c.ack(&j.id, j.attempt).await.unwrap();
+    let k = &jobs[1];
+    assert!(c.nack(&k.id, 1, NackRetry::DeadLetter, Some("nope".into())).await.unwrap());
+
+    // Admin calls.
+    assert_eq!(c.get_job(&ack.job_id).await.unwrap().state, JobState::Completed);
+    assert_eq!(c.get_job(&k.id).await.unwrap().state, JobState::DeadLettered);
+    let rec = c.lookup_idempotency_key("q", "order-1").await.unwrap().unwrap();
+    assert_eq!(rec.job_id, ack.job_id);
+    let page = c.list_dead_letters(Some("q"), Some(10), None).await.unwrap();
+    assert_eq!(page.records.len(), 1);
+    assert!(page.next_page_token.is_none());
+    let stats = c.get_queue_stats("q").await.unwrap();
+    assert_eq!(stats.dead_lettered, 1);
+    c.pause_queue("q").await.unwrap();
+    assert!(c.get_queue_stats("q").await.unwrap().paused);
+    c.resume_queue("q").await.unwrap();
+    let requeued = c
+        .requeue_dead_letters(&DeadLetterSelector::Ids(vec![k.id.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(requeued, vec![k.id.clone()]);
+    let again = c.reserve(ReserveOptions::new(["q"], Duration::from_secs(30))).await.unwrap();
+    assert_eq!(again[0].id, k.id);
+    c.nack(&k.id, 1, NackRetry::DeadLetter, None).await.unwrap();
+    let deleted = c
+        .delete_dead_letters(&DeadLetterSelector::Oldest { queue: None, max: 5 })
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![k.id.clone()]);
+    assert!(c.drain_dead_letters(None, 5).await.unwrap().is_empty());
+
+    // Scheduling round-trips.
+    let at = SystemTime::now() + Duration::from_secs(3600);
+    c.enqueue(EnqueueRequest::new("later", "t").unwrap().with_scheduled_at(at))
+        .await
+        .unwrap();
+    assert_eq!(c.get_queue_stats("later").await.unwrap().scheduled, 1);
+}
+
+#[tokio::test]
+async fn lease_errors_say_the_lease_is_lost() {
+    let (_server, c) = setup().await;
+    c.enqueue(EnqueueRequest::new("q", "t").unwrap()).await.unwrap();
+    let j = c.reserve(ReserveOptions::new(["q"], Duration::from_secs(30))).await.unwrap().remove(0);
+    c.ack(&j.id, 1).await.unwrap();
+    let e = c.ack(&j.id, 1).await.unwrap_err();
+    assert!(e.is_lease_lost());
+    assert_eq!(e.code(), ErrorCode::JobNotInFlight);
+}
+
+#[tokio::test]
+async fn strict_mode_reserve_failures_are_failed_precondition() {
+    let server = TestServer::start(|c| c.server.strict_queues = true).await;
+    let c = SeppClient::connect(server.url()).await.unwrap();
+    let e = c
+        .reserve(ReserveOptions::new(["nope"], Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::FailedPrecondition);
+    let e = c.enqueue(EnqueueRequest::new("nope", "t").unwrap()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::UnknownQueue);
+}
