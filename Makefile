@@ -4,6 +4,7 @@ SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
 CI_TARGETS := lint test-rust
+.DEFAULT_GOAL := ci
 
 -include python/python.mk
 -include js/js.mk

@@ -75,7 +75,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|(path, mtime)| {
                 Ok(EnqueueRequest::new(&args.queue, "sha256-file")?
-                    .with_payload(path.to_string_lossy().as_bytes().to_vec(), "text/plain; charset=utf-8")
+                    .with_payload(
+                        path.to_string_lossy().as_bytes().to_vec(),
+                        "text/plain; charset=utf-8",
+                    )
                     .with_idempotency_key(key_for(path, *mtime, limit)))
             })
             .collect::<Result<Vec<_>, sepp_rs::Rejection>>()?;

@@ -45,7 +45,11 @@ fn sha256_file(path: &str) -> std::io::Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 #[tokio::main]
@@ -53,7 +57,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let client = SeppClient::connect(&args.server).await?;
     let out = Arc::new(Mutex::new(
-        std::fs::OpenOptions::new().create(true).append(true).open(&args.out)?,
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&args.out)?,
     ));
     let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let worker = {
@@ -85,7 +92,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                             Ok(())
                         }
                         // A file that vanished or cannot be read will not get better.
-                        Err(e) => Err(HandlerError::permanent().with_reason(format!("{path}: {e}"))),
+                        Err(e) => {
+                            Err(HandlerError::permanent().with_reason(format!("{path}: {e}")))
+                        }
                     }
                 }
             })

@@ -95,10 +95,14 @@ impl SeppClientBuilder {
                 format!("address {:?}: {e}", self.addr),
             )
         })?;
+        // No adaptive HTTP/2 window: with it, h2 gives small responses a tiny budget and the
+        // client closes its own connection (GOAWAY "too_many_data_frames") once a few hundred
+        // calls are in flight at once. Fixed, generous windows instead.
         ep = ep
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
-            .http2_adaptive_window(true);
+            .initial_connection_window_size(16 * 1024 * 1024)
+            .initial_stream_window_size(2 * 1024 * 1024);
         if tls_by_scheme || self.tls.is_some() {
             let opts = self.tls.clone().unwrap_or_default();
             let mut cfg = ClientTlsConfig::new();
@@ -118,6 +122,12 @@ impl SeppClientBuilder {
 
     fn finish(self, channel: Channel) -> Result<SeppClient, ClientError> {
         let api_key = match &self.api_key {
+            Some(k) if !k.chars().all(|c| c.is_ascii_graphic()) => {
+                return Err(ClientError::new(
+                    ErrorCode::InvalidConfig,
+                    "api key must be printable ASCII without spaces",
+                ));
+            }
             Some(k) => Some(
                 format!("Bearer {k}")
                     .parse::<MetadataValue<Ascii>>()

@@ -50,3 +50,8 @@ pub use job::{
 pub use request::{EnqueueRequest, NackRetry, ReserveOptions};
 pub use retry::RetryPolicy;
 pub use worker::{HandlerError, JobCtx, Worker};
+
+/// The README's Rust examples, compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;

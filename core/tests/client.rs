@@ -17,35 +17,55 @@ async fn setup() -> (TestServer, SeppClient) {
 #[tokio::test]
 async fn a_client_connected_to_nothing_still_validates_requests() {
     let client = SeppClient::builder("127.0.0.1:9").connect_lazy().unwrap();
-    let long = EnqueueRequest::new("q", "t").unwrap().with_idempotency_key("a".repeat(257));
+    let long = EnqueueRequest::new("q", "t")
+        .unwrap()
+        .with_idempotency_key("a".repeat(257));
     match client.enqueue(long).await {
         Err(EnqueueError::Rejected(Rejection::IdempotencyKeyTooLong { limit, actual })) => {
             assert_eq!((limit, actual), (256, 257));
         }
         other => panic!("expected IdempotencyKeyTooLong, got {other:?}"),
     }
-    let empty = EnqueueRequest::new("q", "t").unwrap().with_idempotency_key("");
+    let empty = EnqueueRequest::new("q", "t")
+        .unwrap()
+        .with_idempotency_key("");
     assert!(matches!(
         client.enqueue(empty).await,
         Err(EnqueueError::Rejected(Rejection::InvalidRequest { .. }))
     ));
     let prio = EnqueueRequest::new("q", "t").unwrap().with_priority(10);
-    assert_eq!(client.enqueue(prio).await.unwrap_err().code(), ErrorCode::InvalidRequest);
+    assert_eq!(
+        client.enqueue(prio).await.unwrap_err().code(),
+        ErrorCode::InvalidRequest
+    );
     assert!(matches!(
-        client.reserve(ReserveOptions::new(Vec::<String>::new(), Duration::from_secs(1))).await,
+        client
+            .reserve(ReserveOptions::new(
+                Vec::<String>::new(),
+                Duration::from_secs(1)
+            ))
+            .await,
         Err(ReserveError::Invalid(_))
     ));
     assert!(matches!(
-        client.reserve(ReserveOptions::new(["q"], Duration::ZERO)).await,
+        client
+            .reserve(ReserveOptions::new(["q"], Duration::ZERO))
+            .await,
         Err(ReserveError::Invalid(_))
     ));
-    assert!(matches!(client.enqueue_batch(vec![]).await, Err(BatchError::Invalid(_))));
+    assert!(matches!(
+        client.enqueue_batch(vec![]).await,
+        Err(BatchError::Invalid(_))
+    ));
     assert!(matches!(
         client.extend("x", 1, Duration::ZERO).await,
         Err(LeaseError::Invalid(_))
     ));
     // And a real call reports the transport.
-    let err = client.enqueue(EnqueueRequest::new("q", "t").unwrap()).await.unwrap_err();
+    let err = client
+        .enqueue(EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Transport);
 }
 
@@ -65,7 +85,10 @@ async fn every_queue_call_round_trips() {
         .with_custom_entry("big", i64::MAX)
         .with_custom_entry("ratio", 0.5)
         .with_custom_entry("vip", true)
-        .with_trace_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None)
+        .with_trace_context(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            None,
+        )
         .with_idempotency_key("order-1");
     let ack = c.enqueue(req.clone()).await.unwrap();
     assert!(!ack.deduplicated);
@@ -74,7 +97,9 @@ async fn every_queue_call_round_trips() {
     let batch = c
         .enqueue_batch(vec![
             EnqueueRequest::new("q", "t").unwrap(),
-            EnqueueRequest::new("q", "t").unwrap().with_idempotency_key(""),
+            EnqueueRequest::new("q", "t")
+                .unwrap()
+                .with_idempotency_key(""),
         ])
         .await
         .unwrap();
@@ -103,18 +128,38 @@ async fn every_queue_call_round_trips() {
     assert_eq!(j.custom["vip"], sepp_rs::Value::Bool(true));
     assert!(j.trace_context.is_some());
     let before = j.lease_expires_at.unwrap();
-    let after = c.extend(&j.id, j.attempt, Duration::from_secs(120)).await.unwrap();
+    let after = c
+        .extend(&j.id, j.attempt, Duration::from_secs(120))
+        .await
+        .unwrap();
     assert!(after > before);
     c.ack(&j.id, j.attempt).await.unwrap();
     let k = &jobs[1];
-    assert!(c.nack(&k.id, 1, NackRetry::DeadLetter, Some("nope".into())).await.unwrap());
+    assert!(
+        c.nack(&k.id, 1, NackRetry::DeadLetter, Some("nope".into()))
+            .await
+            .unwrap()
+    );
 
     // Admin calls.
-    assert_eq!(c.get_job(&ack.job_id).await.unwrap().state, JobState::Completed);
-    assert_eq!(c.get_job(&k.id).await.unwrap().state, JobState::DeadLettered);
-    let rec = c.lookup_idempotency_key("q", "order-1").await.unwrap().unwrap();
+    assert_eq!(
+        c.get_job(&ack.job_id).await.unwrap().state,
+        JobState::Completed
+    );
+    assert_eq!(
+        c.get_job(&k.id).await.unwrap().state,
+        JobState::DeadLettered
+    );
+    let rec = c
+        .lookup_idempotency_key("q", "order-1")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(rec.job_id, ack.job_id);
-    let page = c.list_dead_letters(Some("q"), Some(10), None).await.unwrap();
+    let page = c
+        .list_dead_letters(Some("q"), Some(10), None)
+        .await
+        .unwrap();
     assert_eq!(page.records.len(), 1);
     assert!(page.next_page_token.is_none());
     let stats = c.get_queue_stats("q").await.unwrap();
@@ -127,11 +172,17 @@ async fn every_queue_call_round_trips() {
         .await
         .unwrap();
     assert_eq!(requeued, vec![k.id.clone()]);
-    let again = c.reserve(ReserveOptions::new(["q"], Duration::from_secs(30))).await.unwrap();
+    let again = c
+        .reserve(ReserveOptions::new(["q"], Duration::from_secs(30)))
+        .await
+        .unwrap();
     assert_eq!(again[0].id, k.id);
     c.nack(&k.id, 1, NackRetry::DeadLetter, None).await.unwrap();
     let deleted = c
-        .delete_dead_letters(&DeadLetterSelector::Oldest { queue: None, max: 5 })
+        .delete_dead_letters(&DeadLetterSelector::Oldest {
+            queue: None,
+            max: 5,
+        })
         .await
         .unwrap();
     assert_eq!(deleted, vec![k.id.clone()]);
@@ -139,17 +190,27 @@ async fn every_queue_call_round_trips() {
 
     // Scheduling round-trips.
     let at = SystemTime::now() + Duration::from_secs(3600);
-    c.enqueue(EnqueueRequest::new("later", "t").unwrap().with_scheduled_at(at))
-        .await
-        .unwrap();
+    c.enqueue(
+        EnqueueRequest::new("later", "t")
+            .unwrap()
+            .with_scheduled_at(at),
+    )
+    .await
+    .unwrap();
     assert_eq!(c.get_queue_stats("later").await.unwrap().scheduled, 1);
 }
 
 #[tokio::test]
 async fn lease_errors_say_the_lease_is_lost() {
     let (_server, c) = setup().await;
-    c.enqueue(EnqueueRequest::new("q", "t").unwrap()).await.unwrap();
-    let j = c.reserve(ReserveOptions::new(["q"], Duration::from_secs(30))).await.unwrap().remove(0);
+    c.enqueue(EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .unwrap();
+    let j = c
+        .reserve(ReserveOptions::new(["q"], Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .remove(0);
     c.ack(&j.id, 1).await.unwrap();
     let e = c.ack(&j.id, 1).await.unwrap_err();
     assert!(e.is_lease_lost());
@@ -165,6 +226,33 @@ async fn strict_mode_reserve_failures_are_failed_precondition() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::FailedPrecondition);
-    let e = c.enqueue(EnqueueRequest::new("nope", "t").unwrap()).await.unwrap_err();
+    let e = c
+        .enqueue(EnqueueRequest::new("nope", "t").unwrap())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::UnknownQueue);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_concurrent_calls_share_one_connection() {
+    let (_server, c) = setup().await;
+    let mut tasks = Vec::new();
+    for i in 0..2_000 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            c.enqueue(
+                EnqueueRequest::new("many", "t")
+                    .unwrap()
+                    .with_idempotency_key(format!("k{i}")),
+            )
+            .await
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        t.await.unwrap().expect("every call succeeds");
+        ok += 1;
+    }
+    assert_eq!(ok, 2_000);
+    assert_eq!(c.get_queue_stats("many").await.unwrap().ready, 2_000);
 }

@@ -69,7 +69,10 @@ async fn ten_thousand_jobs_at_concurrency_32_are_each_processed_once() {
 #[tokio::test]
 async fn auto_extend_keeps_a_slow_handlers_lease() {
     let (_server, c) = setup().await;
-    let ack = c.enqueue(EnqueueRequest::new("slow", "t").unwrap()).await.unwrap();
+    let ack = c
+        .enqueue(EnqueueRequest::new("slow", "t").unwrap())
+        .await
+        .unwrap();
     let finished = Arc::new(Notify::new());
     let worker = {
         let finished = finished.clone();
@@ -92,18 +95,26 @@ async fn auto_extend_keeps_a_slow_handlers_lease() {
     // While the handler runs (3 lease lengths), nobody else can reserve the job.
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let got = c.reserve(ReserveOptions::new(["slow"], Duration::from_secs(5))).await.unwrap();
+        let got = c
+            .reserve(ReserveOptions::new(["slow"], Duration::from_secs(5)))
+            .await
+            .unwrap();
         assert!(got.is_empty(), "the lease ran out under a running handler");
     }
     let report = run.await.unwrap().unwrap();
     assert_eq!(report.succeeded, 1, "{report:?}");
-    assert_eq!(c.get_job(&ack.job_id).await.unwrap().state, JobState::Unknown);
+    assert_eq!(
+        c.get_job(&ack.job_id).await.unwrap().state,
+        JobState::Unknown
+    );
 }
 
 #[tokio::test]
 async fn shutdown_lets_in_flight_handlers_finish() {
     let (_server, c) = setup().await;
-    c.enqueue(EnqueueRequest::new("q", "t").unwrap()).await.unwrap();
+    c.enqueue(EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .unwrap();
     let started = Arc::new(Notify::new());
     let worker = {
         let started = started.clone();
@@ -162,12 +173,25 @@ async fn handlers_past_the_shutdown_timeout_are_cancelled_and_their_jobs_nacked(
 async fn a_panicking_handler_does_not_stop_the_worker_and_errors_map_to_nacks() {
     let (_server, c) = setup().await;
     let panicky = c
-        .enqueue(EnqueueRequest::new("q", "panics").unwrap().with_max_attempts(5))
+        .enqueue(
+            EnqueueRequest::new("q", "panics")
+                .unwrap()
+                .with_max_attempts(5),
+        )
         .await
         .unwrap();
-    let permanent = c.enqueue(EnqueueRequest::new("q", "bad").unwrap()).await.unwrap();
-    let unknown = c.enqueue(EnqueueRequest::new("q", "nobody").unwrap()).await.unwrap();
-    let fine = c.enqueue(EnqueueRequest::new("q", "ok").unwrap()).await.unwrap();
+    let permanent = c
+        .enqueue(EnqueueRequest::new("q", "bad").unwrap())
+        .await
+        .unwrap();
+    let unknown = c
+        .enqueue(EnqueueRequest::new("q", "nobody").unwrap())
+        .await
+        .unwrap();
+    let fine = c
+        .enqueue(EnqueueRequest::new("q", "ok").unwrap())
+        .await
+        .unwrap();
     let ok_runs = Arc::new(AtomicUsize::new(0));
     let panics_seen = Arc::new(AtomicUsize::new(0));
     let worker = {
@@ -185,7 +209,9 @@ async fn a_panicking_handler_does_not_stop_the_worker_and_errors_map_to_nacks() 
                     Ok(())
                 }
             })
-            .handle("bad", |_ctx| async { Err(HandlerError::permanent().with_reason("malformed")) })
+            .handle("bad", |_ctx| async {
+                Err(HandlerError::permanent().with_reason("malformed"))
+            })
             .handle("ok", move |_ctx| {
                 let ok_runs = ok_runs.clone();
                 async move {
@@ -202,22 +228,36 @@ async fn a_panicking_handler_does_not_stop_the_worker_and_errors_map_to_nacks() 
     assert_eq!(panics_seen.load(Ordering::SeqCst), 1);
     assert_eq!(ok_runs.load(Ordering::SeqCst), 1);
     // The panicked job was retried and then succeeded.
-    assert_eq!(c.get_job(&panicky.job_id).await.unwrap().state, JobState::Unknown);
+    assert_eq!(
+        c.get_job(&panicky.job_id).await.unwrap().state,
+        JobState::Unknown
+    );
     let bad = c.get_job(&permanent.job_id).await.unwrap();
     assert_eq!(bad.state, JobState::DeadLettered);
     assert_eq!(bad.last_reason.as_deref(), Some("malformed"));
     let nobody = c.get_job(&unknown.job_id).await.unwrap();
-    assert!(nobody.last_reason.unwrap().contains("no handler"), "missing handler reason");
-    assert_eq!(c.get_job(&fine.job_id).await.unwrap().state, JobState::Unknown);
+    assert!(
+        nobody.last_reason.unwrap().contains("no handler"),
+        "missing handler reason"
+    );
+    assert_eq!(
+        c.get_job(&fine.job_id).await.unwrap().state,
+        JobState::Unknown
+    );
     assert!(report.failed >= 3, "{report:?}");
 }
 
 #[tokio::test]
 async fn retry_after_delays_the_next_attempt() {
     let (_server, c) = setup().await;
-    let ack = c.enqueue(EnqueueRequest::new("q", "t").unwrap()).await.unwrap();
+    let ack = c
+        .enqueue(EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .unwrap();
     let worker = Worker::builder(c.clone(), ["q"])
-        .handle("t", |_ctx| async { Err(HandlerError::retry_after(Duration::from_secs(60))) })
+        .handle("t", |_ctx| async {
+            Err(HandlerError::retry_after(Duration::from_secs(60)))
+        })
         .build();
     worker
         .run_until(tokio::time::sleep(Duration::from_millis(500)))
@@ -243,8 +283,12 @@ async fn a_worker_whose_server_is_down_backs_off_instead_of_spinning() {
             }
         });
     }
-    let c = SeppClient::builder(format!("http://{addr}")).connect_lazy().unwrap();
-    let worker = Worker::builder(c, ["q"]).handle("t", |_ctx| async { Ok(()) }).build();
+    let c = SeppClient::builder(format!("http://{addr}"))
+        .connect_lazy()
+        .unwrap();
+    let worker = Worker::builder(c, ["q"])
+        .handle("t", |_ctx| async { Ok(()) })
+        .build();
     let report = tokio::time::timeout(
         Duration::from_secs(5),
         worker.run_until(tokio::time::sleep(Duration::from_millis(1_500))),

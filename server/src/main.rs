@@ -73,8 +73,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SEPP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lsm_tree=warn,fjall=warn")),
+            tracing_subscriber::EnvFilter::try_from_env("SEPP_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,lsm_tree=warn,fjall=warn")
+            }),
         )
         .init();
 

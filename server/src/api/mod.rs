@@ -82,7 +82,12 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         .build_v1alpha()
         .map_err(|e| ApiError::Reflection(e.to_string()))?;
 
-    let mut builder = Server::builder();
+    // Generous fixed HTTP/2 windows: many small concurrent calls per connection are the
+    // normal load of a job queue.
+    let mut builder = Server::builder()
+        .initial_connection_window_size(16 * 1024 * 1024)
+        .initial_stream_window_size(2 * 1024 * 1024)
+        .tcp_nodelay(true);
     if let Some(tls) = tls_config(&config.server)? {
         builder = builder
             .tls_config(tls)
