@@ -1,0 +1,498 @@
+//! What Python sends: [`EnqueueRequest`] (checked by the core's `validate` when constructed),
+//! its [`Payload`] and [`TraceContext`], the [`NackRetry`] strategy, and the connection
+//! settings [`RetryPolicy`] and [`TlsOptions`].
+
+use crate::error::{Failure, Invalid};
+use crate::repr::repr;
+use crate::time::{datetime_to_py, duration_arg, opt_datetime_arg, opt_duration_arg, type_name};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyMapping, PyString};
+use sepp_rs::Value;
+use std::collections::BTreeMap;
+
+/// Reads the integer argument `name` as a `u32`.
+///
+/// # Errors
+/// `TypeError` for a non-int (a `bool` included); the `invalid` error when out of range.
+pub(crate) fn u32_arg(obj: &Bound<'_, PyAny>, name: &str, invalid: Invalid) -> PyResult<u32> {
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be int, not {}",
+            type_name(obj)
+        )));
+    }
+    let v = obj.extract::<i64>().unwrap_or(i64::MAX);
+    u32::try_from(v).map_err(|_| {
+        invalid.err(
+            obj.py(),
+            format!("{name} is {}: it must be between 0 and {}", obj, u32::MAX),
+        )
+    })
+}
+
+/// Like [`u32_arg`], with `None` for a missing or `None` argument.
+pub(crate) fn opt_u32_arg(
+    obj: Option<&Bound<'_, PyAny>>,
+    name: &str,
+    invalid: Invalid,
+) -> PyResult<Option<u32>> {
+    match obj {
+        Some(o) if !o.is_none() => u32_arg(o, name, invalid).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// Copies a `bytes` or `bytearray` argument.
+fn bytes_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        Ok(b.as_bytes().to_vec())
+    } else if let Ok(b) = obj.cast::<PyByteArray>() {
+        Ok(b.to_vec())
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "{name} must be bytes, not {}",
+            type_name(obj)
+        )))
+    }
+}
+
+/// Reads the `custom` mapping: `str` keys, `str | int | float | bool` values.
+fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
+    let py = obj.py();
+    let mapping = obj.cast::<PyMapping>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "custom must be a mapping of str to str, int, float or bool, not {}",
+            type_name(obj)
+        ))
+    })?;
+    let mut out = BTreeMap::new();
+    for item in mapping.items()?.iter() {
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+        let key: String = k
+            .cast::<PyString>()
+            .map_err(|_| {
+                PyTypeError::new_err(format!("custom keys must be str, not {}", type_name(&k)))
+            })?
+            .extract()?;
+        let value = if let Ok(b) = v.cast::<PyBool>() {
+            Value::Bool(b.is_true())
+        } else if v.is_instance_of::<PyInt>() {
+            Value::Int(v.extract::<i64>().map_err(|_| {
+                Invalid::Request.err(
+                    py,
+                    format!("custom[{key:?}] is {v}: outside the 64-bit integer range"),
+                )
+            })?)
+        } else if let Ok(f) = v.cast::<PyFloat>() {
+            Value::Double(f.value())
+        } else if let Ok(s) = v.cast::<PyString>() {
+            Value::String(s.extract()?)
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "custom[{key:?}] must be str, int, float or bool, not {}",
+                type_name(&v)
+            )));
+        };
+        out.insert(key, value);
+    }
+    Ok(out)
+}
+
+/// A custom value as a Python `str`, `int`, `float` or `bool`.
+pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Double(d) => PyFloat::new(py, *d).into_any(),
+        Value::Int(i) => i.into_pyobject(py)?.into_any(),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+    })
+}
+
+/// A custom map as a new `dict`.
+pub(crate) fn custom_to_py<'py>(
+    py: Python<'py>,
+    custom: &BTreeMap<String, Value>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in custom {
+        d.set_item(k, value_to_py(py, v)?)?;
+    }
+    Ok(d)
+}
+
+/// A job's data and its encoding hint.
+#[pyclass(module = "sepp._native", frozen)]
+pub(crate) struct Payload {
+    data: Py<PyBytes>,
+    encoding: String,
+}
+
+impl Payload {
+    /// A payload from the core's, for a job read from the server.
+    pub(crate) fn from_core(py: Python<'_>, p: sepp_rs::Payload) -> Self {
+        Payload {
+            data: PyBytes::new(py, &p.data).unbind(),
+            encoding: p.encoding,
+        }
+    }
+
+    fn to_core(&self, py: Python<'_>) -> sepp_rs::Payload {
+        sepp_rs::Payload {
+            data: self.data.bind(py).as_bytes().to_vec(),
+            encoding: self.encoding.clone(),
+        }
+    }
+}
+
+#[pymethods]
+impl Payload {
+    #[new]
+    fn new(py: Python<'_>, data: &Bound<'_, PyAny>, encoding: String) -> PyResult<Self> {
+        let data = if let Ok(b) = data.cast::<PyBytes>() {
+            b.clone().unbind()
+        } else {
+            PyBytes::new(py, &bytes_arg(data, "data")?).unbind()
+        };
+        Ok(Payload { data, encoding })
+    }
+
+    #[getter]
+    fn data(&self, py: Python<'_>) -> Py<PyBytes> {
+        self.data.clone_ref(py)
+    }
+
+    #[getter]
+    fn encoding(&self) -> &str {
+        &self.encoding
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Payload(<{} bytes>, {})",
+            self.data.bind(py).as_bytes().len(),
+            repr(py, &self.encoding)
+        )
+    }
+}
+
+/// W3C trace context.
+#[pyclass(module = "sepp._native", frozen, eq, get_all)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TraceContext {
+    traceparent: String,
+    tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// The Python value of the core's trace context.
+    pub(crate) fn from_core(t: sepp_rs::TraceContext) -> Self {
+        TraceContext {
+            traceparent: t.traceparent,
+            tracestate: t.tracestate,
+        }
+    }
+}
+
+#[pymethods]
+impl TraceContext {
+    #[new]
+    #[pyo3(signature = (traceparent, tracestate=None))]
+    fn new(traceparent: String, tracestate: Option<String>) -> Self {
+        TraceContext {
+            traceparent,
+            tracestate,
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "TraceContext({}, tracestate={})",
+            repr(py, &self.traceparent),
+            repr(py, &self.tracestate)
+        )
+    }
+}
+
+/// One job to enqueue, checked by the core when constructed.
+#[pyclass(module = "sepp._native", frozen)]
+pub(crate) struct EnqueueRequest {
+    /// The request the core sends.
+    pub(crate) inner: sepp_rs::EnqueueRequest,
+    /// The `Payload` object given, returned as is by the getter.
+    payload: Option<Py<Payload>>,
+}
+
+#[pymethods]
+impl EnqueueRequest {
+    #[new]
+    #[pyo3(signature = (
+        queue, job_type, *, payload=None, idempotency_key=None, priority=None,
+        max_attempts=None, custom=None, trace_context=None, scheduled_at=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        queue: String,
+        job_type: String,
+        payload: Option<Bound<'_, Payload>>,
+        idempotency_key: Option<String>,
+        priority: Option<&Bound<'_, PyAny>>,
+        max_attempts: Option<&Bound<'_, PyAny>>,
+        custom: Option<&Bound<'_, PyAny>>,
+        trace_context: Option<PyRef<'_, TraceContext>>,
+        scheduled_at: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let rejected = |r| Failure::Rejected(vec![(0, r)]).into_pyerr(py);
+        let mut inner = sepp_rs::EnqueueRequest::new(queue, job_type).map_err(rejected)?;
+        inner.payload = payload.as_ref().map(|p| p.get().to_core(py));
+        inner.idempotency_key = idempotency_key;
+        inner.priority = opt_u32_arg(priority, "priority", Invalid::Request)?;
+        inner.max_attempts = opt_u32_arg(max_attempts, "max_attempts", Invalid::Request)?;
+        if let Some(c) = custom.filter(|c| !c.is_none()) {
+            inner.custom = custom_arg(c)?;
+        }
+        inner.trace_context = trace_context.map(|t| sepp_rs::TraceContext {
+            traceparent: t.traceparent.clone(),
+            tracestate: t.tracestate.clone(),
+        });
+        inner.scheduled_at = opt_datetime_arg(scheduled_at, "scheduled_at", Invalid::Request)?;
+        inner.validate().map_err(rejected)?;
+        Ok(EnqueueRequest {
+            inner,
+            payload: payload.map(Bound::unbind),
+        })
+    }
+
+    #[getter]
+    fn queue(&self) -> &str {
+        &self.inner.queue
+    }
+
+    #[getter]
+    fn job_type(&self) -> &str {
+        &self.inner.job_type
+    }
+
+    #[getter]
+    fn payload(&self, py: Python<'_>) -> Option<Py<Payload>> {
+        self.payload.as_ref().map(|p| p.clone_ref(py))
+    }
+
+    #[getter]
+    fn idempotency_key(&self) -> Option<&str> {
+        self.inner.idempotency_key.as_deref()
+    }
+
+    #[getter]
+    fn priority(&self) -> Option<u32> {
+        self.inner.priority
+    }
+
+    #[getter]
+    fn max_attempts(&self) -> Option<u32> {
+        self.inner.max_attempts
+    }
+
+    #[getter]
+    fn custom<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        custom_to_py(py, &self.inner.custom)
+    }
+
+    #[getter]
+    fn trace_context(&self) -> Option<TraceContext> {
+        self.inner
+            .trace_context
+            .clone()
+            .map(TraceContext::from_core)
+    }
+
+    #[getter]
+    fn scheduled_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.inner
+            .scheduled_at
+            .map(|t| datetime_to_py(py, t))
+            .transpose()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let mut s = format!(
+            "EnqueueRequest({}, {}",
+            repr(py, &self.inner.queue),
+            repr(py, &self.inner.job_type)
+        );
+        if let Some(k) = &self.inner.idempotency_key {
+            s.push_str(&format!(", idempotency_key={}", repr(py, k)));
+        }
+        s.push(')');
+        s
+    }
+}
+
+/// What a nack asks for: the queue's retry policy, a retry after a delay, or a dead letter.
+#[pyclass(module = "sepp._native", frozen, eq)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NackRetry {
+    /// The core's strategy.
+    pub(crate) inner: sepp_rs::NackRetry,
+}
+
+#[pymethods]
+impl NackRetry {
+    #[staticmethod]
+    fn default() -> Self {
+        NackRetry {
+            inner: sepp_rs::NackRetry::Default,
+        }
+    }
+
+    #[staticmethod]
+    fn delay(delay: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(NackRetry {
+            inner: sepp_rs::NackRetry::Delay(duration_arg(delay, "delay", Invalid::Argument)?),
+        })
+    }
+
+    #[staticmethod]
+    fn dead_letter() -> Self {
+        NackRetry {
+            inner: sepp_rs::NackRetry::DeadLetter,
+        }
+    }
+
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self.inner {
+            sepp_rs::NackRetry::Default => "default",
+            sepp_rs::NackRetry::Delay(_) => "delay",
+            sepp_rs::NackRetry::DeadLetter => "dead_letter",
+        }
+    }
+
+    #[getter]
+    fn retry_delay(&self) -> Option<std::time::Duration> {
+        match self.inner {
+            sepp_rs::NackRetry::Delay(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        match self.inner {
+            sepp_rs::NackRetry::Default => "NackRetry.default()".into(),
+            sepp_rs::NackRetry::Delay(d) => format!("NackRetry.delay({})", repr(py, d)),
+            sepp_rs::NackRetry::DeadLetter => "NackRetry.dead_letter()".into(),
+        }
+    }
+}
+
+/// Automatic retries of the calls that are safe to retry (the core's table).
+#[pyclass(module = "sepp._native", frozen, eq)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RetryPolicy {
+    /// The core's policy.
+    pub(crate) inner: sepp_rs::RetryPolicy,
+}
+
+#[pymethods]
+impl RetryPolicy {
+    #[new]
+    #[pyo3(signature = (*, max_attempts=None, initial_backoff=None, max_backoff=None, multiplier=None))]
+    fn new(
+        max_attempts: Option<&Bound<'_, PyAny>>,
+        initial_backoff: Option<&Bound<'_, PyAny>>,
+        max_backoff: Option<&Bound<'_, PyAny>>,
+        multiplier: Option<f64>,
+    ) -> PyResult<Self> {
+        let mut inner = sepp_rs::RetryPolicy::default();
+        if let Some(n) = opt_u32_arg(max_attempts, "max_attempts", Invalid::Config)? {
+            inner.max_attempts = n;
+        }
+        if let Some(d) = opt_duration_arg(initial_backoff, "initial_backoff", Invalid::Config)? {
+            inner.initial_backoff = d;
+        }
+        if let Some(d) = opt_duration_arg(max_backoff, "max_backoff", Invalid::Config)? {
+            inner.max_backoff = d;
+        }
+        if let Some(m) = multiplier {
+            inner.multiplier = m;
+        }
+        Ok(RetryPolicy { inner })
+    }
+
+    #[getter]
+    fn max_attempts(&self) -> u32 {
+        self.inner.max_attempts
+    }
+
+    #[getter]
+    fn initial_backoff(&self) -> std::time::Duration {
+        self.inner.initial_backoff
+    }
+
+    #[getter]
+    fn max_backoff(&self) -> std::time::Duration {
+        self.inner.max_backoff
+    }
+
+    #[getter]
+    fn multiplier(&self) -> f64 {
+        self.inner.multiplier
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "RetryPolicy(max_attempts={}, initial_backoff={}, max_backoff={}, multiplier={})",
+            self.inner.max_attempts,
+            repr(py, self.inner.initial_backoff),
+            repr(py, self.inner.max_backoff),
+            repr(py, self.inner.multiplier)
+        )
+    }
+}
+
+/// TLS settings for the connection.
+#[pyclass(module = "sepp._native", frozen)]
+#[derive(Debug, Clone)]
+pub(crate) struct TlsOptions {
+    /// The core's settings.
+    pub(crate) inner: sepp_rs::client::TlsOptions,
+}
+
+#[pymethods]
+impl TlsOptions {
+    #[new]
+    #[pyo3(signature = (*, ca_pem=None, domain=None))]
+    fn new(ca_pem: Option<&Bound<'_, PyAny>>, domain: Option<String>) -> PyResult<Self> {
+        let ca_pem = match ca_pem {
+            Some(p) if p.is_instance_of::<PyString>() => Some(p.extract::<String>()?.into_bytes()),
+            Some(p) if !p.is_none() => Some(bytes_arg(p, "ca_pem")?),
+            _ => None,
+        };
+        Ok(TlsOptions {
+            inner: sepp_rs::client::TlsOptions { ca_pem, domain },
+        })
+    }
+
+    #[getter]
+    fn ca_pem<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.inner.ca_pem.as_ref().map(|p| PyBytes::new(py, p))
+    }
+
+    #[getter]
+    fn domain(&self) -> Option<&str> {
+        self.inner.domain.as_deref()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "TlsOptions(ca_pem={}, domain={})",
+            if self.inner.ca_pem.is_some() {
+                "<pem>"
+            } else {
+                "None"
+            },
+            repr(py, &self.inner.domain)
+        )
+    }
+}

@@ -1,0 +1,138 @@
+"""sepp: the asyncio client of sepp, a durable job queue with idempotent enqueue.
+
+The work happens in the Rust core (sepp-rs) through the native module `sepp._native`; this
+package re-exports its classes and defines the exceptions (`sepp.errors`).
+
+Example::
+
+    import asyncio
+    from datetime import timedelta
+
+    import sepp
+
+
+    async def main() -> None:
+        async with await sepp.SeppClient.connect("http://127.0.0.1:50051") as client:
+            request = sepp.EnqueueRequest(
+                "thumbnails",
+                "resize",
+                payload=sepp.Payload(b'{"photo": 4411}', "application/json"),
+                # The photo id names the job, so sending this again is harmless.
+                idempotency_key="resize-photo-4411",
+            )
+            ack = await client.enqueue(request)
+            print(ack.job_id, "(repeat)" if ack.deduplicated else "(new)")
+
+            for job in await client.reserve(["thumbnails"], lease_duration=timedelta(seconds=30)):
+                await client.ack(job.id, job.attempt)
+
+
+    asyncio.run(main())
+
+Layout: `sepp._native` (classes), `sepp.errors` (exceptions); a worker will live in
+`sepp.worker`.
+"""
+
+from sepp._native import (
+    ERROR_CODES,
+    DeadLetterPage,
+    DeadLetterRecord,
+    EnqueueAck,
+    EnqueueRequest,
+    Job,
+    JobInfo,
+    KeyRecord,
+    NackRetry,
+    Payload,
+    QueueStats,
+    Rejection,
+    RetryPolicy,
+    SeppClient,
+    ServerInfo,
+    TlsOptions,
+    TraceContext,
+    __version__,
+)
+from sepp.errors import (
+    AttemptMismatch,
+    CustomEntriesTooMany,
+    CustomKeyTooLong,
+    CustomMapTooLarge,
+    EncodingNotAllowed,
+    FailedPreconditionError,
+    IdempotencyKeyTooLong,
+    InvalidArgumentError,
+    InvalidConfigError,
+    InvalidRequest,
+    JobNotInFlight,
+    JobRejectedError,
+    JobTypeNameTooLong,
+    JobTypeNotAllowed,
+    LeaseLostError,
+    OverloadedError,
+    PayloadTooLarge,
+    QueueClosing,
+    QueueFull,
+    QueueNameTooLong,
+    ScheduledTooFar,
+    SeppError,
+    ServerFaultError,
+    TransportError,
+    UnauthenticatedError,
+    UnknownQueue,
+    UnknownRejection,
+    UnsupportedError,
+    error_class,
+)
+
+__all__ = [
+    "ERROR_CODES",
+    "__version__",
+    # client and values
+    "SeppClient",
+    "EnqueueRequest",
+    "Payload",
+    "TraceContext",
+    "EnqueueAck",
+    "Rejection",
+    "Job",
+    "NackRetry",
+    "DeadLetterRecord",
+    "ServerInfo",
+    "JobInfo",
+    "KeyRecord",
+    "DeadLetterPage",
+    "QueueStats",
+    "RetryPolicy",
+    "TlsOptions",
+    # errors
+    "SeppError",
+    "TransportError",
+    "UnauthenticatedError",
+    "OverloadedError",
+    "InvalidArgumentError",
+    "FailedPreconditionError",
+    "LeaseLostError",
+    "JobNotInFlight",
+    "AttemptMismatch",
+    "ServerFaultError",
+    "UnsupportedError",
+    "InvalidConfigError",
+    "JobRejectedError",
+    "UnknownQueue",
+    "PayloadTooLarge",
+    "EncodingNotAllowed",
+    "JobTypeNotAllowed",
+    "CustomEntriesTooMany",
+    "CustomMapTooLarge",
+    "CustomKeyTooLong",
+    "QueueNameTooLong",
+    "JobTypeNameTooLong",
+    "IdempotencyKeyTooLong",
+    "ScheduledTooFar",
+    "InvalidRequest",
+    "QueueFull",
+    "QueueClosing",
+    "UnknownRejection",
+    "error_class",
+]

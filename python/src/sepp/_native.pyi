@@ -1,0 +1,1116 @@
+"""The native module of sepp: the classes over the Rust core sepp-rs.
+
+Import the names from `sepp`, which re-exports them; this module is private. Validation and
+retries happen in the core; the classes here convert Python values and map errors to
+`sepp.errors`.
+
+Every async method returns a coroutine. Arguments are converted when the method is called (a
+wrong type raises `TypeError` at once); the call itself starts when the coroutine runs, and
+cancelling the awaiting task cancels the call.
+"""
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Literal, Optional, Union, final
+
+__all__ = [
+    "__version__",
+    "ERROR_CODES",
+    "DeadLetterPage",
+    "DeadLetterRecord",
+    "EnqueueAck",
+    "EnqueueRequest",
+    "Job",
+    "JobInfo",
+    "KeyRecord",
+    "NackRetry",
+    "Payload",
+    "QueueStats",
+    "Rejection",
+    "RetryPolicy",
+    "SeppClient",
+    "ServerInfo",
+    "TlsOptions",
+    "TraceContext",
+]
+
+__version__: str
+"""The package version."""
+
+ERROR_CODES: tuple[str, ...]
+"""Every stable error code of the core (`ErrorCode::ALL`), e.g. ``"JOB_NOT_IN_FLIGHT"``.
+
+`sepp.errors` has an exception class for each.
+"""
+
+_CustomValue = Union[str, int, float, bool]
+_DeadLetterCause = Literal["UNSPECIFIED", "ATTEMPTS_EXHAUSTED", "REJECTED", "LEASE_EXPIRED", "ADMIN"]
+
+@final
+class Payload:
+    """A job's data and the hint for reading it.
+
+    Example::
+
+        Payload(b'{"photo": 4411}', "application/json")
+    """
+
+    def __new__(cls, data: Union[bytes, bytearray], encoding: str) -> Payload:
+        """Creates a payload.
+
+        Args:
+            data: The bytes (copied from a `bytearray`). Must be non-empty when used in an
+                `EnqueueRequest`: omit the payload when there is no data.
+            encoding: A non-empty hint such as a MIME type (``"application/json"``). A queue
+                may restrict the encodings it accepts (`EncodingNotAllowed`).
+
+        Raises:
+            TypeError: `data` is not `bytes` or `bytearray`, or `encoding` is not a `str`.
+        """
+
+    @property
+    def data(self) -> bytes:
+        """The bytes."""
+
+    @property
+    def encoding(self) -> str:
+        """The encoding hint."""
+
+@final
+class TraceContext:
+    """A W3C trace context carried with the job."""
+
+    def __new__(cls, traceparent: str, tracestate: Optional[str] = None) -> TraceContext:
+        """Creates a trace context.
+
+        Args:
+            traceparent: The ``traceparent`` header value; non-empty.
+            tracestate: The ``tracestate`` header value.
+        """
+
+    @property
+    def traceparent(self) -> str:
+        """The ``traceparent`` value."""
+
+    @property
+    def tracestate(self) -> Optional[str]:
+        """The ``tracestate`` value, if any."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class EnqueueRequest:
+    """One job to enqueue, checked when constructed.
+
+    The structural checks of the core run here (empty names, priority range, empty key, empty
+    payload, ...); the idempotency key's length is checked by `SeppClient.enqueue` against the
+    server's limit, before anything is sent.
+    """
+
+    def __new__(
+        cls,
+        queue: str,
+        job_type: str,
+        *,
+        payload: Optional[Payload] = None,
+        idempotency_key: Optional[str] = None,
+        priority: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, _CustomValue]] = None,
+        trace_context: Optional[TraceContext] = None,
+        scheduled_at: Optional[datetime] = None,
+    ) -> EnqueueRequest:
+        """Creates a request for a `job_type` job on `queue`.
+
+        Args:
+            queue: The target queue; non-empty. Queues are created on first use unless the
+                server runs in strict mode.
+            job_type: What the job is, for the worker; non-empty.
+            payload: The job's data.
+            idempotency_key: Names what the job is about (an order id, an event id): within
+                the queue's dedup window, a second enqueue with the same key on the same queue
+                returns the first job's id instead of creating a job. 1 to
+                `max_idempotency_key_bytes` UTF-8 bytes (256 by default).
+            priority: 0 (lowest) to 9 (highest). None: the queue's default.
+            max_attempts: Deliveries before the job is dead-lettered; at least 1. None: the
+                queue's default. The server clamps it to its ceiling.
+            custom: Extra entries delivered with the job; non-empty `str` keys, values `str`,
+                `int` (64-bit), `float` or `bool`.
+            trace_context: W3C trace context.
+            scheduled_at: Not ready before this time; timezone-aware. A past time means at once.
+
+        Raises:
+            TypeError: An argument has the wrong type (the message names it).
+            InvalidRequest: A value is invalid: an empty `queue`, `job_type`, key, payload or
+                custom key, `priority` over 9, `max_attempts` of 0, a naive `scheduled_at`, ...
+        """
+
+    @property
+    def queue(self) -> str:
+        """The target queue."""
+
+    @property
+    def job_type(self) -> str:
+        """The job type."""
+
+    @property
+    def payload(self) -> Optional[Payload]:
+        """The payload given, if any."""
+
+    @property
+    def idempotency_key(self) -> Optional[str]:
+        """The idempotency key, if any."""
+
+    @property
+    def priority(self) -> Optional[int]:
+        """The priority (0-9), or None for the queue's default."""
+
+    @property
+    def max_attempts(self) -> Optional[int]:
+        """The delivery limit, or None for the queue's default."""
+
+    @property
+    def custom(self) -> dict[str, _CustomValue]:
+        """A copy of the custom entries."""
+
+    @property
+    def trace_context(self) -> Optional[TraceContext]:
+        """The trace context, if any."""
+
+    @property
+    def scheduled_at(self) -> Optional[datetime]:
+        """When the job becomes ready (aware, UTC), or None for at once."""
+
+@final
+class EnqueueAck:
+    """The answer to an accepted enqueue. Equal acks compare equal and hash alike."""
+
+    @property
+    def job_id(self) -> str:
+        """The job's id (a UUID): the new job's, or on a dedup hit the original's."""
+
+    @property
+    def deduplicated(self) -> bool:
+        """True when an earlier enqueue with the same idempotency key, within the dedup window,
+        created `job_id`; that job may since have run or been dead-lettered. Read it as "this
+        enqueue is already accounted for"."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+@final
+class Rejection:
+    """Why one job was not accepted, as a value.
+
+    `SeppClient.enqueue_batch` returns it in place of an `EnqueueAck`; the exceptions raised for
+    rejections (`sepp.JobRejectedError` subclasses) carry it as `.rejection` and expose the
+    same fields. Only the fields of the rejection's kind are set; the others are None. Sizes
+    are UTF-8 bytes.
+    """
+
+    @property
+    def code(self) -> str:
+        """The stable code, e.g. ``"IDEMPOTENCY_KEY_TOO_LONG"``; names the exception class."""
+
+    @property
+    def message(self) -> str:
+        """What is wrong, naming the field and the limit."""
+
+    @property
+    def transient(self) -> bool:
+        """True for ``QUEUE_FULL`` and ``QUEUE_CLOSING``: the same job may be accepted later."""
+
+    @property
+    def queue(self) -> Optional[str]:
+        """The queue, for ``UNKNOWN_QUEUE``, ``QUEUE_FULL`` and ``QUEUE_CLOSING``."""
+
+    @property
+    def limit(self) -> Optional[int]:
+        """The limit of a size or count rejection (bytes, or entries for
+        ``CUSTOM_ENTRIES_TOO_MANY``), or the depth limit (jobs) for ``QUEUE_FULL``."""
+
+    @property
+    def actual(self) -> Optional[int]:
+        """What the job had, in the unit of `limit`, for the size and count rejections."""
+
+    @property
+    def encoding(self) -> Optional[str]:
+        """The encoding sent, for ``ENCODING_NOT_ALLOWED``."""
+
+    @property
+    def allowed(self) -> Optional[list[str]]:
+        """The allowed encodings or job types, for ``ENCODING_NOT_ALLOWED`` and
+        ``JOB_TYPE_NOT_ALLOWED``."""
+
+    @property
+    def job_type(self) -> Optional[str]:
+        """The job type sent, for ``JOB_TYPE_NOT_ALLOWED``."""
+
+    @property
+    def key(self) -> Optional[str]:
+        """The custom key, for ``CUSTOM_KEY_TOO_LONG``."""
+
+    @property
+    def horizon(self) -> Optional[timedelta]:
+        """How far ahead a job may be scheduled, for ``SCHEDULED_TOO_FAR``."""
+
+    @property
+    def scheduled_at(self) -> Optional[datetime]:
+        """The requested time (aware, UTC), for ``SCHEDULED_TOO_FAR``."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class Job:
+    """A job leased by `SeppClient.reserve`. Settle it with `ack` or `nack`, passing `id` and
+    `attempt`, before `lease_expires_at` (or `extend` the lease)."""
+
+    @property
+    def id(self) -> str:
+        """The job's id."""
+
+    @property
+    def queue(self) -> str:
+        """Its queue."""
+
+    @property
+    def job_type(self) -> str:
+        """Its type."""
+
+    @property
+    def payload(self) -> Optional[Payload]:
+        """Its data, if any."""
+
+    @property
+    def priority(self) -> int:
+        """0 (lowest) to 9 (highest)."""
+
+    @property
+    def trace_context(self) -> Optional[TraceContext]:
+        """Its trace context, if any."""
+
+    @property
+    def enqueued_at(self) -> Optional[datetime]:
+        """When it was enqueued (aware, UTC)."""
+
+    @property
+    def attempt(self) -> int:
+        """Which delivery this is, from 1. Send it back with ack, nack and extend."""
+
+    @property
+    def max_attempts(self) -> int:
+        """Deliveries allowed before it is dead-lettered."""
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """True when this delivery is the last one: a nack with retry dead-letters the job."""
+
+    @property
+    def lease_expires_at(self) -> Optional[datetime]:
+        """When the lease ends unless extended (aware, UTC)."""
+
+    @property
+    def custom(self) -> dict[str, _CustomValue]:
+        """A copy of its custom entries."""
+
+    @property
+    def scheduled_at(self) -> Optional[datetime]:
+        """When it was scheduled to become ready, if it was (aware, UTC)."""
+
+@final
+class NackRetry:
+    """What a nack asks for. Build one with `default`, `delay` or `dead_letter`."""
+
+    @staticmethod
+    def default() -> NackRetry:
+        """The queue's retry policy (`retry_delay_ms`, `retry_backoff`); dead-lettered on the
+        last attempt.
+
+        Returns:
+            The strategy.
+        """
+
+    @staticmethod
+    def delay(delay: timedelta) -> NackRetry:
+        """Retry after `delay` (the server clamps it to the schedule horizon); dead-lettered on
+        the last attempt.
+
+        Args:
+            delay: The wait before the next delivery; 0 or more.
+
+        Returns:
+            The strategy.
+
+        Raises:
+            TypeError: `delay` is not a `timedelta`.
+            InvalidArgumentError: `delay` is negative.
+        """
+
+    @staticmethod
+    def dead_letter() -> NackRetry:
+        """Dead-letter at once, whatever attempts remain.
+
+        Returns:
+            The strategy.
+        """
+
+    @property
+    def kind(self) -> Literal["default", "delay", "dead_letter"]:
+        """Which strategy this is."""
+
+    @property
+    def retry_delay(self) -> Optional[timedelta]:
+        """The delay of a ``"delay"`` strategy, else None."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class RetryPolicy:
+    """Automatic retries, only where the core deems them safe: keyed enqueues (a repeat is a
+    dedup hit), ack/nack/extend and get_server_info on transport errors and overload; unkeyed
+    enqueues only when the request cannot have reached the server; reserve and
+    drain_dead_letters never. Pauses use exponential backoff with full jitter."""
+
+    def __new__(
+        cls,
+        *,
+        max_attempts: Optional[int] = None,
+        initial_backoff: Optional[timedelta] = None,
+        max_backoff: Optional[timedelta] = None,
+        multiplier: Optional[float] = None,
+    ) -> RetryPolicy:
+        """Creates a policy; None takes the core's default.
+
+        Args:
+            max_attempts: Tries in all, the first included. Default 4.
+            initial_backoff: Upper bound of the first pause. Default 50 ms.
+            max_backoff: Upper bound of any pause. Default 2 s.
+            multiplier: Growth of the bound per retry. Default 2.0.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidConfigError: A negative duration or count.
+        """
+
+    @property
+    def max_attempts(self) -> int:
+        """Tries in all."""
+
+    @property
+    def initial_backoff(self) -> timedelta:
+        """Upper bound of the first pause."""
+
+    @property
+    def max_backoff(self) -> timedelta:
+        """Upper bound of any pause."""
+
+    @property
+    def multiplier(self) -> float:
+        """Growth of the bound per retry."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class TlsOptions:
+    """TLS settings; an ``https://`` URL turns TLS on too."""
+
+    def __new__(
+        cls, *, ca_pem: Union[bytes, bytearray, str, None] = None, domain: Optional[str] = None
+    ) -> TlsOptions:
+        """Creates TLS settings.
+
+        Args:
+            ca_pem: PEM of the CA that signed the server's certificate. None: the public web
+                roots.
+            domain: The name to verify the certificate against. None: the URL's host.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+        """
+
+    @property
+    def ca_pem(self) -> Optional[bytes]:
+        """The CA's PEM, if set."""
+
+    @property
+    def domain(self) -> Optional[str]:
+        """The name verified, if set."""
+
+@final
+class DeadLetterRecord:
+    """A dead-lettered job, as returned (and removed) by `SeppClient.drain_dead_letters`."""
+
+    @property
+    def job(self) -> Job:
+        """The job as last delivered."""
+
+    @property
+    def cause(self) -> _DeadLetterCause:
+        """Why it was dead-lettered: failed on its last attempt, nacked with
+        `NackRetry.dead_letter()`, its lease expired on its last attempt, or an operator."""
+
+    @property
+    def failed_at(self) -> Optional[datetime]:
+        """When it was dead-lettered (aware, UTC)."""
+
+    @property
+    def final_attempt(self) -> int:
+        """The attempt that failed last."""
+
+    @property
+    def last_reason(self) -> Optional[str]:
+        """The reason given by the last nack, if any."""
+
+@final
+class ServerInfo:
+    """The server's version and limits: server-wide defaults (a queue may differ). Sizes are
+    bytes."""
+
+    @property
+    def server_version(self) -> str:
+        """The server's version."""
+
+    @property
+    def supported_protocol_versions(self) -> list[str]:
+        """Protocol versions, e.g. ``["v1"]``."""
+
+    @property
+    def server_time(self) -> Optional[datetime]:
+        """The server's clock (aware, UTC)."""
+
+    @property
+    def restricts_encodings(self) -> bool:
+        """Whether payload encodings are restricted."""
+
+    @property
+    def allowed_encodings(self) -> list[str]:
+        """The allowed encodings when restricted."""
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """Largest payload, in bytes."""
+
+    @property
+    def max_custom_entries(self) -> int:
+        """Most custom entries."""
+
+    @property
+    def max_custom_total_bytes(self) -> int:
+        """Largest custom map, in bytes."""
+
+    @property
+    def max_custom_key_bytes(self) -> int:
+        """Longest custom key, in UTF-8 bytes."""
+
+    @property
+    def max_queue_name_bytes(self) -> int:
+        """Longest queue name, in UTF-8 bytes."""
+
+    @property
+    def max_job_type_bytes(self) -> int:
+        """Longest job type, in UTF-8 bytes."""
+
+    @property
+    def max_idempotency_key_bytes(self) -> int:
+        """Longest idempotency key, in UTF-8 bytes."""
+
+    @property
+    def max_schedule_horizon(self) -> Optional[timedelta]:
+        """Furthest a job may be scheduled ahead."""
+
+    @property
+    def max_enqueue_batch(self) -> int:
+        """Most jobs per enqueue batch."""
+
+    @property
+    def max_reserve_batch(self) -> int:
+        """Most jobs per reserve."""
+
+    @property
+    def max_reserve_queues(self) -> int:
+        """Most queues per reserve."""
+
+    @property
+    def max_wait_timeout(self) -> Optional[timedelta]:
+        """Longest reserve wait."""
+
+    @property
+    def max_lease_duration(self) -> Optional[timedelta]:
+        """Longest lease."""
+
+    @property
+    def strict_queues(self) -> bool:
+        """Whether only declared queues exist."""
+
+    @property
+    def dead_letter_retention_enabled(self) -> bool:
+        """Whether dead letters are kept (and so can be drained)."""
+
+    @property
+    def dedup_window(self) -> Optional[timedelta]:
+        """The server-wide default dedup window (None from servers that do not say)."""
+
+@final
+class JobInfo:
+    """What the server knows about one job (`SeppClient.get_job`)."""
+
+    @property
+    def job_id(self) -> str:
+        """The id asked about."""
+
+    @property
+    def state(
+        self,
+    ) -> Literal["UNKNOWN", "SCHEDULED", "READY", "IN_FLIGHT", "DEAD_LETTERED", "COMPLETED"]:
+        """Where the job is. ``"UNKNOWN"``: never existed, or finished and forgotten;
+        ``"COMPLETED"``: acked, kept while its idempotency key is remembered."""
+
+    @property
+    def queue(self) -> str:
+        """Its queue (empty when unknown)."""
+
+    @property
+    def job_type(self) -> str:
+        """Its type."""
+
+    @property
+    def attempt(self) -> int:
+        """The attempt in flight or the last one made (0 before the first delivery)."""
+
+    @property
+    def max_attempts(self) -> int:
+        """Deliveries allowed."""
+
+    @property
+    def priority(self) -> int:
+        """0 (lowest) to 9 (highest)."""
+
+    @property
+    def enqueued_at(self) -> Optional[datetime]:
+        """When it was enqueued (aware, UTC)."""
+
+    @property
+    def scheduled_at(self) -> Optional[datetime]:
+        """When it becomes ready, while scheduled (aware, UTC)."""
+
+    @property
+    def lease_expires_at(self) -> Optional[datetime]:
+        """When its lease ends, while in flight (aware, UTC)."""
+
+    @property
+    def last_reason(self) -> Optional[str]:
+        """The reason of its last nack."""
+
+    @property
+    def finished_at(self) -> Optional[datetime]:
+        """When it was acked or dead-lettered (aware, UTC)."""
+
+    @property
+    def dead_letter_cause(self) -> Optional[_DeadLetterCause]:
+        """Why it was dead-lettered, if it was."""
+
+    @property
+    def idempotency_key(self) -> Optional[str]:
+        """Its idempotency key, while the job is kept."""
+
+    @property
+    def worker_id(self) -> Optional[str]:
+        """The worker label of its current lease."""
+
+@final
+class KeyRecord:
+    """A live dedup record (`SeppClient.lookup_idempotency_key`)."""
+
+    @property
+    def job_id(self) -> str:
+        """The job the key names."""
+
+    @property
+    def created_at(self) -> Optional[datetime]:
+        """When the record was written: the first accepted enqueue (aware, UTC)."""
+
+    @property
+    def expires_at(self) -> Optional[datetime]:
+        """When the key stops deduplicating (aware, UTC)."""
+
+@final
+class DeadLetterPage:
+    """One page of dead letters, listed without removing them (`SeppClient.list_dead_letters`)."""
+
+    @property
+    def records(self) -> list[DeadLetterRecord]:
+        """The records, oldest first (a new list on each access)."""
+
+    @property
+    def next_page_token(self) -> Optional[str]:
+        """Pass it to `list_dead_letters` for the next page; None on the last page."""
+
+@final
+class QueueStats:
+    """A queue's job counts (`SeppClient.get_queue_stats`)."""
+
+    @property
+    def ready(self) -> int:
+        """Jobs ready to be reserved."""
+
+    @property
+    def scheduled(self) -> int:
+        """Jobs waiting for their time or a retry delay."""
+
+    @property
+    def in_flight(self) -> int:
+        """Leased jobs."""
+
+    @property
+    def dead_lettered(self) -> int:
+        """Dead letters kept."""
+
+    @property
+    def dedup_records(self) -> int:
+        """Idempotency keys remembered."""
+
+    @property
+    def paused(self) -> bool:
+        """Whether reserve skips the queue."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class SeppClient:
+    """A client of a sepp server.
+
+    One client shares one HTTP/2 connection among all its calls; share it between tasks, and
+    between threads that run their own event loops. Use it as an async context manager, or
+    call `close`.
+    """
+
+    @staticmethod
+    async def connect(
+        url: str,
+        *,
+        api_key: Optional[str] = None,
+        tls: Optional[TlsOptions] = None,
+        rpc_timeout: Optional[timedelta] = ...,
+        retry_policy: Optional[RetryPolicy] = None,
+    ) -> SeppClient:
+        """Connects, then reads the server's limits (`get_server_info`), so that requests are
+        checked against the real `max_idempotency_key_bytes`.
+
+        Args:
+            url: ``http://host:port``, ``https://host:port`` or ``host:port``.
+            api_key: Sent as ``authorization: Bearer <key>`` on every call; printable ASCII.
+            tls: TLS settings (an ``https://`` URL turns TLS on without them).
+            rpc_timeout: Deadline of each call; `reserve` adds its `wait_timeout` (plus 5 s).
+                Default 30 seconds; None for no deadline.
+            retry_policy: Automatic retries of the calls safe to retry; None for none.
+
+        Returns:
+            The connected client.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            InvalidConfigError: The URL, TLS settings, API key or timeout is unusable.
+            TransportError: The server cannot be reached.
+            UnauthenticatedError: The server requires an API key and `api_key` is missing or
+                wrong.
+        """
+
+    @property
+    def max_idempotency_key_bytes(self) -> int:
+        """The idempotency key limit requests are checked against, in UTF-8 bytes (the
+        server's, read at connect and by `get_server_info`).
+
+        Raises:
+            RuntimeError: The client is closed.
+        """
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+
+    async def enqueue(self, request: EnqueueRequest) -> EnqueueAck:
+        """Enqueues one job.
+
+        The idempotency key's length is checked against the server's limit first, with no
+        network call.
+
+        Args:
+            request: The job.
+
+        Returns:
+            The job's id, and whether the enqueue was a dedup hit.
+
+        Raises:
+            TypeError: `request` is not an `EnqueueRequest`.
+            RuntimeError: The client is closed.
+            JobRejectedError: The job was rejected; the subclass names why, e.g.
+                `IdempotencyKeyTooLong` (`.limit`, `.actual` in UTF-8 bytes, raised before
+                sending), `PayloadTooLarge`, `UnknownQueue`, `QueueFull` (transient).
+            TransportError: The call failed in transit. A keyed enqueue is safe to repeat; an
+                unkeyed one may have been committed.
+            UnauthenticatedError: Missing or wrong API key.
+            OverloadedError: The server sheds load; retry after a pause.
+            InvalidArgumentError: The server refused the call as malformed (e.g. too large).
+        """
+
+    async def enqueue_batch(
+        self, requests: Sequence[EnqueueRequest]
+    ) -> list[Union[EnqueueAck, Rejection]]:
+        """Enqueues each job on its own, in one call: the accepted ones are committed together.
+
+        Jobs failing the client-side checks are not sent and get their `Rejection` in the
+        results.
+
+        Args:
+            requests: The jobs; 1 to the server's `max_enqueue_batch`.
+
+        Returns:
+            One result per request, in order: an `EnqueueAck`, or the job's `Rejection`.
+
+        Raises:
+            TypeError: `requests` is not a sequence of `EnqueueRequest`.
+            RuntimeError: The client is closed.
+            InvalidArgumentError: The batch is empty or larger than `max_enqueue_batch`.
+            TransportError: The call failed in transit (see `enqueue`).
+            UnauthenticatedError: Missing or wrong API key.
+            OverloadedError: The server sheds load.
+        """
+
+    async def enqueue_atomic(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueAck]:
+        """Enqueues all jobs or none.
+
+        Args:
+            requests: The jobs; 1 to the server's `max_enqueue_batch`.
+
+        Returns:
+            The acks, in request order.
+
+        Raises:
+            TypeError: `requests` is not a sequence of `EnqueueRequest`.
+            RuntimeError: The client is closed.
+            JobRejectedError: At least one job was rejected and nothing was written. The
+                exception is the subclass of the first failing job (`.index`); `.failures`
+                lists every failing job as ``(index, Rejection)``.
+            InvalidArgumentError: The batch is empty or larger than `max_enqueue_batch`.
+            TransportError: The call failed in transit (see `enqueue`).
+            UnauthenticatedError: Missing or wrong API key.
+            OverloadedError: The server sheds load.
+        """
+
+    async def reserve(
+        self,
+        queues: Sequence[str],
+        *,
+        lease_duration: timedelta,
+        wait_timeout: Optional[timedelta] = None,
+        max_jobs: Optional[int] = None,
+        worker_id: Optional[str] = None,
+    ) -> list[Job]:
+        """Leases up to `max_jobs` ready jobs from `queues`, waiting up to `wait_timeout` for
+        the first. Never retried automatically: a lost reply would lease jobs twice.
+
+        Cancelling the awaiting task cancels the call; a job not yet leased stays ready, and
+        one whose lease was committed comes back when the lease expires.
+
+        Args:
+            queues: The queues to take from, in order of preference; at least one.
+            lease_duration: How long the jobs are leased; positive. The server clamps it to
+                the queues' `max_lease_duration_ms`.
+            wait_timeout: How long to wait when no job is ready. None: return at once. The
+                server clamps it to `max_wait_timeout_ms`.
+            max_jobs: At most this many jobs; at least 1. None: 1. The server clamps it to
+                `max_reserve_batch`.
+            worker_id: A label for the lease.
+
+        Returns:
+            The leased jobs; empty when none became ready in time.
+
+        Raises:
+            TypeError: An argument has the wrong type (`queues` given as a single `str`
+                included).
+            RuntimeError: The client is closed.
+            InvalidArgumentError: No queues, an empty name, a zero or negative duration, or
+                `max_jobs` of 0.
+            FailedPreconditionError: Strict mode, and a queue is not declared.
+            TransportError: The call failed in transit.
+            UnauthenticatedError: Missing or wrong API key.
+        """
+
+    async def ack(self, job_id: str, attempt: int) -> None:
+        """Acks delivery `attempt` of `job_id`: the job is done and removed.
+
+        Args:
+            job_id: `Job.id`.
+            attempt: `Job.attempt`.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            RuntimeError: The client is closed.
+            JobNotInFlight: The job is not in flight (already acked, lease expired,
+                dead-lettered, unknown). The lease is lost.
+            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            InvalidArgumentError: `attempt` is negative or too large.
+            TransportError: The call failed in transit.
+        """
+
+    async def nack(
+        self,
+        job_id: str,
+        attempt: int,
+        *,
+        retry: Optional[NackRetry] = None,
+        reason: Optional[str] = None,
+    ) -> bool:
+        """Nacks delivery `attempt` of `job_id`: the job failed.
+
+        Args:
+            job_id: `Job.id`.
+            attempt: `Job.attempt`.
+            retry: What to do with the job. None: `NackRetry.default()`, the queue's policy.
+            reason: Why it failed; kept with a dead letter.
+
+        Returns:
+            True when the job was dead-lettered (the dead-letter strategy, or its last attempt).
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            RuntimeError: The client is closed.
+            JobNotInFlight: The job is not in flight. The lease is lost.
+            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            InvalidArgumentError: `attempt` is negative or too large.
+            TransportError: The call failed in transit.
+        """
+
+    async def extend(self, job_id: str, attempt: int, lease_duration: timedelta) -> datetime:
+        """Sets the lease of delivery `attempt` of `job_id` to now + `lease_duration`.
+
+        Args:
+            job_id: `Job.id`.
+            attempt: `Job.attempt`.
+            lease_duration: The new lease, from now; positive. The server clamps it.
+
+        Returns:
+            The new lease expiry (aware, UTC).
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            RuntimeError: The client is closed.
+            JobNotInFlight: The job is not in flight. The lease is lost.
+            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            InvalidArgumentError: A zero or negative `lease_duration`.
+            TransportError: The call failed in transit.
+        """
+
+    async def get_server_info(self) -> ServerInfo:
+        """Reads the server's version and limits, and refreshes the limits this client checks
+        requests against.
+
+        Returns:
+            The server's info.
+
+        Raises:
+            RuntimeError: The client is closed.
+            TransportError: The call failed in transit.
+            UnauthenticatedError: Missing or wrong API key.
+        """
+
+    async def drain_dead_letters(
+        self, queue: Optional[str] = None, max: int = 1
+    ) -> list[DeadLetterRecord]:
+        """Removes and returns up to `max` dead-letter records, oldest first. Destructive and
+        never retried automatically. Records exist only when the server keeps dead letters
+        (`dead_letter_retention_ms` > 0).
+
+        Args:
+            queue: Only this queue's records. None: every queue's.
+            max: At most this many records; at least 1.
+
+        Returns:
+            The records removed.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            RuntimeError: The client is closed.
+            InvalidArgumentError: `max` is 0 or negative.
+            TransportError: The call failed in transit.
+            UnauthenticatedError: Missing or wrong API key.
+        """
+
+    # Operator calls (sepp.admin.v1): sepp servers only; others raise UnsupportedError.
+
+    async def get_job(self, job_id: str) -> JobInfo:
+        """Reads everything the server knows about a job.
+
+        Args:
+            job_id: The job's id.
+
+        Returns:
+            The job's state and details; `JobInfo.state` is ``"UNKNOWN"`` when the server
+            knows nothing of it.
+
+        Raises:
+            TypeError: `job_id` is not a `str`.
+            RuntimeError: The client is closed.
+            UnsupportedError: The server has no admin service.
+            TransportError: The call failed in transit.
+            UnauthenticatedError: Missing or wrong API key.
+        """
+
+    async def lookup_idempotency_key(self, queue: str, idempotency_key: str) -> Optional[KeyRecord]:
+        """Finds the job an idempotency key names on a queue, while the key is remembered.
+
+        Args:
+            queue: The queue the key is scoped to.
+            idempotency_key: The key, compared byte for byte.
+
+        Returns:
+            The dedup record, or None when no live record has this key.
+
+        Raises:
+            TypeError: An argument is not a `str`.
+            RuntimeError: The client is closed.
+            UnsupportedError: The server has no admin service.
+            TransportError: The call failed in transit.
+        """
+
+    async def list_dead_letters(
+        self,
+        queue: Optional[str] = None,
+        *,
+        page_size: Optional[int] = None,
+        page_token: Optional[str] = None,
+    ) -> DeadLetterPage:
+        """Lists dead letters, oldest first, without removing them.
+
+        Args:
+            queue: Only this queue's. None: every queue's.
+            page_size: Records per page; 1 to 1000. None: 100.
+            page_token: `DeadLetterPage.next_page_token` of the previous page; None for the
+                first.
+
+        Returns:
+            One page.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            RuntimeError: The client is closed.
+            InvalidArgumentError: `page_size` of 0, or a token the server did not issue.
+            UnsupportedError: The server has no admin service.
+            TransportError: The call failed in transit.
+        """
+
+    async def requeue_dead_letters(
+        self,
+        job_ids: Optional[Sequence[str]] = None,
+        *,
+        queue: Optional[str] = None,
+        max: Optional[int] = None,
+    ) -> list[str]:
+        """Puts dead letters back on their queues: same id, attempt 1, enqueued now (their
+        idempotency keys still name them). Never retried automatically.
+
+        Select either by `job_ids` (ids that are not dead letters are skipped), or the
+        oldest `max` of `queue` (or of every queue).
+
+        Args:
+            job_ids: The jobs to requeue.
+            queue: With `max`: only this queue's oldest. None: every queue's.
+            max: With `queue`: how many of the oldest; at least 1. None: 1.
+
+        Returns:
+            The ids requeued.
+
+        Raises:
+            TypeError: An argument has the wrong type (`job_ids` given as one `str` included).
+            RuntimeError: The client is closed.
+            InvalidArgumentError: Both `job_ids` and `queue`/`max` given, or `max` of 0.
+            UnsupportedError: The server has no admin service.
+            TransportError: The call failed in transit.
+        """
+
+    async def delete_dead_letters(
+        self,
+        job_ids: Optional[Sequence[str]] = None,
+        *,
+        queue: Optional[str] = None,
+        max: Optional[int] = None,
+    ) -> list[str]:
+        """Deletes dead letters for good. Selects as `requeue_dead_letters` does.
+
+        Args:
+            job_ids: The jobs to delete.
+            queue: With `max`: only this queue's oldest. None: every queue's.
+            max: With `queue`: how many of the oldest; at least 1. None: 1.
+
+        Returns:
+            The ids deleted.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            RuntimeError: The client is closed.
+            InvalidArgumentError: Both `job_ids` and `queue`/`max` given, or `max` of 0.
+            UnsupportedError: The server has no admin service.
+            TransportError: The call failed in transit.
+        """
+
+    async def pause_queue(self, queue: str) -> None:
+        """Pauses a queue: reserve skips it; enqueues are still accepted. Survives restarts.
+
+        Args:
+            queue: The queue.
+
+        Raises:
+            TypeError: `queue` is not a `str`.
+            RuntimeError: The client is closed.
+            UnsupportedError: The server has no admin service.
+            TransportError: The call failed in transit.
+        """
+
+    async def resume_queue(self, queue: str) -> None:
+        """Resumes a paused queue.
+
+        Args:
+            queue: The queue.
+
+        Raises:
+            TypeError: `queue` is not a `str`.
+            RuntimeError: The client is closed.
+            UnsupportedError: The server has no admin service.
+            TransportError: The call failed in transit.
+        """
+
+    async def get_queue_stats(self, queue: str) -> QueueStats:
+        """Counts a queue's jobs by state.
+
+        Args:
+            queue: The queue.
+
+        Returns:
+            The counts, and whether the queue is paused.
+
+        Raises:
+            TypeError: `queue` is not a `str`.
+            RuntimeError: The client is closed.
+            UnsupportedError: The server has no admin service.
+            TransportError: The call failed in transit.
+        """
+
+    async def close(self) -> None:
+        """Closes this client: later calls raise `RuntimeError`. Calls already running finish;
+        the connection closes when the last one does. Closing twice is harmless."""
+
+    async def __aenter__(self) -> SeppClient:
+        """Returns the client.
+
+        Raises:
+            RuntimeError: The client is closed.
+        """
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        """Closes the client (see `close`)."""

@@ -1,0 +1,468 @@
+"""The exceptions of sepp: one class per stable error code of the core, under `SeppError`.
+
+Every exception carries the core's stable `code` (a SCREAMING_SNAKE string such as
+``"JOB_NOT_IN_FLIGHT"``), its `message`, and `retryable`, the core's verdict on whether the same
+call may succeed later. The hierarchy::
+
+    SeppError
+    ├── TransportError              TRANSPORT            (retryable)
+    ├── UnauthenticatedError        UNAUTHENTICATED
+    ├── OverloadedError             OVERLOADED           (retryable)
+    ├── InvalidArgumentError        INVALID_ARGUMENT     (also a ValueError)
+    ├── FailedPreconditionError     FAILED_PRECONDITION
+    ├── LeaseLostError                                   (.job_id)
+    │   ├── JobNotInFlight          JOB_NOT_IN_FLIGHT
+    │   └── AttemptMismatch         ATTEMPT_MISMATCH
+    ├── ServerFaultError            SERVER_FAULT
+    ├── UnsupportedError            UNSUPPORTED
+    ├── InvalidConfigError          INVALID_CONFIG       (also a ValueError)
+    └── JobRejectedError                                 (.rejection, .index, .failures)
+        ├── UnknownQueue            UNKNOWN_QUEUE
+        ├── PayloadTooLarge         PAYLOAD_TOO_LARGE
+        ├── EncodingNotAllowed      ENCODING_NOT_ALLOWED
+        ├── JobTypeNotAllowed       JOB_TYPE_NOT_ALLOWED
+        ├── CustomEntriesTooMany    CUSTOM_ENTRIES_TOO_MANY
+        ├── CustomMapTooLarge       CUSTOM_MAP_TOO_LARGE
+        ├── CustomKeyTooLong        CUSTOM_KEY_TOO_LONG
+        ├── QueueNameTooLong        QUEUE_NAME_TOO_LONG
+        ├── JobTypeNameTooLong      JOB_TYPE_NAME_TOO_LONG
+        ├── IdempotencyKeyTooLong   IDEMPOTENCY_KEY_TOO_LONG
+        ├── ScheduledTooFar         SCHEDULED_TOO_FAR
+        ├── InvalidRequest          INVALID_REQUEST      (also a ValueError)
+        ├── QueueFull               QUEUE_FULL           (transient)
+        ├── QueueClosing            QUEUE_CLOSING        (transient)
+        └── UnknownRejection        UNKNOWN_REJECTION
+
+A job rejection is also a value, `sepp.Rejection`, with the same fields as its exception: it is
+what `enqueue_batch` returns in place of an ack, and what `JobRejectedError.rejection` holds.
+
+Using a closed client raises `RuntimeError`, and a wrong argument type raises `TypeError`
+naming the argument; neither is a `SeppError`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Optional, TypeVar
+
+if TYPE_CHECKING:
+    from sepp._native import Rejection
+
+__all__ = [
+    "SeppError",
+    "TransportError",
+    "UnauthenticatedError",
+    "OverloadedError",
+    "InvalidArgumentError",
+    "FailedPreconditionError",
+    "LeaseLostError",
+    "JobNotInFlight",
+    "AttemptMismatch",
+    "ServerFaultError",
+    "UnsupportedError",
+    "InvalidConfigError",
+    "JobRejectedError",
+    "UnknownQueue",
+    "PayloadTooLarge",
+    "EncodingNotAllowed",
+    "JobTypeNotAllowed",
+    "CustomEntriesTooMany",
+    "CustomMapTooLarge",
+    "CustomKeyTooLong",
+    "QueueNameTooLong",
+    "JobTypeNameTooLong",
+    "IdempotencyKeyTooLong",
+    "ScheduledTooFar",
+    "InvalidRequest",
+    "QueueFull",
+    "QueueClosing",
+    "UnknownRejection",
+    "error_class",
+]
+
+_T = TypeVar("_T")
+
+
+class SeppError(Exception):
+    """The root of every error sepp raises.
+
+    Attributes:
+        code: The stable error code, e.g. ``"TRANSPORT"``; `sepp.ERROR_CODES` lists them all.
+        message: What happened, naming the field and the limit where there is one.
+        retryable: True when the same call may succeed later (transport errors, overload,
+            a full or closing queue).
+        grpc_code: The numeric gRPC status code when the error came from the server, else None.
+    """
+
+    code: str = ""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: Optional[str] = None,
+        retryable: bool = False,
+        grpc_code: Optional[int] = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.retryable = retryable
+        self.grpc_code = grpc_code
+
+
+class TransportError(SeppError):
+    """The server could not be reached, or the call was cut off (deadline, reset). Retryable."""
+
+    code = "TRANSPORT"
+
+
+class UnauthenticatedError(SeppError):
+    """The API key is missing or wrong. Not retryable: fix `api_key`."""
+
+    code = "UNAUTHENTICATED"
+
+
+class OverloadedError(SeppError):
+    """The server sheds load. Retryable after a pause."""
+
+    code = "OVERLOADED"
+
+
+class InvalidArgumentError(SeppError, ValueError):
+    """A call's argument is invalid (checked by the client before sending, or by the server):
+    an empty queue list, a zero or negative duration, an empty batch, ..."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class FailedPreconditionError(SeppError):
+    """The server refused the call in its current state: in strict mode, `reserve` listed an
+    undeclared queue."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class LeaseLostError(SeppError):
+    """The lease of this delivery is gone (ack, nack or extend came too late or twice).
+
+    Stop working on the job: it is, or will be, delivered again.
+
+    Attributes:
+        job_id: The job named in the call.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        job_id: Optional[str] = None,
+        code: Optional[str] = None,
+        retryable: bool = False,
+        grpc_code: Optional[int] = None,
+    ) -> None:
+        super().__init__(message, code=code, retryable=retryable, grpc_code=grpc_code)
+        self.job_id = job_id
+
+
+class JobNotInFlight(LeaseLostError):
+    """The job is not in flight: acked, lease expired, dead-lettered, or never existed."""
+
+    code = "JOB_NOT_IN_FLIGHT"
+
+
+class AttemptMismatch(LeaseLostError):
+    """The job is in flight under another attempt: this delivery's lease expired and the job
+    was delivered again."""
+
+    code = "ATTEMPT_MISMATCH"
+
+
+class ServerFaultError(SeppError):
+    """The server failed, or sent an answer this client cannot read."""
+
+    code = "SERVER_FAULT"
+
+
+class UnsupportedError(SeppError):
+    """The server does not implement the call."""
+
+    code = "UNSUPPORTED"
+
+
+class InvalidConfigError(SeppError, ValueError):
+    """The address, TLS settings, API key or another connection setting is unusable."""
+
+    code = "INVALID_CONFIG"
+
+
+class JobRejectedError(SeppError):
+    """A job was not accepted, by the client before sending or by the server.
+
+    Raised by `EnqueueRequest(...)` (structural checks), `enqueue` and `enqueue_atomic`; the
+    subclass names the reason. `enqueue_batch` returns the same `Rejection` values in its
+    result list instead of raising.
+
+    Attributes:
+        rejection: The rejection as a value (its fields depend on the code).
+        index: The position of the rejected job in the request (0 for a single job; for
+            `enqueue_atomic`, the first failing job).
+        failures: Every failing job as ``(index, rejection)``, in index order (one entry except
+            for `enqueue_atomic`, which writes nothing when any job fails).
+    """
+
+    def __init__(
+        self,
+        rejection: Rejection,
+        *,
+        index: int = 0,
+        failures: Optional[list[tuple[int, Rejection]]] = None,
+    ) -> None:
+        super().__init__(rejection.message, code=rejection.code, retryable=rejection.transient)
+        self.rejection = rejection
+        self.index = index
+        self.failures = failures if failures is not None else [(index, rejection)]
+
+    @staticmethod
+    def for_rejection(
+        rejection: Rejection,
+        *,
+        index: int = 0,
+        failures: Optional[list[tuple[int, Rejection]]] = None,
+    ) -> JobRejectedError:
+        """The exception for `rejection`, of the subclass named by its code.
+
+        Args:
+            rejection: A rejection, e.g. from the results of `enqueue_batch`.
+            index: The position of the job in its request.
+            failures: Every failing job, when there were several.
+
+        Returns:
+            An instance of the matching subclass (`JobRejectedError` itself for an unknown code).
+        """
+        cls = _CLASSES.get(rejection.code)
+        if cls is None or not issubclass(cls, JobRejectedError):
+            cls = JobRejectedError
+        return cls(rejection, index=index, failures=failures)
+
+
+def _field(value: Optional[_T], name: str) -> _T:
+    if value is None:
+        raise AttributeError(f"this rejection has no {name}")
+    return value
+
+
+class _LimitActual(JobRejectedError):
+    @property
+    def limit(self) -> int:
+        """The limit, in bytes (or entries for `CustomEntriesTooMany`)."""
+        return _field(self.rejection.limit, "limit")
+
+    @property
+    def actual(self) -> int:
+        """What the job had, in the unit of `limit`."""
+        return _field(self.rejection.actual, "actual")
+
+
+class _Queue(JobRejectedError):
+    @property
+    def queue(self) -> str:
+        """The queue named in the request."""
+        return _field(self.rejection.queue, "queue")
+
+
+class _Allowed(JobRejectedError):
+    @property
+    def allowed(self) -> list[str]:
+        """What the queue allows."""
+        return _field(self.rejection.allowed, "allowed")
+
+
+class UnknownQueue(_Queue):
+    """Strict mode, and the queue is not declared. Deterministic."""
+
+    code = "UNKNOWN_QUEUE"
+
+
+class PayloadTooLarge(_LimitActual):
+    """The payload is larger than the queue's `max_payload_bytes` (`limit`, `actual` in bytes)."""
+
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class EncodingNotAllowed(_Allowed):
+    """The payload's encoding is not in the queue's `allowed_encodings`."""
+
+    code = "ENCODING_NOT_ALLOWED"
+
+    @property
+    def encoding(self) -> str:
+        """The encoding sent."""
+        return _field(self.rejection.encoding, "encoding")
+
+
+class JobTypeNotAllowed(_Allowed):
+    """The job type is not in the queue's `allowed_job_types`."""
+
+    code = "JOB_TYPE_NOT_ALLOWED"
+
+    @property
+    def job_type(self) -> str:
+        """The job type sent."""
+        return _field(self.rejection.job_type, "job_type")
+
+
+class CustomEntriesTooMany(_LimitActual):
+    """The custom map has more than `max_custom_entries` entries (`limit`, `actual`)."""
+
+    code = "CUSTOM_ENTRIES_TOO_MANY"
+
+
+class CustomMapTooLarge(_LimitActual):
+    """The custom map is larger than `max_custom_total_bytes` (`limit`, `actual` in bytes)."""
+
+    code = "CUSTOM_MAP_TOO_LARGE"
+
+
+class CustomKeyTooLong(_LimitActual):
+    """A custom key is longer than `max_custom_key_bytes` (`limit`, `actual` in UTF-8 bytes)."""
+
+    code = "CUSTOM_KEY_TOO_LONG"
+
+    @property
+    def key(self) -> str:
+        """The key."""
+        return _field(self.rejection.key, "key")
+
+
+class QueueNameTooLong(_LimitActual):
+    """The queue name is longer than `max_queue_name_bytes` (`limit`, `actual` in UTF-8 bytes)."""
+
+    code = "QUEUE_NAME_TOO_LONG"
+
+
+class JobTypeNameTooLong(_LimitActual):
+    """The job type is longer than `max_job_type_bytes` (`limit`, `actual` in UTF-8 bytes)."""
+
+    code = "JOB_TYPE_NAME_TOO_LONG"
+
+
+class IdempotencyKeyTooLong(_LimitActual):
+    """The idempotency key is longer than the server's `max_idempotency_key_bytes`.
+
+    Checked by the client before anything is sent. `limit` and `actual` are UTF-8 bytes.
+    """
+
+    code = "IDEMPOTENCY_KEY_TOO_LONG"
+
+
+class ScheduledTooFar(JobRejectedError):
+    """`scheduled_at` is beyond the queue's schedule horizon."""
+
+    code = "SCHEDULED_TOO_FAR"
+
+    @property
+    def horizon(self) -> timedelta:
+        """How far ahead a job may be scheduled."""
+        return _field(self.rejection.horizon, "horizon")
+
+    @property
+    def scheduled_at(self) -> datetime:
+        """The requested time (aware, UTC)."""
+        return _field(self.rejection.scheduled_at, "scheduled_at")
+
+
+class InvalidRequest(JobRejectedError, ValueError):
+    """The request is structurally invalid: an empty name or key, a priority over 9,
+    `max_attempts` of 0, a naive `scheduled_at`, ... The message names the field."""
+
+    code = "INVALID_REQUEST"
+
+
+class QueueFull(_Queue):
+    """The queue holds `max_queue_depth` jobs. Transient: the same job may succeed later."""
+
+    code = "QUEUE_FULL"
+
+    @property
+    def limit(self) -> int:
+        """The queue's `max_queue_depth`, in jobs."""
+        return _field(self.rejection.limit, "limit")
+
+
+class QueueClosing(_Queue):
+    """The queue is being deleted. Transient."""
+
+    code = "QUEUE_CLOSING"
+
+
+class UnknownRejection(JobRejectedError):
+    """A rejection this client does not know (a newer server)."""
+
+    code = "UNKNOWN_REJECTION"
+
+
+_CLASSES: dict[str, type[SeppError]] = {
+    cls.code: cls
+    for cls in (
+        TransportError,
+        UnauthenticatedError,
+        OverloadedError,
+        InvalidArgumentError,
+        FailedPreconditionError,
+        JobNotInFlight,
+        AttemptMismatch,
+        ServerFaultError,
+        UnsupportedError,
+        InvalidConfigError,
+        UnknownQueue,
+        PayloadTooLarge,
+        EncodingNotAllowed,
+        JobTypeNotAllowed,
+        CustomEntriesTooMany,
+        CustomMapTooLarge,
+        CustomKeyTooLong,
+        QueueNameTooLong,
+        JobTypeNameTooLong,
+        IdempotencyKeyTooLong,
+        ScheduledTooFar,
+        InvalidRequest,
+        QueueFull,
+        QueueClosing,
+        UnknownRejection,
+    )
+}
+
+
+def error_class(code: str) -> Optional[type[SeppError]]:
+    """The exception class of a stable error code.
+
+    Args:
+        code: A code such as ``"QUEUE_FULL"``.
+
+    Returns:
+        The class, or None for a code this package does not know.
+    """
+    return _CLASSES.get(code)
+
+
+def _from_native(
+    code: str,
+    message: str,
+    retryable: bool,
+    grpc_code: Optional[int],
+    job_id: Optional[str],
+    failures: Optional[list[tuple[int, Rejection]]],
+) -> SeppError:
+    """Builds the exception for a failure reported by the native module."""
+    if failures:
+        index, first = failures[0]
+        return JobRejectedError.for_rejection(first, index=index, failures=failures)
+    cls = _CLASSES.get(code)
+    if cls is None or issubclass(cls, JobRejectedError):
+        return SeppError(message, code=code, retryable=retryable, grpc_code=grpc_code)
+    if issubclass(cls, LeaseLostError):
+        return cls(message, job_id=job_id, retryable=retryable, grpc_code=grpc_code)
+    return cls(message, retryable=retryable, grpc_code=grpc_code)
+
