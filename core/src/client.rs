@@ -120,23 +120,25 @@ impl SeppClientBuilder {
         Ok(ep)
     }
 
-    fn finish(self, channel: Channel) -> Result<SeppClient, ClientError> {
-        let api_key = match &self.api_key {
-            Some(k) if !k.chars().all(|c| c.is_ascii_graphic()) => {
-                return Err(ClientError::new(
-                    ErrorCode::InvalidConfig,
-                    "api key must be printable ASCII without spaces",
-                ));
-            }
-            Some(k) => Some(
-                format!("Bearer {k}")
-                    .parse::<MetadataValue<Ascii>>()
-                    .map_err(|_| {
-                        ClientError::new(ErrorCode::InvalidConfig, "api key is not printable ASCII")
-                    })?,
-            ),
-            None => None,
+    /// The `authorization` header value for the API key, if one is set.
+    fn api_key_header(&self) -> Result<Option<MetadataValue<Ascii>>, ClientError> {
+        let Some(k) = &self.api_key else {
+            return Ok(None);
         };
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_graphic()) {
+            return Err(ClientError::new(
+                ErrorCode::InvalidConfig,
+                "api key must be non-empty printable ASCII without spaces",
+            ));
+        }
+        format!("Bearer {k}")
+            .parse::<MetadataValue<Ascii>>()
+            .map(Some)
+            .map_err(|_| ClientError::new(ErrorCode::InvalidConfig, "api key is not a valid header value"))
+    }
+
+    fn finish(self, channel: Channel) -> Result<SeppClient, ClientError> {
+        let api_key = self.api_key_header()?;
         let admin = AdminServiceClient::new(channel.clone())
             .max_decoding_message_size(self.max_receive_bytes)
             .max_encoding_message_size(usize::MAX);
@@ -164,6 +166,8 @@ impl SeppClientBuilder {
     /// [`ErrorCode::InvalidConfig`] for an unusable address or TLS settings;
     /// [`ErrorCode::Transport`] when the server cannot be reached.
     pub async fn connect(self) -> Result<SeppClient, ClientError> {
+        // Settings errors first, so that they are not hidden by a transport error.
+        self.api_key_header()?;
         let ep = self.endpoint()?;
         let channel = ep.connect().await.map_err(|e| {
             ClientError::new(

@@ -635,10 +635,10 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), Co
         if rest == "CONFIG" || rest == "LOG" {
             continue;
         }
+        // Only SEPP_SECTION__FIELD names are overrides; other SEPP_* variables (set by tools
+        // around sepp) are not ours to judge.
         let Some((section, field)) = rest.split_once("__") else {
-            return Err(ConfigError(format!(
-                "environment variable {name}: expected SEPP_SECTION__FIELD, e.g. SEPP_STORAGE__PERSIST_MODE"
-            )));
+            continue;
         };
         let section = section.to_ascii_lowercase();
         let field = field.to_ascii_lowercase();
@@ -782,6 +782,15 @@ mod tests {
         assert_eq!(l.config.storage.persist_mode, PersistMode::Buffer);
         assert_eq!(l.config.limits.max_enqueue_batch, 7);
         assert_eq!(l.config.server.listen_addr.port(), 0);
+    }
+
+    #[test]
+    fn other_sepp_variables_are_ignored_but_unknown_sections_are_not() {
+        let env = vec![("SEPP_SERVER_BIN".to_string(), "/usr/bin/sepp".to_string())];
+        assert!(Config::from_toml_with_env("", &env).is_ok());
+        let env = vec![("SEPP_STORGE__PERSIST_MODE".to_string(), "buffer".to_string())];
+        let err = Config::from_toml_with_env("", &env).unwrap_err().0;
+        assert!(err.contains("SEPP_STORGE__PERSIST_MODE"), "{err}");
     }
 
     #[test]

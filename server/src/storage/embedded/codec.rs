@@ -60,8 +60,9 @@ pub(crate) enum Stage {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Meta {
     pub(crate) queue: std::sync::Arc<str>,
-    /// Kept here too so that a tombstone can still say what the job was.
-    pub(crate) job_type: String,
+    /// Kept here too so that a tombstone can still say what the job was. Interned by the
+    /// job index, like `queue`.
+    pub(crate) job_type: std::sync::Arc<str>,
     pub(crate) priority: u8,
     /// Enqueue order (FIFO within a priority).
     pub(crate) seq: u64,
@@ -366,7 +367,7 @@ impl Meta {
     pub(crate) fn decode(buf: &[u8]) -> Result<Self, StorageError> {
         let mut r = R::new(buf, "job meta")?;
         let queue: std::sync::Arc<str> = r.string()?.into();
-        let job_type = r.string()?;
+        let job_type: std::sync::Arc<str> = r.string()?.into();
         let priority = r.u8()?;
         let seq = r.u64()?;
         let enqueued_at = r.i64()?;

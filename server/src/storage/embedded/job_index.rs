@@ -42,6 +42,8 @@ pub(crate) struct JobIndex {
     leases: BTreeSet<(UnixMs, JobId)>,
     dead: BTreeSet<(UnixMs, JobId)>,
     tombstones: BTreeSet<(UnixMs, JobId)>,
+    /// Job type names, shared by every job of a type.
+    job_types: std::collections::HashSet<Arc<str>>,
     /// The next enqueue sequence number.
     pub(crate) next_seq: u64,
 }
@@ -70,6 +72,16 @@ impl JobIndex {
         }
     }
 
+    /// The shared copy of a job type name.
+    pub(crate) fn intern_job_type(&mut self, job_type: &str) -> Arc<str> {
+        if let Some(t) = self.job_types.get(job_type) {
+            return t.clone();
+        }
+        let t: Arc<str> = Arc::from(job_type);
+        self.job_types.insert(t.clone());
+        t
+    }
+
     pub(crate) fn depth(&self, queue: &str) -> u64 {
         self.queues.get(queue).map_or(0, QueueIndex::depth)
     }
@@ -77,6 +89,7 @@ impl JobIndex {
     /// Adds a job (new or recovered) and files it under its stage.
     pub(crate) fn insert(&mut self, id: JobId, mut meta: Meta) {
         meta.queue = self.intern(&meta.queue);
+        meta.job_type = self.intern_job_type(&meta.job_type);
         self.next_seq = self.next_seq.max(meta.seq + 1);
         self.place(id, &meta);
         if let Some(old) = self.jobs.insert(id, meta) {

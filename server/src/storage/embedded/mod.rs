@@ -296,7 +296,7 @@ impl Shared {
                 };
                 let meta = Meta {
                     queue: job.queue,
-                    job_type: job.job_type.clone(),
+                    job_type: st.jobs.intern_job_type(&job.job_type),
                     priority: job.priority,
                     seq,
                     enqueued_at: job.enqueued_at,
@@ -796,7 +796,7 @@ impl Store for EmbeddedStore {
             id,
             state,
             queue: meta.queue.to_string(),
-            job_type: meta.job_type,
+            job_type: meta.job_type.to_string(),
             attempt: meta.attempt,
             max_attempts: meta.max_attempts,
             priority: meta.priority,

@@ -1,0 +1,404 @@
+//! [`SeppClient`]: the core client's calls, in the core's order, each returning a Promise.
+//!
+//! Each method reads its arguments (a `TypeError` when one is missing or mistyped), converts
+//! them to the core's types (the operation's sepp error when a value cannot be held), and
+//! runs the core call on the addon's tokio runtime. Nothing is sent before all of that passed.
+
+use crate::error::{Failure, SeppFailure, settle};
+use crate::job::{AtomicResult, DeadLetterRecord, EnqueueAck, EnqueueResult, Job, ServerInfo};
+use crate::read::{self, BadInput};
+use crate::request::{
+    ConnectOptions, DrainDeadLettersOptions, EnqueueRequest, NackOptions, ReserveOptions,
+};
+use crate::value::{self, Date};
+use napi::Env;
+use napi::bindgen_prelude::{PromiseRaw, Unknown};
+use napi_derive::napi;
+use sepp_rs::{BatchError, ErrorCode, LeaseError, Rejection, ReserveError};
+use std::sync::{Mutex, PoisonError};
+
+/// A client of a sepp server (or any server of the `sepp.v1` protocol).
+///
+/// One connection, shared by every call; calls may run concurrently. Create it with
+/// `SeppClient.connect`. An open client does not keep the process alive: only calls in
+/// flight do.
+///
+/// Errors: every method rejects with a `TypeError` when an argument is missing or has the
+/// wrong type, and with a `SeppError` subclass (picked by its `code`) otherwise; `retryable`
+/// tells whether the same call may succeed later.
+#[napi]
+pub struct SeppClient {
+    /// The core client; `None` once closed. Each call clones it (clones share the
+    /// connection), so `close` refuses new calls while calls in flight finish; the connection
+    /// closes when the last of them ends.
+    inner: Mutex<Option<sepp_rs::SeppClient>>,
+}
+
+/// The operation's error for an argument value that cannot be used.
+fn invalid_config(message: String) -> SeppFailure {
+    SeppFailure::new(ErrorCode::InvalidConfig, message)
+}
+
+fn invalid_request(message: String) -> Rejection {
+    Rejection::InvalidRequest { message }
+}
+
+/// Reads `value` as an enqueue request at `path` and converts it to the core's.
+fn core_request(
+    value: Option<Unknown<'_>>,
+    path: &str,
+) -> Result<sepp_rs::EnqueueRequest, BadInput> {
+    EnqueueRequest::read(value, path)?
+        .into_core(path)
+        .map_err(BadInput::Value)
+}
+
+/// Reads the `jobId` and `attempt` arguments of ack, nack and extend.
+fn delivery(
+    job_id: Option<Unknown<'_>>,
+    attempt: Option<Unknown<'_>>,
+) -> Result<(String, u32), BadInput> {
+    let job_id = read::string(job_id, "jobId")?;
+    let attempt = read::number(attempt, "attempt")?;
+    let attempt = value::uint32("attempt", attempt).map_err(BadInput::Value)?;
+    Ok((job_id, attempt))
+}
+
+#[napi]
+impl SeppClient {
+    /// Connects to `url` (`http://host:port`, `https://host:port` or `host:port`), then reads
+    /// the server's limits, so that requests are checked against them before sending.
+    ///
+    /// Rejects with `InvalidConfig` for an unusable url or option value (a negative
+    /// duration), `Transport` when the server cannot be reached, `Unauthenticated` for a
+    /// missing or wrong API key.
+    ///
+    /// @example
+    /// const client = await SeppClient.connect("http://127.0.0.1:50051", { apiKey: "secret" });
+    #[napi(
+        ts_args_type = "url: string, options?: ConnectOptions",
+        ts_return_type = "Promise<SeppClient>"
+    )]
+    pub fn connect<'env>(
+        env: &'env Env,
+        url: Option<Unknown<'env>>,
+        options: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, SeppClient>> {
+        let builder = (|| -> Result<_, Failure> {
+            let url = read::string(url, "url").map_err(|e| e.into_failure(invalid_config))?;
+            let options =
+                ConnectOptions::read(options).map_err(|e| e.into_failure(invalid_config))?;
+            let builder = options
+                .apply(sepp_rs::SeppClient::builder(url))
+                .map_err(invalid_config)?;
+            Ok(builder)
+        })();
+        settle(
+            env,
+            async move { Ok(builder?.connect().await?) },
+            |client| SeppClient {
+                inner: Mutex::new(Some(client)),
+            },
+        )
+    }
+
+    /// Closes the client: later calls reject with an `Error` whose code is
+    /// `ERR_SEPP_CLIENT_CLOSED`; calls in flight finish, then the connection closes. Calling
+    /// it again does nothing.
+    #[napi]
+    pub fn close(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    /// The core client, or [`Failure::Closed`].
+    pub(crate) fn core(&self) -> Result<sepp_rs::SeppClient, Failure> {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(Failure::Closed)
+    }
+
+    /// Enqueues one job.
+    ///
+    /// The request is checked before anything is sent: its structure (non-empty names,
+    /// priority 0 to 9, ...) and the idempotency key's length against the server's
+    /// `maxIdempotencyKeyBytes` (256 unless the server says otherwise).
+    ///
+    /// Rejects with the job's `Rejection` subclass (`IdempotencyKeyTooLong` with `limit` and
+    /// `actual` in bytes, `InvalidRequest`, `PayloadTooLarge`, `QueueFull`, ...), or
+    /// `Transport`, `Unauthenticated`, `Overloaded`, `ServerFault` when the call fails. A
+    /// keyed enqueue is always safe to retry: a repeat is a dedup hit.
+    ///
+    /// @example
+    /// const ack = await client.enqueue({ queue: "emails", jobType: "welcome", idempotencyKey: "user-42" });
+    #[napi(
+        ts_args_type = "request: EnqueueRequest",
+        ts_return_type = "Promise<EnqueueAck>"
+    )]
+    pub fn enqueue<'env>(
+        &self,
+        env: &'env Env,
+        request: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, EnqueueAck>> {
+        let call = (|| -> Result<_, Failure> {
+            let request =
+                core_request(request, "request").map_err(|e| e.into_failure(invalid_request))?;
+            request.validate()?;
+            Ok((self.core()?, request))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, request) = call?;
+                Ok(client.enqueue(request).await?)
+            },
+            EnqueueAck::from,
+        )
+    }
+
+    /// Enqueues each job on its own (one round trip): one result per request, in order. A
+    /// job that fails the checks of `enqueue` is not sent and gets `status: 'rejected'`; the
+    /// others are committed together.
+    ///
+    /// Rejects with `InvalidArgument` for an empty batch, one larger than the server's
+    /// `maxEnqueueBatch`, or a value that cannot be sent; otherwise as `enqueue` for the call
+    /// as a whole.
+    #[napi(
+        ts_args_type = "requests: EnqueueRequest[]",
+        ts_return_type = "Promise<EnqueueResult[]>"
+    )]
+    pub fn enqueue_batch<'env>(
+        &self,
+        env: &'env Env,
+        requests: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, Vec<EnqueueResult>>> {
+        let call = (|| -> Result<_, Failure> {
+            let requests = read::array(requests, "requests", |v, path| core_request(Some(v), path))
+                .map_err(|e| e.into_failure(BatchError::Invalid))?;
+            Ok((self.core()?, requests))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, requests) = call?;
+                Ok(client.enqueue_batch(requests).await?)
+            },
+            |results| results.into_iter().map(EnqueueResult::from).collect(),
+        )
+    }
+
+    /// Enqueues all jobs or none: `status: 'committed'` with the acks in order, or
+    /// `status: 'rejected'` with every failing job (nothing was written). Jobs failing the
+    /// checks of `enqueue` fail the batch without a network call.
+    ///
+    /// Rejects as `enqueueBatch`.
+    #[napi(
+        ts_args_type = "requests: EnqueueRequest[]",
+        ts_return_type = "Promise<AtomicResult>"
+    )]
+    pub fn enqueue_atomic<'env>(
+        &self,
+        env: &'env Env,
+        requests: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, AtomicResult>> {
+        let call = (|| -> Result<_, Failure> {
+            let requests = read::array(requests, "requests", |v, path| core_request(Some(v), path))
+                .map_err(|e| e.into_failure(BatchError::Invalid))?;
+            Ok((self.core()?, requests))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, requests) = call?;
+                Ok(client.enqueue_atomic(requests).await?)
+            },
+            AtomicResult::from,
+        )
+    }
+
+    /// Leases up to `maxJobs` ready jobs from `queues` (in order), waiting up to
+    /// `waitTimeoutMs` for the first; resolves to an empty array when none came. Never
+    /// retried automatically: a lost reply would lease jobs twice.
+    ///
+    /// Rejects with `InvalidArgument` before sending (no queues, a lease that is not
+    /// positive, `maxJobs` 0, a negative duration), `FailedPrecondition` when the server is
+    /// in strict mode and a queue is not declared, or as `enqueue` for the call.
+    #[napi(
+        ts_args_type = "options: ReserveOptions",
+        ts_return_type = "Promise<Job[]>"
+    )]
+    pub fn reserve<'env>(
+        &self,
+        env: &'env Env,
+        options: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, Vec<Job>>> {
+        let call = (|| -> Result<_, Failure> {
+            let options = ReserveOptions::read(options)
+                .and_then(|o| o.into_core().map_err(BadInput::Value))
+                .map_err(|e| e.into_failure(ReserveError::Invalid))?;
+            Ok((self.core()?, options))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, options) = call?;
+                Ok(client.reserve(options).await?)
+            },
+            |jobs| jobs.into_iter().map(Job::from).collect(),
+        )
+    }
+
+    /// Acks delivery `attempt` of job `jobId`: the job is done and removed.
+    ///
+    /// Rejects with `JobNotInFlight` when the job is not in flight (acked already, lease
+    /// expired, dead-lettered, never existed) and `AttemptMismatch` when it was redelivered
+    /// under another attempt: either way the lease is lost. `InvalidArgument` for an
+    /// `attempt` that is not a non-negative integer; otherwise as `enqueue` for the call.
+    #[napi(
+        ts_args_type = "jobId: string, attempt: number",
+        ts_return_type = "Promise<void>"
+    )]
+    pub fn ack<'env>(
+        &self,
+        env: &'env Env,
+        job_id: Option<Unknown<'env>>,
+        attempt: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, ()>> {
+        let call = (|| -> Result<_, Failure> {
+            let (job_id, attempt) =
+                delivery(job_id, attempt).map_err(|e| e.into_failure(LeaseError::Invalid))?;
+            Ok((self.core()?, job_id, attempt))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, job_id, attempt) = call?;
+                Ok(client.ack(&job_id, attempt).await?)
+            },
+            |()| (),
+        )
+    }
+
+    /// Nacks delivery `attempt` of job `jobId`: retries it per `options.retry`, or
+    /// dead-letters it. Resolves to `true` when the job was dead-lettered (`'deadLetter'`,
+    /// or its last attempt).
+    ///
+    /// Rejects as `ack`; `InvalidArgument` also for a negative `delayMs`.
+    #[napi(
+        ts_args_type = "jobId: string, attempt: number, options?: NackOptions",
+        ts_return_type = "Promise<boolean>"
+    )]
+    pub fn nack<'env>(
+        &self,
+        env: &'env Env,
+        job_id: Option<Unknown<'env>>,
+        attempt: Option<Unknown<'env>>,
+        options: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, bool>> {
+        let call = (|| -> Result<_, Failure> {
+            let (job_id, attempt, options) = delivery(job_id, attempt)
+                .and_then(|(j, a)| Ok((j, a, NackOptions::read(options)?)))
+                .map_err(|e| e.into_failure(LeaseError::Invalid))?;
+            let retry = options.core_retry().map_err(LeaseError::Invalid)?;
+            Ok((self.core()?, job_id, attempt, retry, options.reason))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, job_id, attempt, retry, reason) = call?;
+                Ok(client.nack(&job_id, attempt, retry, reason).await?)
+            },
+            |dead_lettered| dead_lettered,
+        )
+    }
+
+    /// Extends the lease of delivery `attempt` of job `jobId` to now + `leaseDurationMs`
+    /// milliseconds (clamped by the server). Resolves to the new expiry. Does not add an
+    /// attempt; may be called any number of times.
+    ///
+    /// Rejects with `InvalidArgument` for a duration that is not positive; otherwise as `ack`.
+    #[napi(
+        ts_args_type = "jobId: string, attempt: number, leaseDurationMs: number",
+        ts_return_type = "Promise<Date>"
+    )]
+    pub fn extend<'env>(
+        &self,
+        env: &'env Env,
+        job_id: Option<Unknown<'env>>,
+        attempt: Option<Unknown<'env>>,
+        lease_duration_ms: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, Date>> {
+        let call = (|| -> Result<_, Failure> {
+            let (job_id, attempt, lease) = delivery(job_id, attempt)
+                .and_then(|(j, a)| {
+                    let ms = read::number(lease_duration_ms, "leaseDurationMs")?;
+                    let lease = value::duration("leaseDurationMs", ms).map_err(BadInput::Value)?;
+                    Ok((j, a, lease))
+                })
+                .map_err(|e| e.into_failure(LeaseError::Invalid))?;
+            Ok((self.core()?, job_id, attempt, lease))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, job_id, attempt, lease) = call?;
+                Ok(client.extend(&job_id, attempt, lease).await?)
+            },
+            Date::from,
+        )
+    }
+
+    /// Removes and returns up to `max` dead-letter records, oldest first, of one queue or of
+    /// all. Destructive, and never retried automatically. Empty unless the server keeps dead
+    /// letters (`deadLetterRetentionEnabled`).
+    ///
+    /// Rejects with `InvalidArgument` for `max` 0 or not an integer; otherwise as `reserve`.
+    #[napi(
+        ts_args_type = "options: DrainDeadLettersOptions",
+        ts_return_type = "Promise<DeadLetterRecord[]>"
+    )]
+    pub fn drain_dead_letters<'env>(
+        &self,
+        env: &'env Env,
+        options: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, Vec<DeadLetterRecord>>> {
+        let call = (|| -> Result<_, Failure> {
+            let (queue, max) = DrainDeadLettersOptions::read(options)
+                .and_then(|o| {
+                    let max = value::uint32("options.max", o.max).map_err(BadInput::Value)?;
+                    Ok((o.queue, max))
+                })
+                .map_err(|e| e.into_failure(ReserveError::Invalid))?;
+            Ok((self.core()?, queue, max))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, queue, max) = call?;
+                Ok(client.drain_dead_letters(queue.as_deref(), max).await?)
+            },
+            |records| records.into_iter().map(DeadLetterRecord::from).collect(),
+        )
+    }
+
+    /// The server's version and limits. Also refreshes the limits this client checks
+    /// requests against.
+    ///
+    /// Rejects with `Transport`, `Unauthenticated`, `Overloaded` or `ServerFault`.
+    #[napi(ts_return_type = "Promise<ServerInfo>")]
+    pub fn get_server_info<'env>(
+        &self,
+        env: &'env Env,
+    ) -> napi::Result<PromiseRaw<'env, ServerInfo>> {
+        let client = self.core();
+        settle(
+            env,
+            async move { Ok(client?.get_server_info().await?) },
+            ServerInfo::from,
+        )
+    }
+}

@@ -1,0 +1,262 @@
+//! Core errors as JavaScript errors, and the bridge from a Rust future to a JavaScript Promise.
+//!
+//! A [`Failure`] is built on the tokio thread (it is `Send`) and turned into a JavaScript
+//! value on the JavaScript thread, where the Promise is rejected with it:
+//!
+//! - [`Failure::Sepp`]: an `Error` with `code` (the core's stable code), `retryable` and the
+//!   code's details (`limit`, `actual`, `queue`, `jobId`, ...). `js/errors.js` re-classes it.
+//! - [`Failure::Type`]: a `TypeError` with code `ERR_INVALID_ARG_TYPE` naming the argument.
+//! - [`Failure::Closed`]: an `Error` with code `ERR_SEPP_CLIENT_CLOSED` (the core has no
+//!   closed state; see `SeppClient.close`).
+
+use napi::bindgen_prelude::{JsObjectValue, JsValue, Object, PromiseRaw, ToNapiValue, Unknown};
+use napi::{Env, JsTypeError, sys};
+use sepp_rs::{
+    BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, ReserveError,
+};
+use std::future::Future;
+use std::time::SystemTime;
+
+/// `code` of the `TypeError` for a missing or mistyped argument: Node's own code for it.
+const TYPE_ERROR_CODE: &str = "ERR_INVALID_ARG_TYPE";
+
+/// `code` of the error for a call on a closed client.
+const CLOSED_CODE: &str = "ERR_SEPP_CLIENT_CLOSED";
+
+/// Why a call failed, in a form that can cross from the tokio thread to the JavaScript one.
+#[derive(Debug)]
+pub enum Failure {
+    /// A missing or mistyped argument or field; the message names it.
+    Type(String),
+    /// The client was closed before the call.
+    Closed,
+    /// An error of the core, with its stable code.
+    Sepp(SeppFailure),
+}
+
+/// A core error: its code, message, whether a retry may help, and the code's details.
+#[derive(Debug)]
+pub struct SeppFailure {
+    code: ErrorCode,
+    message: String,
+    retryable: bool,
+    details: Vec<(&'static str, Detail)>,
+}
+
+/// One detail property of an error.
+#[derive(Debug)]
+enum Detail {
+    Text(String),
+    Number(f64),
+    List(Vec<String>),
+    Time(SystemTime),
+}
+
+impl SeppFailure {
+    /// A failure with `code` and no details, never retryable: a refusal before sending (the
+    /// core's `Invalid` variants, or a value JavaScript can hold but the core's types cannot,
+    /// such as a negative duration).
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        SeppFailure {
+            code,
+            message: message.into(),
+            retryable: false,
+            details: Vec::new(),
+        }
+    }
+
+    fn with(mut self, name: &'static str, detail: Detail) -> Self {
+        self.details.push((name, detail));
+        self
+    }
+
+    /// Builds the JavaScript `Error`: `message`, `code`, `retryable` and the details.
+    fn to_js<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+        let mut obj = env.create_error(napi::Error::from_reason(self.message.as_str()))?;
+        obj.set_named_property("code", self.code.as_str())?;
+        obj.set_named_property("retryable", self.retryable)?;
+        for (name, detail) in &self.details {
+            match detail {
+                Detail::Text(s) => obj.set_named_property(name, s.as_str())?,
+                Detail::Number(n) => obj.set_named_property(name, *n)?,
+                Detail::List(l) => obj.set_named_property(name, l.clone())?,
+                Detail::Time(t) => {
+                    obj.set_named_property(name, crate::value::Date::from(*t))?;
+                }
+            }
+        }
+        Ok(obj)
+    }
+}
+
+impl From<ClientError> for SeppFailure {
+    fn from(e: ClientError) -> Self {
+        let mut f = SeppFailure {
+            code: e.code(),
+            message: e.message().to_string(),
+            retryable: e.is_retryable(),
+            details: Vec::new(),
+        };
+        if let Some(g) = e.grpc_code() {
+            f = f.with("grpcCode", Detail::Number(f64::from(g)));
+        }
+        f
+    }
+}
+
+impl From<Rejection> for SeppFailure {
+    fn from(r: Rejection) -> Self {
+        let f = SeppFailure {
+            code: r.code(),
+            message: r.to_string(),
+            retryable: r.is_transient(),
+            details: Vec::new(),
+        };
+        let text = |s: &str| Detail::Text(s.to_string());
+        // Details are what each variant carries; the code above comes from `Rejection::code`,
+        // so a variant added to the core still maps to its own class, only without details.
+        match &r {
+            Rejection::UnknownQueue { queue } | Rejection::QueueClosing { queue } => {
+                f.with("queue", text(queue))
+            }
+            Rejection::QueueFull { queue, limit } => f
+                .with("queue", text(queue))
+                .with("limit", Detail::Number(*limit as f64)),
+            Rejection::PayloadTooLarge { limit, actual }
+            | Rejection::CustomMapTooLarge { limit, actual } => f
+                .with("limit", Detail::Number(*limit as f64))
+                .with("actual", Detail::Number(*actual as f64)),
+            Rejection::CustomEntriesTooMany { limit, actual } => f
+                .with("limit", Detail::Number(f64::from(*limit)))
+                .with("actual", Detail::Number(f64::from(*actual))),
+            Rejection::QueueNameTooLong { limit, actual }
+            | Rejection::JobTypeNameTooLong { limit, actual }
+            | Rejection::IdempotencyKeyTooLong { limit, actual } => f
+                .with("limit", Detail::Number(f64::from(*limit)))
+                .with("actual", Detail::Number(*actual as f64)),
+            Rejection::CustomKeyTooLong { key, limit, actual } => f
+                .with("key", text(key))
+                .with("limit", Detail::Number(f64::from(*limit)))
+                .with("actual", Detail::Number(*actual as f64)),
+            Rejection::EncodingNotAllowed { encoding, allowed } => f
+                .with("encoding", text(encoding))
+                .with("allowed", Detail::List(allowed.clone())),
+            Rejection::JobTypeNotAllowed { job_type, allowed } => f
+                .with("jobType", text(job_type))
+                .with("allowed", Detail::List(allowed.clone())),
+            Rejection::ScheduledTooFar { horizon, actual } => f
+                .with("horizonMs", Detail::Number(horizon.as_secs_f64() * 1000.0))
+                .with("actual", Detail::Time(*actual)),
+            _ => f,
+        }
+    }
+}
+
+impl From<EnqueueError> for SeppFailure {
+    fn from(e: EnqueueError) -> Self {
+        match e {
+            EnqueueError::Rejected(r) => r.into(),
+            EnqueueError::Client(c) => c.into(),
+        }
+    }
+}
+
+impl From<BatchError> for SeppFailure {
+    fn from(e: BatchError) -> Self {
+        let code = e.code();
+        match e {
+            BatchError::Invalid(m) => SeppFailure::new(code, m),
+            BatchError::Client(c) => c.into(),
+        }
+    }
+}
+
+impl From<LeaseError> for SeppFailure {
+    fn from(e: LeaseError) -> Self {
+        let code = e.code();
+        match e {
+            // The server's message already names the job; `jobId` carries it as data.
+            LeaseError::NotInFlight { job_id, message }
+            | LeaseError::AttemptMismatch { job_id, message } => {
+                SeppFailure::new(code, message).with("jobId", Detail::Text(job_id))
+            }
+            LeaseError::Invalid(m) => SeppFailure::new(code, m),
+            LeaseError::Client(c) => c.into(),
+        }
+    }
+}
+
+impl From<ReserveError> for SeppFailure {
+    fn from(e: ReserveError) -> Self {
+        let code = e.code();
+        match e {
+            ReserveError::Invalid(m) => SeppFailure::new(code, m),
+            ReserveError::Client(c) => c.into(),
+        }
+    }
+}
+
+impl<E: Into<SeppFailure>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure::Sepp(e.into())
+    }
+}
+
+impl ToNapiValue for Failure {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let js_env = Env::from_raw(env);
+        match val {
+            Failure::Type(message) => {
+                let error = napi::Error::new(TYPE_ERROR_CODE, message);
+                // SAFETY: `env` is the live environment this conversion was called with.
+                Ok(unsafe { JsTypeError::from(error).into_value(env) })
+            }
+            Failure::Closed => {
+                let mut obj = js_env.create_error(napi::Error::from_reason(
+                    "the client is closed: connect a new one",
+                ))?;
+                obj.set_named_property("code", CLOSED_CODE)?;
+                Ok(obj.raw())
+            }
+            Failure::Sepp(f) => Ok(f.to_js(&js_env)?.raw()),
+        }
+    }
+}
+
+/// Runs `work` on the addon's tokio runtime and returns a Promise of its result, converted by
+/// `to_js` on the JavaScript thread; a [`Failure`] rejects the Promise with the JavaScript
+/// error built from it.
+///
+/// The Promise keeps the Node event loop alive only while `work` runs: an idle client holds
+/// no handle, so a process with an open client still exits when its work is done.
+pub fn settle<'env, T, V>(
+    env: &'env Env,
+    work: impl Future<Output = Result<T, Failure>> + Send + 'static,
+    to_js: impl FnOnce(T) -> V + 'static,
+) -> napi::Result<PromiseRaw<'env, V>>
+where
+    T: Send + 'static,
+    V: ToNapiValue,
+{
+    env.spawn_future_with_callback(
+        async move { Ok(work.await) },
+        move |env, outcome| match outcome {
+            Ok(value) => Ok(to_js(value)),
+            Err(failure) => Err(rejection(env, failure)),
+        },
+    )
+}
+
+/// The JavaScript error for `failure`, as the `napi::Error` that rejects a Promise with it.
+fn rejection(env: &Env, failure: Failure) -> napi::Error {
+    // SAFETY: runs on the JavaScript thread with the live `env` of the Promise's callback.
+    match unsafe { Failure::to_napi_value(env.raw(), failure) } {
+        Ok(raw) => {
+            // SAFETY: `raw` was just created in `env`.
+            let value = unsafe { Unknown::from_raw_unchecked(env.raw(), raw) };
+            // Holds a reference to the JavaScript error, which the Promise is rejected with.
+            napi::Error::from(value)
+        }
+        Err(e) => e,
+    }
+}

@@ -1,0 +1,48 @@
+// A server with API keys: calls without the right key reject with Unauthenticated.
+
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { InvalidConfig, SeppClient, SeppError, Unauthenticated } from "sepp";
+import { startServer } from "../test-support/server.js";
+
+describe("api keys", { timeout: 30_000 }, () => {
+  /** @type {Awaited<ReturnType<typeof startServer>>} */
+  let server;
+
+  before(async () => {
+    server = await startServer({ extraToml: '[auth]\napi_keys = [{ name = "t", key = "secret" }]' });
+  });
+
+  after(() => server?.stop());
+
+  test("connect without a key rejects with Unauthenticated", async () => {
+    await assert.rejects(SeppClient.connect(server.url), (e) => {
+      assert.ok(e instanceof Unauthenticated);
+      assert.ok(e instanceof SeppError);
+      assert.equal(e.code, "UNAUTHENTICATED");
+      assert.equal(e.retryable, false);
+      assert.equal(e.grpcCode, 16);
+      return true;
+    });
+  });
+
+  test("connect with a wrong key rejects with Unauthenticated", async () => {
+    await assert.rejects(SeppClient.connect(server.url, { apiKey: "wrong" }), Unauthenticated);
+  });
+
+  test("a key that cannot be sent as a header rejects with InvalidConfig", async () => {
+    await assert.rejects(SeppClient.connect(server.url, { apiKey: "bad\nkey" }), InvalidConfig);
+  });
+
+  test("the right key is sent on every call", async () => {
+    const client = await SeppClient.connect(server.url, { apiKey: "secret" });
+    try {
+      const ack = await client.enqueue({ queue: "auth", jobType: "t" });
+      assert.equal(ack.deduplicated, false);
+      const [job] = await client.reserve({ queues: ["auth"], leaseDurationMs: 5_000 });
+      await client.ack(job.id, job.attempt);
+    } finally {
+      client.close();
+    }
+  });
+});
