@@ -625,6 +625,7 @@ fn fmt_ratio(x: f64) -> String {
 struct Config {
     runs: usize,
     secs: f64,
+    sustained_secs: f64,
     preload: usize,
     dedup_records: usize,
     dir: PathBuf,
@@ -634,7 +635,8 @@ fn parse_args() -> Config {
     let mut cfg = Config {
         runs: 3,
         secs: 3.0,
-        preload: 300_000,
+        sustained_secs: 10.0,
+        preload: 200_000,
         dedup_records: 1_000_000,
         dir: std::env::temp_dir().join("sepp-engine-bench"),
     };
@@ -643,6 +645,7 @@ fn parse_args() -> Config {
         match a.as_str() {
             "--quick" => {
                 cfg.secs = 1.0;
+                cfg.sustained_secs = 3.0;
                 cfg.preload = 100_000;
                 cfg.dedup_records = 100_000;
             }
@@ -667,8 +670,18 @@ fn fresh_dir(base: &Path, name: &str) -> Res<PathBuf> {
     Ok(dir)
 }
 
+/// The 1-minute load average, printed with the results: anything well
+/// above the core count means the figures were taken on a busy machine.
+fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
 fn main() -> Res<()> {
     let cfg = parse_args();
+    let load_before = load_avg();
     let mut table = Table::default();
     // Mean ops per commit, printed as context below the main table.
     let mut groups = Table {
@@ -694,9 +707,21 @@ fn main() -> Res<()> {
             [Kind::Redb, Kind::Fjall]
         };
 
-        // (a) durable enqueue with 1, 8, 32, 64 producers, then buffered
-        // (no fsync at all) with 32.
-        for (n, durable) in [(1, true), (8, true), (32, true), (64, true), (32, false)] {
+        // (a) durable enqueue with 1, 8, 32, 64 producers; then N=32 again
+        // for longer, so that fjall has to flush memtables and compact
+        // inside the timed window (the short runs mostly fit in memory);
+        // then buffered (no fsync at all) with 32.
+        let short = cfg.secs;
+        let long = cfg.sustained_secs;
+        let cases = [
+            (1, true, short, ""),
+            (8, true, short, ""),
+            (32, true, short, ""),
+            (64, true, short, ""),
+            (32, true, long, ", sustained"),
+            (32, false, short, ""),
+        ];
+        for (n, durable, secs, note) in cases {
             let mode = if durable {
                 "durable"
             } else {
@@ -704,9 +729,19 @@ fn main() -> Res<()> {
             };
             for kind in order {
                 let dir = fresh_dir(&cfg.dir, kind.name())?;
-                let (_, r) = group_commit(kind.open(&dir)?, n, cfg.secs, durable, Work::Enqueue)?;
-                let label = format!("enqueue, {mode}, N={n}");
-                table.add(&format!("{label} (ops/s)"), fmt_rate, kind, r.units_per_sec);
+                let (_, r) = group_commit(kind.open(&dir)?, n, secs, durable, Work::Enqueue)?;
+                let label = format!("enqueue, {mode}, N={n}{note}");
+                let unit = if note.is_empty() {
+                    "ops/s".to_string()
+                } else {
+                    format!("ops/s over {secs} s")
+                };
+                table.add(
+                    &format!("{label} ({unit})"),
+                    fmt_rate,
+                    kind,
+                    r.units_per_sec,
+                );
                 groups.add(&label, fmt_group, kind, r.ops_per_commit);
             }
         }
@@ -753,10 +788,12 @@ fn main() -> Res<()> {
     let _ = std::fs::remove_dir_all(&cfg.dir);
 
     println!(
-        "\nfjall {} / redb {}; {} round(s); median (min–max) per cell; ratio = fjall ÷ redb per round\n",
+        "\nfjall {} / redb {}; {} round(s); median (min–max) per cell; ratio = fjall ÷ redb per round; \
+         load average {load_before} before, {} after\n",
         locked_version("fjall"),
         locked_version("redb"),
-        cfg.runs
+        cfg.runs,
+        load_avg()
     );
     table.print();
     println!("\nMean operations per commit (group size):\n");
