@@ -8,6 +8,7 @@ CI_TARGETS := lint test-rust
 
 -include python/python.mk
 -include js/js.mk
+-include tests/interop/interop.mk
 
 .PHONY: ci lint test-rust build release fmt no-tonic-in-core
 
@@ -34,5 +35,5 @@ no-tonic-in-core:
 		echo "tonic/prost referenced outside server/src/api"; exit 1; fi
 
 test-rust:
-	cargo nextest run --workspace --no-fail-fast
+	cargo nextest run --workspace --exclude sepp-interop --no-fail-fast
 	cargo test --workspace --doc

@@ -1,0 +1,1 @@
+//! Cross-implementation tests live in `tests/`; this crate has no library code.

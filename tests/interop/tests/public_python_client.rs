@@ -1,0 +1,45 @@
+//! The public Python client (`sepp-py` from PyPI, in its own virtual environment, run as a
+//! black box) against our server binary. `make test-interop` prepares the environment and sets
+//! `PUBLIC_SEPP_PY`; without it this suite fails rather than skips.
+
+use sepp_server::testing::{ServerProcess, TempDir};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn our_server_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let bin = target.join("debug/sepp");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --bin sepp`",
+        bin.display()
+    );
+    bin
+}
+
+#[test]
+fn the_public_python_client_works_against_our_server() {
+    let python = std::env::var_os("PUBLIC_SEPP_PY")
+        .map(PathBuf::from)
+        .expect(
+            "PUBLIC_SEPP_PY must name a python with sepp-py installed (run `make test-interop`)",
+        );
+    let dir = TempDir::new();
+    let toml = format!(
+        "[server]\ndb_path = \"{}\"\n[storage]\ndead_letter_retention_ms = 60000\n",
+        dir.path().join("data").display()
+    );
+    let server = ServerProcess::start(&our_server_bin(), dir.path(), &toml);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("public_client_walkthrough.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(server.url())
+        .output()
+        .expect("run python");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("walkthrough ok"), "{stdout}");
+}
