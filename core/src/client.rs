@@ -134,7 +134,12 @@ impl SeppClientBuilder {
         format!("Bearer {k}")
             .parse::<MetadataValue<Ascii>>()
             .map(Some)
-            .map_err(|_| ClientError::new(ErrorCode::InvalidConfig, "api key is not a valid header value"))
+            .map_err(|_| {
+                ClientError::new(
+                    ErrorCode::InvalidConfig,
+                    "api key is not a valid header value",
+                )
+            })
     }
 
     fn finish(self, channel: Channel) -> Result<SeppClient, ClientError> {

@@ -788,7 +788,10 @@ mod tests {
     fn other_sepp_variables_are_ignored_but_unknown_sections_are_not() {
         let env = vec![("SEPP_SERVER_BIN".to_string(), "/usr/bin/sepp".to_string())];
         assert!(Config::from_toml_with_env("", &env).is_ok());
-        let env = vec![("SEPP_STORGE__PERSIST_MODE".to_string(), "buffer".to_string())];
+        let env = vec![(
+            "SEPP_STORGE__PERSIST_MODE".to_string(),
+            "buffer".to_string(),
+        )];
         let err = Config::from_toml_with_env("", &env).unwrap_err().0;
         assert!(err.contains("SEPP_STORGE__PERSIST_MODE"), "{err}");
     }
