@@ -2,6 +2,13 @@
 //! [`sepp_server::serve`].
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc: much less time in the allocator than glibc's under many small, short-lived
+/// allocations across threads (measured with `perf record` under `bench/run`), and less
+/// fragmentation as indexes grow and shrink.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use sepp_server::config::{self, Config};
 use std::io::Write;
 use std::path::PathBuf;

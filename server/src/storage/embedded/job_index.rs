@@ -6,7 +6,31 @@
 use super::codec::{Meta, Stage};
 use crate::queue::model::{JobId, UnixMs};
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+
+/// Hashes a [`JobId`] by its low 64 bits. Ids are random UUIDs chosen by the server, never by
+/// clients, so they are already uniformly spread and cannot be picked to collide; SipHash would
+/// only cost time on the hottest map of the server.
+#[derive(Default)]
+pub(crate) struct JobIdHasher(u64);
+
+impl Hasher for JobIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached through `write_u128` below in practice; fold anything else.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = v as u64;
+    }
+}
+
+type JobMap<V> = HashMap<JobId, V, BuildHasherDefault<JobIdHasher>>;
 
 /// Order of ready jobs within a queue: highest priority first, then enqueue order.
 pub(crate) type ReadyKey = (u8, u64, JobId);
@@ -36,7 +60,7 @@ impl QueueIndex {
 /// All jobs and their orderings.
 #[derive(Debug, Default)]
 pub(crate) struct JobIndex {
-    jobs: HashMap<JobId, Meta>,
+    jobs: JobMap<Meta>,
     queues: HashMap<Arc<str>, QueueIndex>,
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leases: BTreeSet<(UnixMs, JobId)>,
