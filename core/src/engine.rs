@@ -106,6 +106,8 @@ pub struct Lease {
     pub job: Job,
     /// Fires when the lease is known to be lost.
     lost: CancellationToken,
+    /// Fires when the engine lets go of the job (completed, abandoned or released).
+    released: CancellationToken,
     /// The current lease expiry, moved by auto-extension.
     expires: watch::Receiver<Option<SystemTime>>,
 }
@@ -116,6 +118,16 @@ impl Lease {
     /// handler: the job is someone else's now.
     pub async fn lost(&self) {
         self.lost.cancelled().await;
+    }
+
+    /// Resolves once the job's lease is over for this worker: `true` if it was lost, `false` if
+    /// the job was completed, abandoned or released. Lets a host stop waiting on [`Lease::lost`].
+    pub async fn ended(&self) -> bool {
+        tokio::select! {
+            biased;
+            _ = self.lost.cancelled() => true,
+            _ = self.released.cancelled() => self.lost.is_cancelled(),
+        }
     }
 
     /// Whether the lease is known to be lost.
@@ -243,9 +255,20 @@ impl Engine {
         held
     }
 
-    /// Stops reserving. Jobs already handed out stay held until completed or abandoned.
+    /// Stops reserving. Jobs already handed out stay held until completed or abandoned; jobs
+    /// reserved but not handed out yet are given back at once (nacked without delay).
     pub fn shutdown(&self) {
+        if self.inner.stopping.is_cancelled() {
+            return;
+        }
         self.inner.stopping.cancel();
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let mut rx = inner.ready.lock().await;
+            while let Ok(lease) = rx.try_recv() {
+                release_unstarted(&inner, lease).await;
+            }
+        });
     }
 
     /// Whether [`Engine::shutdown`] was called.
@@ -385,12 +408,26 @@ fn hold(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) -> Lease {
             inner.opts.lease_duration,
             expires_tx,
             lost.clone(),
-            stop,
+            stop.clone(),
         ));
+    } else {
+        // Nobody extends it: the lease is lost when it runs out, unless released first.
+        let expiry = job
+            .lease_expires_at
+            .unwrap_or_else(|| SystemTime::now() + inner.opts.lease_duration);
+        let (lost, stop) = (lost.clone(), stop.clone());
+        tokio::spawn(async move {
+            let wait = expiry.duration_since(SystemTime::now()).unwrap_or_default();
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => lost.cancel(),
+                _ = stop.cancelled() => {}
+            }
+        });
     }
     Lease {
         job,
         lost,
+        released: stop,
         expires: expires_rx,
     }
 }

@@ -303,3 +303,40 @@ async fn a_worker_whose_server_is_down_backs_off_instead_of_spinning() {
     let n = accepted.load(Ordering::SeqCst);
     assert!((1..=12).contains(&n), "{n} connection attempts in 1.5 s");
 }
+
+#[tokio::test]
+async fn without_auto_extend_a_lease_that_runs_out_is_reported_lost() {
+    use sepp_rs::engine::{Engine, EngineOptions, Outcome};
+    let (_server, c) = setup().await;
+    c.enqueue(EnqueueRequest::new("short", "t").unwrap())
+        .await
+        .unwrap();
+    c.enqueue(EnqueueRequest::new("short", "t").unwrap())
+        .await
+        .unwrap();
+    let mut opts = EngineOptions::new(["short"]);
+    opts.lease_duration = Duration::from_millis(300);
+    opts.auto_extend = false;
+    opts.max_in_flight = 2;
+    let engine = Engine::start(c.clone(), opts).unwrap();
+    let a = engine.next().await.unwrap();
+    let b = engine.next().await.unwrap();
+    // One is completed in time: its lease ends without being lost.
+    engine
+        .complete(&a.job.id, a.job.attempt, Outcome::Success)
+        .await
+        .unwrap();
+    assert!(
+        !tokio::time::timeout(Duration::from_secs(1), a.ended())
+            .await
+            .unwrap()
+    );
+    // The other runs out.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), b.ended())
+            .await
+            .unwrap()
+    );
+    assert!(b.is_lost());
+    engine.shutdown();
+}
