@@ -1,9 +1,33 @@
-// Internal: the bridge between the native module (index.js, generated) and the public classes.
-// Not exported from the package. A later worker.js drives the native module through it too.
+// Internal: the bridge between the native module (index.js, generated) and the public classes
+// (sepp.js, engine.js, worker.js). Not exported from the package.
 
 import { errorClasses } from "./errors.js";
 
 export * as native from "./index.js";
+
+/**
+ * The native client under each public `SeppClient` (set by its constructor), so that
+ * `Engine.start` can hand the native one to the native engine. A WeakMap, so it keeps no
+ * client alive.
+ * @type {WeakMap<object, import("./index.js").SeppClient>}
+ */
+export const nativeClients = new WeakMap();
+
+/**
+ * The native client under `client`, or a `TypeError` (code `ERR_INVALID_ARG_TYPE`) naming
+ * `name` when `client` is not a `SeppClient` of this package.
+ * @param {unknown} client
+ * @param {string} name
+ */
+export function nativeClient(client, name) {
+  const found = typeof client === "object" && client !== null ? nativeClients.get(client) : undefined;
+  if (found === undefined) {
+    const err = new TypeError(`${name} must be a SeppClient (from \`await SeppClient.connect(url)\`)`);
+    Object.assign(err, { code: "ERR_INVALID_ARG_TYPE" });
+    throw err;
+  }
+  return found;
+}
 
 /**
  * The `SeppError` subclass instance for an error of the native module, picked by its `code`;

@@ -773,7 +773,9 @@ if (
   }
 }
 
-const { SeppClient, DeadLetterCause, errorCodes, JobState } = nativeBinding
+const { Engine, Lease, SeppClient, DeadLetterCause, errorCodes, JobState } = nativeBinding
+export { Engine }
+export { Lease }
 export { SeppClient }
 export { DeadLetterCause }
 export { errorCodes }

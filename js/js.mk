@@ -2,7 +2,8 @@
 # (20.19 or later, for require(esm)) with npm; everything else comes from `npm ci`.
 #
 #   make test-js   install, build the addon (debug) and the server, check the generated files,
-#                  type-check the declarations, then run the tests against the real server.
+#                  type-check the declarations (test/types.ts) and the TypeScript examples
+#                  (examples/), then run the tests against the real server.
 #
 # The tests start target/debug/sepp (CARGO_TARGET_DIR respected) unless SEPP_SERVER_BIN is set.
 
@@ -41,6 +42,7 @@ js-check-generated: js-build
 
 js-typecheck: js-build
 	$(JS_DIR)/node_modules/.bin/tsc -p $(JS_DIR)/tsconfig.json --strict --noEmit
+	$(JS_DIR)/node_modules/.bin/tsc -p $(JS_DIR)/examples/tsconfig.json --strict --noEmit
 
 # Last, so that the output ends with node's test summary.
 test-js: js-check-generated js-typecheck

@@ -1,15 +1,19 @@
 // The public entry of the `sepp` package (ESM; sepp.cjs gives CommonJS the same module).
 //
-// Everything is re-exported from the generated native loader (index.js: types, `errorCodes`)
-// and errors.js; `SeppClient` is re-declared here as a thin wrapper over the native class whose
-// only job is to turn the native module's errors into `SeppError` subclasses. Its methods are
-// those of the native class, in the same order, with the same arguments and results; their
-// documentation (index.d.ts) is generated from the Rust doc comments in bindings/node.
+// Everything is re-exported from the generated native loader (index.js: types, `errorCodes`,
+// `Lease`), errors.js and worker.js; `SeppClient` (here) and `Engine` (engine.js) are
+// re-declared as thin wrappers over the native classes whose only job is to turn the native
+// module's errors into `SeppError` subclasses. Their methods are those of the native classes,
+// in the same order, with the same arguments and results; their documentation (index.d.ts) is
+// generated from the Rust doc comments in bindings/node. A named export takes precedence over
+// the `export *` of index.js, so `Engine` is the wrapper.
 
-import { call, fromNative, native } from "./bridge.js";
+import { call, fromNative, native, nativeClients } from "./bridge.js";
 
 export * from "./index.js";
 export * from "./errors.js";
+export { Engine } from "./engine.js";
+export * from "./worker.js";
 
 /** Guards the constructor: clients come from `SeppClient.connect`. */
 const fromConnect = Symbol("SeppClient.connect");
@@ -30,6 +34,7 @@ export class SeppClient {
       throw new TypeError("use `await SeppClient.connect(url, options)` to create a SeppClient");
     }
     this.#native = nativeClient;
+    nativeClients.set(this, nativeClient);
   }
 
   /**

@@ -160,6 +160,9 @@ struct Inner {
     stopping: CancellationToken,
     /// Signalled whenever a held job is settled, for `wait_idle`.
     settled: tokio::sync::Notify,
+    /// The runtime the engine was started on: [`Engine::shutdown`] may be called from a
+    /// thread outside it (a binding's host thread).
+    runtime: tokio::runtime::Handle,
 }
 
 /// The engine; cheap to clone (clones share it).
@@ -179,7 +182,7 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// Starts an engine: its poller begins reserving at once. Must be called inside a tokio
-    /// runtime.
+    /// runtime; the other methods may be called from anywhere.
     ///
     /// # Errors
     /// [`LeaseError::Invalid`] for no queues, a zero lease or `max_in_flight = 0`.
@@ -208,6 +211,7 @@ impl Engine {
             ready: tokio::sync::Mutex::new(rx),
             stopping: CancellationToken::new(),
             settled: tokio::sync::Notify::new(),
+            runtime: tokio::runtime::Handle::current(),
         });
         tokio::spawn(poll(inner.clone(), tx));
         Ok(Engine { inner })
@@ -263,7 +267,7 @@ impl Engine {
         }
         self.inner.stopping.cancel();
         let inner = self.inner.clone();
-        tokio::spawn(async move {
+        self.inner.runtime.spawn(async move {
             let mut rx = inner.ready.lock().await;
             while let Ok(lease) = rx.try_recv() {
                 release_unstarted(&inner, lease).await;

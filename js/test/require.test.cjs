@@ -4,7 +4,7 @@
 const assert = require("node:assert/strict");
 const { test } = require("node:test");
 
-test("require('sepp') exposes the client and the error classes", async () => {
+test("require('sepp') exposes the client, the worker and the error classes", async () => {
   const sepp = require("sepp");
   assert.equal(typeof sepp.SeppClient.connect, "function");
   assert.equal(typeof sepp.errorCodes, "function");
@@ -12,4 +12,8 @@ test("require('sepp') exposes the client and the error classes", async () => {
   const esm = await import("sepp");
   assert.equal(sepp.SeppClient, esm.SeppClient);
   assert.equal(sepp.IdempotencyKeyTooLong, esm.IdempotencyKeyTooLong);
+  assert.equal(sepp.Worker, esm.Worker);
+  assert.equal(sepp.HandlerError, esm.HandlerError);
+  assert.equal(sepp.Engine, esm.Engine);
+  assert.ok(sepp.HandlerError.retry() instanceof esm.HandlerError);
 });

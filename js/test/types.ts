@@ -3,6 +3,16 @@
 
 import {
   type AtomicResult,
+  Engine,
+  type EngineOptions,
+  HandlerError,
+  type Handler,
+  type JobContext,
+  type Lease,
+  type Outcome,
+  Worker,
+  type WorkerOptions,
+  type WorkerReport,
   type DeadLetterRecord,
   type EnqueueAck,
   type EnqueueRequest,
@@ -126,6 +136,96 @@ export async function rightUsage(): Promise<void> {
   const byCode: typeof SeppError = errorClasses.JOB_NOT_IN_FLIGHT;
   const all: Record<ErrorCode, typeof SeppError> = errorClasses;
   void codes, byCode, all;
+}
+
+export async function workerUsage(client: SeppClient): Promise<void> {
+  const options: WorkerOptions = {
+    queues: ["receipts", "emails"],
+    leaseDurationMs: 30_000,
+    maxInFlight: 8,
+    autoExtend: true,
+    waitTimeoutMs: 5_000,
+    shutdownTimeoutMs: 10_000,
+    workerId: "w-1",
+    handleSignals: false,
+  };
+  const worker: Worker = new Worker(client, options)
+    .handle("receipt", async (job, { signal, leaseExpiresAt }) => {
+      const data: Uint8Array | undefined = job.payload?.data;
+      const attempt: number = job.attempt;
+      const aborted: boolean = signal.aborted;
+      const until: Date | null = leaseExpiresAt;
+      void data, attempt, aborted, until;
+      if (attempt > 2) throw HandlerError.permanent("gave up");
+      throw HandlerError.retryAfter(1_000, "busy");
+    })
+    .handle("sync", (job) => {
+      if (job.jobType !== "sync") throw HandlerError.retry();
+    })
+    .fallback(async (job: Job, context: JobContext) => {
+      void job, context;
+    });
+  const handler: Handler = async () => {};
+  worker.handle("other", handler);
+  const report: WorkerReport = await worker.run();
+  const counts: number = report.succeeded + report.failed + report.leaseLost + report.abandoned;
+  void counts;
+  const stopped: void = await worker.stop();
+  void stopped;
+
+  const e: HandlerError = HandlerError.retry("why");
+  const kind: "retry" | "retryAfter" | "permanent" = e.kind;
+  const delay: number | undefined = e.delayMs;
+  const reason: string | undefined = e.reason;
+  const asError: Error = e;
+  void kind, delay, reason, asError;
+
+  const engineOptions: EngineOptions = { queues: ["q"], maxInFlight: 2, maxBackoffMs: 1_000 };
+  const engine: Engine = await Engine.start(client, engineOptions);
+  const lease: Lease | null = await engine.next();
+  if (lease !== null) {
+    const lost: boolean = await lease.lost();
+    const expires: Date | null = lease.expiresAt;
+    const outcome: Outcome = lost ? { kind: "retry" } : { kind: "retryAfter", delayMs: 500, reason: "r" };
+    await engine.complete(lease.job.id, lease.job.attempt, outcome);
+    await engine.complete(lease.job.id, lease.job.attempt, { kind: "success" });
+    void expires;
+  }
+  engine.shutdown();
+  const idle: boolean = await engine.waitIdle(1_000);
+  const abandoned: number = await engine.abandonAll("bye");
+  const held: number = engine.inFlight;
+  void idle, abandoned, held;
+}
+
+export async function wrongWorkerUsage(client: SeppClient, engine: Engine): Promise<void> {
+  // @ts-expect-error queues is required
+  new Worker(client, { maxInFlight: 2 });
+  // @ts-expect-error durations are numbers of milliseconds
+  new Worker(client, { queues: ["q"], shutdownTimeoutMs: "10s" });
+  // @ts-expect-error the worker takes a client, not a url
+  new Worker("http://127.0.0.1:50051", { queues: ["q"] });
+  const worker = new Worker(client, { queues: ["q"] });
+  // @ts-expect-error a handler gets a Job, whose type is jobType
+  worker.handle("t", async (job) => void job.type);
+  // @ts-expect-error the context has no lease object
+  worker.handle("t", async (_job, context) => void context.lease);
+  // @ts-expect-error handle takes the job type first
+  worker.handle(async () => {});
+  // @ts-expect-error HandlerError is made by its static methods
+  new HandlerError();
+  // @ts-expect-error retryAfter needs the delay
+  HandlerError.retryAfter();
+  // @ts-expect-error the delay is a number of milliseconds
+  HandlerError.retryAfter("1m");
+  // @ts-expect-error not an outcome kind
+  await engine.complete("id", 1, { kind: "later" });
+  // @ts-expect-error retryAfter needs delayMs
+  await engine.complete("id", 1, { kind: "retryAfter" });
+  // @ts-expect-error options are required
+  await Engine.start(client);
+  // @ts-expect-error autoExtend is a boolean
+  await Engine.start(client, { queues: ["q"], autoExtend: "yes" });
 }
 
 export async function wrongUsage(client: SeppClient): Promise<void> {

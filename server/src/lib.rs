@@ -31,7 +31,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 /// Why the server could not start or stopped with an error.
@@ -115,13 +114,7 @@ pub async fn serve(
     let edge = api::build(&config, queue).await?;
     let health = edge.health.clone();
 
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
-        if let Ok(s) = &s {
-            // Small request/response messages: do not wait to coalesce them.
-            let _ = s.set_nodelay(true);
-        }
-        s
-    });
+    let incoming = accept_loop(listener);
     let stop = stopping.clone();
     let signal = async move {
         shutdown.await;
@@ -140,4 +133,47 @@ pub async fn serve(
     store.close().await?;
     tracing::info!("storage flushed; stopped");
     served.map_err(|e| ServeError::Transport(e.to_string()))
+}
+
+/// Accepted connections, for tonic. Unlike a plain listener stream, an accept error (most
+/// often EMFILE: out of file descriptors) is logged once per second at most and followed by a
+/// short pause, instead of being retried at once in a busy loop while the connection waits in
+/// the backlog.
+fn accept_loop(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures_util::stream::unfold(
+        (listener, None::<std::time::Instant>),
+        |(listener, mut last_warned)| async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        // Small request/response messages: do not wait to coalesce them.
+                        let _ = stream.set_nodelay(true);
+                        return Some((Ok(stream), (listener, last_warned)));
+                    }
+                    Err(e) => {
+                        if last_warned
+                            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1))
+                        {
+                            tracing::warn!(error = %e, "cannot accept a connection; pausing accepts");
+                            last_warned = Some(std::time::Instant::now());
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// Raises the soft limit on open files to the hard limit, so that many client connections do
+/// not run the server out of file descriptors. Returns the limit in force.
+pub fn raise_open_files_limit() -> std::io::Result<u64> {
+    let (soft, hard) = rlimit::Resource::NOFILE.get()?;
+    if soft < hard {
+        rlimit::Resource::NOFILE.set(hard, hard)?;
+        return Ok(hard);
+    }
+    Ok(soft)
 }

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`client`] | [`SeppClient`](client::SeppClient): one method per core call, each returning a Promise |
 //! | [`admin`] | the operator calls of `SeppClient` (job inspection, dead letters, pause, stats) |
+//! | [`engine`] | [`Engine`](engine::Engine) and [`Lease`](engine::Lease): the core's worker engine, under `worker.js` |
 //! | [`request`] | what JavaScript sends: [`EnqueueRequest`](request::EnqueueRequest), reserve, nack and connect options |
 //! | [`job`] | what JavaScript gets back: acks, batch results, jobs, dead letters, server info |
 //! | [`read`] | reading untyped arguments: the `TypeError` for a missing or mistyped field |
@@ -26,6 +27,8 @@ pub mod client;
 // After `client`: the generated declarations list methods in module order, and the core has
 // the operator calls after the queue calls.
 pub mod admin;
+// After the client's calls: the worker engine over them.
+pub mod engine;
 
 pub mod error;
 pub mod job;

@@ -188,6 +188,16 @@ impl<'env> Fields<'env> {
         as_number(self.require(name, "a number")?, &self.path(name))
     }
 
+    /// An optional boolean.
+    pub fn boolean(&self, name: &str) -> Result<Option<bool>, BadInput> {
+        let path = self.path(name);
+        match self.get(name)? {
+            None => Ok(None),
+            Some(v) if v.get_type()? == ValueType::Boolean => Ok(Some(bool::from_unknown(v)?)),
+            Some(v) => Err(mistyped(&path, "a boolean", &v)),
+        }
+    }
+
     /// An optional `Date`.
     pub fn date(&self, name: &str) -> Result<Option<Date>, BadInput> {
         match self.get(name)? {

@@ -1,0 +1,451 @@
+// The Worker (and the engine under it) against the real server binary: outcomes, lease loss,
+// shutdown, concurrency, bad options. The server keeps dead letters, so they can be inspected.
+
+import assert from "node:assert/strict";
+import { once } from "node:events";
+import { setTimeout as sleep } from "node:timers/promises";
+import { after, before, describe, test } from "node:test";
+import {
+  Engine,
+  HandlerError,
+  InvalidArgument,
+  JobNotInFlight,
+  SeppClient,
+  Worker,
+} from "sepp";
+import { startServer } from "../test-support/server.js";
+
+const T = { timeout: 30_000 };
+
+/** @type {Awaited<ReturnType<typeof startServer>>} */
+let server;
+/** @type {SeppClient} */
+let client;
+let queueSeq = 0;
+/** A queue no other test uses. */
+const freshQueue = (/** @type {string} */ name) => `${name}-${++queueSeq}`;
+
+before(async () => {
+  server = await startServer({ storage: "dead_letter_retention_ms = 60000" });
+  client = await SeppClient.connect(server.url, { rpcTimeoutMs: 10_000 });
+});
+
+after(async () => {
+  client?.close();
+  await server?.stop();
+});
+
+/** A Promise with its resolve function. */
+function deferred() {
+  /** @type {(value?: any) => void} */
+  let resolve = () => {};
+  /** @type {Promise<any>} */
+  const promise = new Promise((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+/** `promise`, or a rejection naming `what` after `ms` milliseconds. */
+async function within(promise, ms, what) {
+  const timeout = AbortSignal.timeout(ms);
+  const expired = once(timeout, "abort").then(() => {
+    throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+  });
+  return Promise.race([promise, expired]);
+}
+
+/** Runs `worker` until `until` resolves, then stops it; resolves to its report. */
+async function runUntil(worker, until, what = "the handlers") {
+  const run = worker.run();
+  try {
+    await within(until, 15_000, what);
+  } finally {
+    await worker.stop();
+  }
+  return run;
+}
+
+/** Polls getJob until `test(info)` holds (a deadline poll: the server has no push for it). */
+async function jobWhen(jobId, check, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const info = await client.getJob(jobId);
+    if (check(info)) return info;
+    if (Date.now() > deadline) assert.fail(`job ${jobId} never matched: ${JSON.stringify(info)}`);
+    await sleep(25);
+  }
+}
+
+const gone = (/** @type {{ state: string }} */ info) => ["completed", "unknown"].includes(info.state);
+
+describe("outcomes", T, () => {
+  test("a job failing every attempt is retried, then dead-lettered with its last reason", async () => {
+    const queue = freshQueue("retries");
+    const { jobId } = await client.enqueue({ queue, jobType: "flaky", maxAttempts: 3 });
+    const attempts = [];
+    const third = deferred();
+    const worker = new Worker(client, { queues: [queue] }).handle("flaky", async (job) => {
+      attempts.push(job.attempt);
+      if (job.attempt === 3) third.resolve();
+      throw HandlerError.retry(`attempt ${job.attempt} failed`);
+    });
+    const report = await runUntil(worker, third.promise, "the third attempt");
+
+    assert.deepEqual(attempts, [1, 2, 3]);
+    assert.deepEqual(report, { succeeded: 0, failed: 3, leaseLost: 0, abandoned: 0 });
+    const info = await client.getJob(jobId);
+    assert.equal(info.state, "deadLettered");
+    assert.equal(info.attempt, 3);
+    assert.equal(info.lastReason, "attempt 3 failed");
+    assert.equal(info.deadLetterCause, "attemptsExhausted");
+    const { records } = await client.listDeadLetters({ queue });
+    assert.equal(records.length, 1);
+    assert.equal(records[0].job.id, jobId);
+    assert.equal(records[0].finalAttempt, 3);
+    assert.equal(records[0].lastReason, "attempt 3 failed");
+  });
+
+  test("HandlerError.retryAfter schedules the next attempt that many milliseconds later", async () => {
+    const queue = freshQueue("retry-after");
+    const { jobId } = await client.enqueue({ queue, jobType: "t" });
+    const ran = deferred();
+    const before = Date.now();
+    const worker = new Worker(client, { queues: [queue] }).handle("t", async () => {
+      ran.resolve();
+      throw HandlerError.retryAfter(60_000, "rate limited");
+    });
+    const report = await runUntil(worker, ran.promise);
+
+    assert.equal(report.failed, 1);
+    const info = await client.getJob(jobId);
+    assert.equal(info.state, "scheduled");
+    assert.equal(info.attempt, 1);
+    assert.equal(info.lastReason, "rate limited");
+    assert.ok(info.scheduledAt instanceof Date);
+    const delay = info.scheduledAt.getTime() - before;
+    assert.ok(delay > 55_000 && delay < 70_000, `scheduled ${delay} ms later`);
+  });
+
+  test("HandlerError.permanent dead-letters the job on its first attempt", async () => {
+    const queue = freshQueue("permanent");
+    const { jobId } = await client.enqueue({ queue, jobType: "t", maxAttempts: 5 });
+    const ran = deferred();
+    const worker = new Worker(client, { queues: [queue] }).handle("t", async () => {
+      ran.resolve();
+      throw HandlerError.permanent("malformed");
+    });
+    const report = await runUntil(worker, ran.promise);
+
+    assert.equal(report.failed, 1);
+    const info = await client.getJob(jobId);
+    assert.equal(info.state, "deadLettered");
+    assert.equal(info.attempt, 1);
+    assert.equal(info.lastReason, "malformed");
+    assert.equal(info.deadLetterCause, "rejected");
+  });
+
+  test("any other thrown value is retried with the queue's policy, and the worker goes on", async () => {
+    const queue = freshQueue("thrown");
+    const asyncJob = await client.enqueue({ queue, jobType: "async", maxAttempts: 3 });
+    const syncJob = await client.enqueue({ queue, jobType: "sync", maxAttempts: 3 });
+    const reasonsSeen = new Map();
+    const both = [deferred(), deferred()];
+    const worker = new Worker(client, { queues: [queue] })
+      .handle("async", async (job) => {
+        if (job.attempt === 1) throw new TypeError("kaboom");
+        reasonsSeen.set("async", (await client.getJob(job.id)).lastReason);
+        both[0].resolve();
+      })
+      // Not async, and throws a string: still a retry, not a crash.
+      .handle("sync", (job) => {
+        if (job.attempt === 1) throw "plain string";
+        both[1].resolve();
+      });
+    const report = await runUntil(worker, Promise.all(both.map((d) => d.promise)));
+
+    assert.equal(reasonsSeen.get("async"), "TypeError: kaboom");
+    assert.deepEqual(report, { succeeded: 2, failed: 2, leaseLost: 0, abandoned: 0 });
+    assert.ok(gone(await client.getJob(asyncJob.jobId)));
+    assert.ok(gone(await client.getJob(syncJob.jobId)));
+  });
+
+  test("a job type without a handler is nacked with the retry policy; the fallback takes the rest", async () => {
+    const queue = freshQueue("missing");
+    const nobody = await client.enqueue({ queue, jobType: "nobody", maxAttempts: 1 });
+    const known = await client.enqueue({ queue, jobType: "known" });
+    const ran = deferred();
+    const worker = new Worker(client, { queues: [queue], maxInFlight: 1 }).handle("known", async () => {
+      ran.resolve();
+    });
+    const report = await runUntil(worker, ran.promise);
+    assert.equal(report.succeeded, 1);
+    assert.equal(report.failed, 1);
+    const info = await client.getJob(nobody.jobId);
+    assert.equal(info.state, "deadLettered", "its only attempt failed");
+    assert.equal(info.lastReason, 'no handler for job type "nobody"');
+    assert.ok(gone(await client.getJob(known.jobId)));
+
+    const other = freshQueue("fallback");
+    await client.enqueue({ queue: other, jobType: "whatever" });
+    const types = deferred();
+    const withFallback = new Worker(client, { queues: [other] })
+      .handle("known", async () => assert.fail("not this one"))
+      .fallback(async (job) => types.resolve(job.jobType));
+    const fallbackReport = await runUntil(withFallback, types.promise);
+    assert.equal(await types.promise, "whatever");
+    assert.equal(fallbackReport.succeeded, 1);
+  });
+});
+
+describe("leases", T, () => {
+  test("when the lease is lost, the handler's signal is aborted and the job counted as leaseLost", async () => {
+    const queue = freshQueue("lost");
+    const { jobId } = await client.enqueue({ queue, jobType: "t", maxAttempts: 5 });
+    const started = deferred();
+    const aborted = deferred();
+    const worker = new Worker(client, { queues: [queue], leaseDurationMs: 900, maxInFlight: 1 }).handle(
+      "t",
+      async (job, { signal, leaseExpiresAt }) => {
+        assert.ok(leaseExpiresAt instanceof Date);
+        started.resolve(job);
+        await once(signal, "abort");
+        aborted.resolve(signal.reason);
+      },
+    );
+    const run = worker.run();
+    const job = await within(started.promise, 10_000, "the handler");
+    // Someone else settles the job: the next extension finds it gone.
+    await client.nack(job.id, job.attempt, { retry: { delayMs: 60_000 }, reason: "taken away" });
+    const reason = await within(aborted.promise, 10_000, "the abort");
+    assert.ok(reason instanceof DOMException);
+    assert.equal(reason.name, "AbortError");
+    assert.match(reason.message, /lease .* was lost/);
+    await worker.stop();
+    const report = await run;
+    assert.equal(report.leaseLost, 1);
+    assert.equal(report.succeeded + report.failed, 0);
+    assert.equal((await client.getJob(jobId)).lastReason, "taken away");
+  });
+
+  test(
+    "with autoExtend false, the signal is aborted when the short lease runs out",
+    T,
+    async () => {
+      const queue = freshQueue("no-extend-abort");
+      await client.enqueue({ queue, jobType: "t", maxAttempts: 5 });
+      const aborted = deferred();
+      const worker = new Worker(client, {
+        queues: [queue],
+        leaseDurationMs: 300,
+        autoExtend: false,
+        maxInFlight: 1,
+      }).handle("t", async (_job, { signal }) => {
+        await Promise.race([once(signal, "abort"), sleep(3_000)]);
+        aborted.resolve(signal.aborted);
+      });
+      const report = await runUntil(worker, aborted.promise);
+      assert.equal(await aborted.promise, true, "the signal was aborted");
+      assert.ok(report.leaseLost >= 1, JSON.stringify(report));
+    },
+  );
+});
+
+describe("shutdown", T, () => {
+  test("stop() lets a running handler finish, and its job is acked", async () => {
+    const queue = freshQueue("graceful");
+    const { jobId } = await client.enqueue({ queue, jobType: "t" });
+    const started = deferred();
+    let finished = false;
+    let abortedSignal = false;
+    const worker = new Worker(client, { queues: [queue] }).handle("t", async (_job, { signal }) => {
+      started.resolve();
+      await sleep(400);
+      finished = true;
+      abortedSignal = signal.aborted;
+    });
+    const run = worker.run();
+    await within(started.promise, 10_000, "the handler");
+    await worker.stop();
+    const report = await run;
+    assert.equal(finished, true);
+    assert.equal(abortedSignal, false);
+    assert.deepEqual(report, { succeeded: 1, failed: 0, leaseLost: 0, abandoned: 0 });
+    assert.ok(gone(await client.getJob(jobId)));
+  });
+
+  test("handlers past shutdownTimeoutMs are aborted and their jobs nacked back to ready", async () => {
+    const queue = freshQueue("too-slow");
+    const polite = await client.enqueue({ queue, jobType: "polite", maxAttempts: 3 });
+    const stubborn = await client.enqueue({ queue, jobType: "stubborn", maxAttempts: 3 });
+    const started = [deferred(), deferred()];
+    /** @type {unknown} */
+    let reason;
+    /** @type {AbortSignal | undefined} */
+    let stubbornSignal;
+    const worker = new Worker(client, { queues: [queue], shutdownTimeoutMs: 200, maxInFlight: 2 })
+      .handle("polite", async (_job, { signal }) => {
+        started[0].resolve();
+        await once(signal, "abort");
+        reason = signal.reason;
+        throw signal.reason;
+      })
+      // Ignores its signal and never ends: the worker must not wait for it.
+      .handle("stubborn", async (_job, { signal }) => {
+        stubbornSignal = signal;
+        started[1].resolve();
+        await new Promise(() => {});
+      });
+    const run = worker.run();
+    await within(Promise.all(started.map((d) => d.promise)), 10_000, "both handlers");
+    const t0 = Date.now();
+    await worker.stop();
+    const report = await run;
+    const took = Date.now() - t0;
+
+    assert.ok(took >= 190 && took < 3_000, `stop took ${took} ms`);
+    assert.deepEqual(report, { succeeded: 0, failed: 0, leaseLost: 0, abandoned: 2 });
+    assert.ok(reason instanceof DOMException);
+    assert.equal(reason.message, "worker shut down before the job finished");
+    assert.equal(stubbornSignal?.aborted, true);
+    for (const { jobId } of [polite, stubborn]) {
+      const info = await client.getJob(jobId);
+      assert.equal(info.state, "ready");
+      assert.equal(info.attempt, 1);
+      assert.equal(info.lastReason, "worker shut down before the job finished");
+    }
+  });
+
+  test("at most maxInFlight handlers run at once", async () => {
+    const queue = freshQueue("concurrency");
+    const n = 12;
+    await client.enqueueBatch(Array.from({ length: n }, () => ({ queue, jobType: "t" })));
+    let running = 0;
+    let most = 0;
+    let done = 0;
+    const all = deferred();
+    const worker = new Worker(client, { queues: [queue], maxInFlight: 3 }).handle("t", async () => {
+      running += 1;
+      most = Math.max(most, running);
+      await sleep(20);
+      running -= 1;
+      if (++done === n) all.resolve();
+    });
+    const report = await runUntil(worker, all.promise);
+    assert.equal(report.succeeded, n);
+    assert.ok(most <= 3, `${most} handlers at once`);
+    assert.ok(most >= 2, `only ${most} handler at a time`);
+    const stats = await client.getQueueStats(queue);
+    assert.deepEqual([stats.ready, stats.inFlight], [0, 0]);
+  });
+
+  test("stop() before run() does nothing, and a stopped worker can run again", async () => {
+    const queue = freshQueue("rerun");
+    const worker = new Worker(client, { queues: [queue] });
+    await worker.stop();
+    for (const round of [1, 2]) {
+      await client.enqueue({ queue, jobType: "t" });
+      const ran = deferred();
+      worker.handle("t", async () => ran.resolve());
+      const report = await runUntil(worker, ran.promise, `round ${round}`);
+      assert.equal(report.succeeded, 1);
+    }
+  });
+});
+
+describe("bad input", T, () => {
+  test("the constructor and HandlerError check their arguments", () => {
+    const typeError = (/** @type {RegExp} */ re) => (/** @type {any} */ e) =>
+      e instanceof TypeError && e.code === "ERR_INVALID_ARG_TYPE" && re.test(e.message);
+    assert.throws(() => new Worker(/** @type {any} */ ({}), { queues: ["q"] }), typeError(/client must be a SeppClient/));
+    assert.throws(() => new Worker(client, /** @type {any} */ (undefined)), typeError(/options/));
+    assert.throws(() => new Worker(client, { queues: ["q"], shutdownTimeoutMs: -1 }), RangeError);
+    assert.throws(() => new Worker(client, /** @type {any} */ ({ queues: ["q"], handleSignals: "yes" })), TypeError);
+    const worker = new Worker(client, { queues: ["q"] });
+    assert.throws(() => worker.handle(/** @type {any} */ (1), async () => {}), typeError(/jobType/));
+    assert.throws(() => worker.handle("t", /** @type {any} */ ("nope")), typeError(/handler/));
+    assert.throws(() => HandlerError.retryAfter(-5), RangeError);
+    assert.throws(() => HandlerError.retryAfter(/** @type {any} */ ("5s")), TypeError);
+    assert.throws(() => HandlerError.retry(/** @type {any} */ (42)), typeError(/reason/));
+    assert.throws(() => new (/** @type {any} */ (HandlerError))(), TypeError);
+    const e = HandlerError.retryAfter(1_500, "busy");
+    assert.ok(e instanceof Error);
+    assert.equal(e.name, "HandlerError");
+    assert.equal(e.message, "retry after 1500 ms (busy)");
+    assert.deepEqual(
+      [e.kind, e.delayMs, e.reason, e.outcome],
+      ["retryAfter", 1_500, "busy", { kind: "retryAfter", delayMs: 1_500, reason: "busy" }],
+    );
+    assert.equal(HandlerError.permanent().message, "permanent failure (no reason)");
+    assert.deepEqual(HandlerError.retry().outcome, { kind: "retry" });
+  });
+
+  test("run() rejects bad engine options, and a second concurrent run", async () => {
+    await assert.rejects(new Worker(client, { queues: [] }).run(), InvalidArgument);
+    await assert.rejects(new Worker(client, { queues: ["q"], maxInFlight: 0 }).run(), InvalidArgument);
+    await assert.rejects(new Worker(client, { queues: ["q"], leaseDurationMs: -1 }).run(), InvalidArgument);
+    await assert.rejects(
+      new Worker(client, /** @type {any} */ ({ queues: "q" })).run(),
+      (/** @type {any} */ e) => e instanceof TypeError && /options\.queues/.test(e.message),
+    );
+    const worker = new Worker(client, { queues: [freshQueue("twice")] });
+    const run = worker.run();
+    await assert.rejects(worker.run(), /already running/);
+    await worker.stop();
+    assert.deepEqual(await run, { succeeded: 0, failed: 0, leaseLost: 0, abandoned: 0 });
+  });
+});
+
+describe("Engine", T, () => {
+  test("next, complete, lost, waitIdle, shutdown and abandonAll", async () => {
+    const queue = freshQueue("engine");
+    const a = await client.enqueue({ queue, jobType: "t", payload: { data: Buffer.from("a"), encoding: "text/plain" } });
+    const b = await client.enqueue({ queue, jobType: "t" });
+    const engine = await Engine.start(client, { queues: [queue], maxInFlight: 2, workerId: "engine-test" });
+    assert.equal(engine.isShutDown, false);
+    const first = await engine.next();
+    const second = await engine.next();
+    assert.ok(first && second);
+    assert.deepEqual(new Set([first.job.id, second.job.id]), new Set([a.jobId, b.jobId]));
+    assert.ok(first.expiresAt instanceof Date && first.expiresAt.getTime() > Date.now());
+    assert.equal(first.isLost(), false);
+    assert.equal(engine.inFlight, 2);
+    assert.equal((await client.getJob(first.job.id)).workerId, "engine-test");
+
+    await assert.rejects(
+      engine.complete(first.job.id, first.job.attempt, /** @type {any} */ ({ kind: "later" })),
+      (/** @type {any} */ e) => e instanceof TypeError && /outcome\.kind/.test(e.message),
+    );
+    await assert.rejects(
+      engine.complete(first.job.id, first.job.attempt, { kind: "retryAfter", delayMs: -1 }),
+      InvalidArgument,
+    );
+    // Settling resolves lost() with false: nothing keeps the process alive afterwards.
+    const lost = first.lost();
+    await engine.complete(first.job.id, first.job.attempt, { kind: "success" });
+    assert.equal(await lost, false);
+    assert.equal(engine.inFlight, 1);
+    assert.equal(await engine.waitIdle(50), false);
+
+    engine.shutdown();
+    assert.equal(engine.isShutDown, true);
+    assert.equal(await engine.next(), null);
+    const secondLost = second.lost();
+    assert.equal(await engine.abandonAll("test over"), 1);
+    assert.equal(await secondLost, false);
+    assert.equal(await engine.waitIdle(1_000), true);
+    const info = await client.getJob(second.job.id);
+    assert.equal(info.state, "ready");
+    assert.equal(info.lastReason, "test over");
+    // Completing it now is refused: it is not in flight any more.
+    await assert.rejects(engine.complete(second.job.id, second.job.attempt, { kind: "success" }), JobNotInFlight);
+  });
+
+  test("Engine.start checks its arguments", async () => {
+    await assert.rejects(Engine.start(/** @type {any} */ ({}), { queues: ["q"] }), TypeError);
+    await assert.rejects(Engine.start(client, /** @type {any} */ ({ queues: ["q"], autoExtend: "no" })), (e) =>
+      e instanceof TypeError && /options\.autoExtend must be a boolean/.test(e.message),
+    );
+    await assert.rejects(Engine.start(client, { queues: ["q"], waitTimeoutMs: Number.NaN }), InvalidArgument);
+  });
+});
