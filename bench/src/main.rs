@@ -46,22 +46,39 @@ impl Mode {
 #[derive(Debug, Parser)]
 #[command(name = "sepp-bench", version, about, long_about = None)]
 struct Cli {
-    /// Short points (1.5 s + 0.25 s warm-up), sync_all only unless --mode is given.
+    /// Short points (1.5 s + 0.25 s warm-up), `published` with 20,000 jobs; sync_all only
+    /// unless --mode is given.
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// Long points (10 s + 1 s warm-up), sync_all and buffer unless --mode is given (default).
+    /// Long points (10 s + 1 s warm-up), `published` with 200,000 jobs; sync_all and buffer
+    /// unless --mode is given (default).
     #[arg(long)]
     full: bool,
+    /// The public sepp's published method only: workloads `published` and `cycle`, modes
+    /// sync_data and buffer (unless given). Alone: 20,000 jobs and a 5 s cycle point; with
+    /// --full: 200,000 jobs; with --quick: 20,000 jobs and a 1.5 s cycle point.
+    #[arg(long)]
+    published: bool,
+    /// Jobs of the `published` workload (overrides the preset).
+    #[arg(long, value_name = "N")]
+    published_jobs: Option<usize>,
+    /// Producer and worker counts of the `published` workload (one run per count).
+    #[arg(long, value_delimiter = ',', default_value = "50")]
+    published_connections: Vec<usize>,
+    /// Give every `published` job a fresh idempotency key (default: no key).
+    #[arg(long)]
+    published_keyed: bool,
     /// Measured seconds per point (overrides the preset).
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
     /// Unmeasured warm-up seconds per point (overrides the preset).
     #[arg(long, value_name = "SECS")]
     warmup: Option<f64>,
-    /// Connection counts; each connection is its own client with one call in flight.
+    /// Connection counts; each connection is its own client with one call in flight
+    /// (`published` uses --published-connections, `cycle` always 1).
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
     connections: Vec<usize>,
-    /// Workloads to run, in this order.
+    /// Workloads to run, in this order (`published` is followed by `cycle` if not listed).
     #[arg(long, value_enum, value_delimiter = ',')]
     workloads: Vec<Workload>,
     /// Persist modes; a fresh server is started for each.
@@ -143,6 +160,7 @@ struct Plan {
     warmup: Duration,
     connections: Vec<usize>,
     workloads: Vec<Workload>,
+    published_jobs: usize,
     modes: Vec<Mode>,
     server_bin: PathBuf,
     data_parent: PathBuf,
@@ -152,52 +170,106 @@ struct Plan {
 
 fn plan(cli: &Cli, run_id: String) -> Result<Plan, BoxError> {
     let quick = cli.quick;
+    // (name, seconds, warm-up seconds, published jobs)
+    let (preset, dur, warm, jobs) = match (cli.published, quick, cli.full) {
+        (_, true, _) => ("quick", 1.5, 0.25, 20_000),
+        (true, false, false) => ("published", 5.0, 0.5, 20_000),
+        _ => ("full", 10.0, 1.0, 200_000),
+    };
     let secs = |x: f64, what: &str| -> Result<Duration, BoxError> {
         Duration::try_from_secs_f64(x).map_err(|_| format!("{what} {x} is not a duration").into())
     };
-    let duration = secs(
-        cli.duration.unwrap_or(if quick { 1.5 } else { 10.0 }),
-        "--duration",
-    )?;
+    let duration = secs(cli.duration.unwrap_or(dur), "--duration")?;
     if duration.is_zero() {
         return Err("--duration must be positive".into());
     }
-    let warmup = secs(
-        cli.warmup.unwrap_or(if quick { 0.25 } else { 1.0 }),
-        "--warmup",
-    )?;
+    let warmup = secs(cli.warmup.unwrap_or(warm), "--warmup")?;
     if cli.connections.is_empty() || cli.connections.contains(&0) {
         return Err("--connections needs positive counts".into());
+    }
+    if cli.published_connections.is_empty() || cli.published_connections.contains(&0) {
+        return Err("--published-connections needs positive counts".into());
+    }
+    let published_jobs = cli.published_jobs.unwrap_or(jobs);
+    if published_jobs == 0 {
+        return Err("--published-jobs must be positive".into());
     }
     if cli.payload_bytes == 0 {
         return Err(
             "--payload-bytes must be at least 1 (the protocol forbids empty payloads)".into(),
         );
     }
-    let workloads = if cli.workloads.is_empty() {
-        Workload::ALL.to_vec()
-    } else {
+    let mut workloads = if !cli.workloads.is_empty() {
         cli.workloads.clone()
+    } else if cli.published {
+        vec![Workload::Published]
+    } else {
+        Workload::ALL.to_vec()
     };
+    // The published method includes the single-connection cycle latency.
+    if let Some(i) = workloads.iter().position(|w| *w == Workload::Published)
+        && !workloads.contains(&Workload::Cycle)
+    {
+        workloads.insert(i + 1, Workload::Cycle);
+    }
     let modes = if !cli.mode.is_empty() {
         cli.mode.clone()
+    } else if cli.published {
+        vec![Mode::SyncData, Mode::Buffer]
     } else if quick {
         vec![Mode::SyncAll]
     } else {
         vec![Mode::SyncAll, Mode::Buffer]
     };
     Ok(Plan {
-        preset: if quick { "quick" } else { "full" },
+        preset,
         duration,
         warmup,
         connections: cli.connections.clone(),
         workloads,
+        published_jobs,
         modes,
         server_bin: cli.server_bin.clone().unwrap_or_else(default_server_bin),
         data_parent: cli.data_dir.clone().unwrap_or_else(std::env::temp_dir),
         clk_tck: server::clock_ticks(),
         run_id,
     })
+}
+
+/// Runs one point (or one phase of `published`), prints its line and returns its report, or
+/// the reason it failed.
+async fn measure(
+    spec: PointSpec,
+    plan: &Plan,
+    mode: &str,
+    drain_jobs: Option<usize>,
+) -> Result<PointReport, String> {
+    let pid = spec.server_pid;
+    let workload = spec.workload;
+    let conns = spec.connections;
+    let queue = spec.queue.clone();
+    let peak_rss_reset = pid.is_some_and(server::reset_peak_rss);
+    let loadavg = server::loadavg();
+    let measured = workload::run_point(spec)
+        .await
+        .map_err(|e| format!("{} c={conns} failed: {e}", workload.name()))?;
+    let ctx = PointContext {
+        workload,
+        connections: conns,
+        queue,
+        drain_jobs,
+        clk_tck: plan.clk_tck,
+        peak_rss_mib: pid.and_then(|p| server::proc_status_mib(p, "VmHWM")),
+        peak_rss_reset,
+        rss_mib: pid.and_then(|p| server::proc_status_mib(p, "VmRSS")),
+        loadavg_1m: loadavg,
+    };
+    let point = PointReport::new(measured, ctx);
+    println!("{}", point.line(mode));
+    for (msg, n) in &point.messages {
+        println!("    {n} × {msg}");
+    }
+    Ok(point)
 }
 
 /// Runs every point against the server at `addr`.
@@ -215,10 +287,10 @@ async fn run_points(
     let mut drain_conns = 1usize;
     let mut seq = 0usize;
     for &workload in &plan.workloads {
-        let conn_list: Vec<usize> = if workload == Workload::Cycle {
-            vec![1]
-        } else {
-            plan.connections.clone()
+        let conn_list: Vec<usize> = match workload {
+            Workload::Cycle => vec![1],
+            Workload::Published => cli.published_connections.clone(),
+            _ => plan.connections.clone(),
         };
         for conns in conn_list {
             if let Some(s) = server.as_deref_mut()
@@ -252,54 +324,68 @@ async fn run_points(
                 addr: addr.to_string(),
                 workload,
                 connections: conns,
-                queue: queue.clone(),
+                queue,
                 payload: payload.clone(),
                 hit_keys: cli.hit_keys.max(1),
                 drain_jobs: drain_jobs.unwrap_or(0),
                 drain_cap: plan.duration * 3 + Duration::from_secs(2),
+                published_jobs: plan.published_jobs,
+                published_keyed: cli.published_keyed,
                 duration: plan.duration,
                 warmup: plan.warmup,
                 server_pid: pid,
             };
-            let peak_rss_reset = pid.is_some_and(server::reset_peak_rss);
-            let loadavg = server::loadavg();
-            let measured = match workload::run_point(spec).await {
-                Ok(m) => m,
-                Err(e) => {
-                    let msg = format!("{} c={conns} failed: {e}", workload.name());
-                    eprintln!("{mode}: {msg}");
-                    run.failure = Some(msg);
-                    return;
-                }
+            let result = if workload == Workload::Published {
+                published(spec, plan, mode, run).await
+            } else {
+                measure(spec, plan, mode, drain_jobs).await.map(|point| {
+                    if workload == Workload::Drain && point.jobs_per_s > 0.0 {
+                        drain_rate = point.jobs_per_s;
+                        drain_conns = conns;
+                    }
+                    run.points.push(point);
+                })
             };
-            let ctx = PointContext {
-                workload,
-                connections: if workload == Workload::Cycle {
-                    1
-                } else {
-                    conns
-                },
-                queue,
-                drain_jobs,
-                clk_tck: plan.clk_tck,
-                peak_rss_mib: pid.and_then(|p| server::proc_status_mib(p, "VmHWM")),
-                peak_rss_reset,
-                rss_mib: pid.and_then(|p| server::proc_status_mib(p, "VmRSS")),
-                loadavg_1m: loadavg,
-            };
-            let point = PointReport::new(measured, ctx);
-            if workload == Workload::Drain && point.jobs_per_s > 0.0 {
-                drain_rate = point.jobs_per_s;
-                drain_conns = conns;
+            if let Err(msg) = result {
+                eprintln!("{mode}: {msg}");
+                run.failure = Some(msg);
+                return;
             }
-            println!("{}", point.line(mode));
-            for (msg, n) in &point.messages {
-                println!("    {n} × {msg}");
-            }
-            run.points.push(point);
         }
     }
 }
+
+/// The two phases of `published` on one queue: the producers enqueue every job, then as many
+/// workers drain exactly the jobs that were enqueued. Each phase is its own report row.
+async fn published(
+    spec: PointSpec,
+    plan: &Plan,
+    mode: &str,
+    run: &mut ModeRun,
+) -> Result<(), String> {
+    let enqueue = PointSpec {
+        workload: Workload::PublishedEnqueue,
+        ..spec.clone()
+    };
+    let point = measure(enqueue, plan, mode, None).await?;
+    let enqueued = usize::try_from(point.jobs).unwrap_or(usize::MAX);
+    run.points.push(point);
+    // Generous: a drain of a healthy server ends long before, and one that finds the queue
+    // empty early stops at once.
+    let cap = Duration::from_secs(60) + Duration::from_secs_f64(enqueued as f64 / 200.0);
+    let drain = PointSpec {
+        workload: Workload::PublishedDrain,
+        drain_jobs: enqueued,
+        drain_cap: cap,
+        ..spec
+    };
+    let point = measure(drain, plan, mode, Some(enqueued)).await?;
+    run.points.push(point);
+    Ok(())
+}
+
+/// Open files beyond one per connection: the server's storage files, the bench's own.
+const FD_HEADROOM: u64 = 256;
 
 async fn run(cli: Cli) -> Result<bool, BoxError> {
     let started = SystemTime::now();
@@ -316,6 +402,7 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
             kernel: kernel(),
             clk_tck: plan.clk_tck,
             loadavg_1m_start: server::loadavg(),
+            open_files_limit: None,
         },
         settings: Settings {
             preset: plan.preset,
@@ -323,6 +410,9 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
             warmup_s: plan.warmup.as_secs_f64(),
             connections: plan.connections.clone(),
             workloads: plan.workloads.clone(),
+            published_jobs: plan.published_jobs,
+            published_connections: cli.published_connections.clone(),
+            published_keyed: cli.published_keyed,
             modes: if cli.target.is_some() {
                 Vec::new()
             } else {
@@ -342,8 +432,12 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
         },
         runs: Vec::new(),
     };
+    let swept = plan
+        .workloads
+        .iter()
+        .any(|w| !matches!(w, Workload::Cycle | Workload::Published));
     println!(
-        "sepp-bench: {} points of {:.1} s (+{:.2} s warm-up), {}-byte payloads, workloads {}, connections {:?}",
+        "sepp-bench: {} points of {:.1} s (+{:.2} s warm-up), {}-byte payloads, workloads {}{}",
         plan.preset,
         plan.duration.as_secs_f64(),
         plan.warmup.as_secs_f64(),
@@ -353,8 +447,56 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
             .map(|w| w.name())
             .collect::<Vec<_>>()
             .join(","),
-        plan.connections
+        if swept {
+            format!(", connections {:?}", plan.connections)
+        } else {
+            String::new()
+        }
     );
+    if plan.workloads.contains(&Workload::Published) {
+        println!(
+            "published: {} jobs ({}), producers then workers {:?}",
+            report::fmt_int(plan.published_jobs as f64),
+            if cli.published_keyed {
+                "fresh idempotency key each"
+            } else {
+                "no idempotency key"
+            },
+            cli.published_connections
+        );
+    }
+    // One socket per connection in the bench and in the server it starts (which inherits
+    // the limit), plus the server's storage files.
+    let most = plan
+        .workloads
+        .iter()
+        .map(|w| match w {
+            Workload::Cycle => 1,
+            Workload::Published => cli.published_connections.iter().copied().max().unwrap_or(1),
+            _ => plan.connections.iter().copied().max().unwrap_or(1),
+        })
+        .max()
+        .unwrap_or(1) as u64;
+    let need = most + FD_HEADROOM;
+    match server::raise_open_files_limit() {
+        Some(limit) => {
+            report.host.open_files_limit = Some(limit);
+            if limit < need {
+                return Err(format!(
+                    "{most} connections need about {need} open files in the bench and the \
+                     server, but the limit is {limit} (`ulimit -n`; the hard limit too)"
+                )
+                .into());
+            }
+        }
+        None => eprintln!("sepp-bench: cannot read the open files limit (RLIMIT_NOFILE)"),
+    }
+    if cli.target.is_some() && most > 500 {
+        println!(
+            "note: the server at --target needs {need} open files too; a sepp started with a \
+             lower `ulimit -n` spins on failed accepts instead of serving"
+        );
+    }
 
     let mut ok = true;
     if let Some(target) = &cli.target {
@@ -435,6 +577,11 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
     report.finished_at = report::timestamps(SystemTime::now()).0;
     println!();
     print!("{}", report::markdown(&report));
+    let published = report::published_markdown(&report);
+    if !published.is_empty() {
+        println!();
+        print!("{published}");
+    }
     let problems: u64 = report
         .runs
         .iter()

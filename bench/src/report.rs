@@ -38,6 +38,8 @@ pub(crate) struct Host {
     pub(crate) clk_tck: u64,
     /// 1-minute load average at the start.
     pub(crate) loadavg_1m_start: Option<f64>,
+    /// Open files limit (soft, after raising it to the hard limit).
+    pub(crate) open_files_limit: Option<u64>,
 }
 
 /// The run's settings.
@@ -53,6 +55,12 @@ pub(crate) struct Settings {
     pub(crate) connections: Vec<usize>,
     /// Workloads.
     pub(crate) workloads: Vec<Workload>,
+    /// Jobs of the `published` workload.
+    pub(crate) published_jobs: usize,
+    /// Producer and worker counts of the `published` workload.
+    pub(crate) published_connections: Vec<usize>,
+    /// Whether `published` jobs carry a fresh idempotency key.
+    pub(crate) published_keyed: bool,
     /// Persist modes (empty with `--target`).
     pub(crate) modes: Vec<String>,
     /// Payload size in bytes.
@@ -247,7 +255,7 @@ impl PointReport {
     /// The one-line progress report.
     pub(crate) fn line(&self, mode: &str) -> String {
         let mut s = format!(
-            "{mode:<9} {:<8} c={:<3} {:>9} jobs/s  p50 {:>7.3}  p99 {:>7.3}  p999 {:>7.3} ms  err {}",
+            "{mode:<9} {:<17} c={:<3} {:>9} jobs/s  p50 {:>7.3}  p99 {:>7.3}  p999 {:>7.3} ms  err {}",
             self.workload.name(),
             self.connections,
             fmt_int(self.jobs_per_s),
@@ -367,6 +375,53 @@ pub(crate) fn markdown(report: &Report) -> String {
                     ratio
                 );
             }
+        }
+    }
+    s
+}
+
+/// The `published` rows side by side, in the layout of the public sepp's published figures:
+/// one line per mode and producer/worker count, with the mode's `cycle` latency.
+pub(crate) fn published_markdown(report: &Report) -> String {
+    let mut s = String::new();
+    for run in &report.runs {
+        let cycle = run.points.iter().find(|p| p.workload == Workload::Cycle);
+        for (i, enq) in run.points.iter().enumerate() {
+            if enq.workload != Workload::PublishedEnqueue {
+                continue;
+            }
+            let drain = run
+                .points
+                .get(i + 1)
+                .filter(|p| p.workload == Workload::PublishedDrain);
+            if s.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "| mode | producers = workers | jobs | enqueue jobs/s | drain jobs/s | cycle p50 / p99 / p999 ms | srv CPU s/1k jobs: enqueue / drain | srv peak RSS MiB: enqueue / drain | other load (cores): enqueue / drain / cycle |"
+                );
+                let _ = writeln!(s, "|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+            }
+            let rate = |p: Option<&PointReport>| p.map_or("–".into(), |p| fmt_int(p.jobs_per_s));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} / {} |",
+                run.mode,
+                enq.connections,
+                fmt_int(enq.jobs as f64),
+                fmt_int(enq.jobs_per_s),
+                rate(drain),
+                cycle.map_or("–".into(), |c| format!(
+                    "{:.2} / {:.2} / {:.2}",
+                    c.latency_ms.p50, c.latency_ms.p99, c.latency_ms.p999
+                )),
+                opt(enq.server_cpu_s_per_1k_jobs, 3),
+                opt(drain.and_then(|d| d.server_cpu_s_per_1k_jobs), 3),
+                opt(enq.server_peak_rss_mib, 0),
+                opt(drain.and_then(|d| d.server_peak_rss_mib), 0),
+                opt(enq.others_cpu_cores, 2),
+                opt(drain.and_then(|d| d.others_cpu_cores), 2),
+                opt(cycle.and_then(|c| c.others_cpu_cores), 2),
+            );
         }
     }
     s

@@ -353,6 +353,43 @@ pub(crate) fn reset_peak_rss(pid: u32) -> bool {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 
+/// `struct rlimit` of Linux (`rlim_t` is 64 bits on every Linux target the bench runs on).
+#[repr(C)]
+struct RLimit {
+    cur: u64,
+    max: u64,
+}
+
+/// `RLIMIT_NOFILE` on Linux.
+const RLIMIT_NOFILE: i32 = 7;
+
+// From the C library std already links; declared here to keep the bench free of a libc crate.
+unsafe extern "C" {
+    fn getrlimit(resource: i32, rlim: *mut RLimit) -> i32;
+    fn setrlimit(resource: i32, rlim: *const RLimit) -> i32;
+}
+
+/// Raises this process's soft limit of open files to its hard limit (a server the bench
+/// starts inherits it) and returns the new soft limit.
+pub(crate) fn raise_open_files_limit() -> Option<u64> {
+    let mut lim = RLimit { cur: 0, max: 0 };
+    // SAFETY: getrlimit writes one `struct rlimit` through the pointer, which is valid.
+    if unsafe { getrlimit(RLIMIT_NOFILE, &raw mut lim) } != 0 {
+        return None;
+    }
+    if lim.cur < lim.max {
+        let raised = RLimit {
+            cur: lim.max,
+            max: lim.max,
+        };
+        // SAFETY: setrlimit only reads the `struct rlimit` behind the pointer.
+        if unsafe { setrlimit(RLIMIT_NOFILE, &raw const raised) } == 0 {
+            lim.cur = lim.max;
+        }
+    }
+    Some(lim.cur)
+}
+
 /// The 1-minute load average.
 pub(crate) fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -372,6 +409,12 @@ mod tests {
         assert!(proc_sample("self").is_some());
         assert!(machine_busy_ticks().is_some());
         assert!(proc_status_mib(std::process::id(), "VmRSS").unwrap() > 0.0);
+    }
+
+    #[test]
+    fn open_files_limit_is_readable() {
+        let limit = raise_open_files_limit().expect("getrlimit works");
+        assert!(limit >= 64, "implausible RLIMIT_NOFILE {limit}");
     }
 
     #[test]

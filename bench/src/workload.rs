@@ -40,17 +40,30 @@ pub(crate) enum Workload {
     Drain,
     /// One connection: enqueue → reserve → ack.
     Cycle,
+    /// The public sepp's published method: N jobs enqueued one per call by the producers, then
+    /// drained by as many workers (reserve + ack per job). Reported as two rows,
+    /// `published-enqueue` and `published-drain`.
+    Published,
+    /// Enqueue phase of `published` (a report row, not selectable).
+    #[value(skip)]
+    #[serde(rename = "published-enqueue")]
+    PublishedEnqueue,
+    /// Drain phase of `published` (a report row, not selectable).
+    #[value(skip)]
+    #[serde(rename = "published-drain")]
+    PublishedDrain,
 }
 
 impl Workload {
     /// Every workload, in run order.
-    pub(crate) const ALL: [Workload; 6] = [
+    pub(crate) const ALL: [Workload; 7] = [
         Workload::Unique,
         Workload::Hits,
         Workload::Nokey,
         Workload::Batch100,
         Workload::Drain,
         Workload::Cycle,
+        Workload::Published,
     ];
 
     /// Its command-line spelling.
@@ -62,6 +75,9 @@ impl Workload {
             Workload::Batch100 => "batch100",
             Workload::Drain => "drain",
             Workload::Cycle => "cycle",
+            Workload::Published => "published",
+            Workload::PublishedEnqueue => "published-enqueue",
+            Workload::PublishedDrain => "published-drain",
         }
     }
 
@@ -70,7 +86,7 @@ impl Workload {
         match self {
             Workload::Cycle => "enqueue+reserve+ack cycle",
             Workload::Batch100 => "EnqueueBatch call (100 jobs)",
-            Workload::Drain => "Reserve or Ack call",
+            Workload::Drain | Workload::PublishedDrain => "Reserve or Ack call",
             _ => "Enqueue call",
         }
     }
@@ -95,6 +111,10 @@ pub(crate) struct PointSpec {
     pub(crate) drain_jobs: usize,
     /// Longest drain, after which the workers stop.
     pub(crate) drain_cap: Duration,
+    /// Jobs the `published` enqueue phase enqueues.
+    pub(crate) published_jobs: usize,
+    /// Whether the `published` producers give each job a fresh idempotency key.
+    pub(crate) published_keyed: bool,
     /// Measured time of the timed workloads.
     pub(crate) duration: Duration,
     /// Unmeasured time before it.
@@ -222,13 +242,29 @@ fn request(spec: &PointSpec, key: Option<String>) -> Result<EnqueueRequest, BoxE
     })
 }
 
-/// Opens `n` connections, each its own client.
+/// Connections opened at once by [`connect_all`].
+const CONNECT_PARALLEL: usize = 16;
+
+/// Opens `n` connections, each its own client (its own HTTP/2 connection), a few at a time.
 async fn connect_all(addr: &str, n: usize) -> Result<Vec<SeppClient>, BoxError> {
     let mut clients = Vec::with_capacity(n);
-    for _ in 0..n {
-        let c = SeppClient::connect(addr.to_string())
-            .await
-            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    let mut set = JoinSet::new();
+    let mut started = 0;
+    while clients.len() < n {
+        while started < n && set.len() < CONNECT_PARALLEL {
+            let addr = addr.to_string();
+            set.spawn(async move { SeppClient::connect(addr).await });
+            started += 1;
+        }
+        let Some(r) = set.join_next().await else {
+            break;
+        };
+        let c = r?.map_err(|e| {
+            format!(
+                "cannot connect to {addr} (connection {} of {n}): {e}",
+                clients.len() + 1
+            )
+        })?;
         clients.push(c);
     }
     Ok(clients)
@@ -295,10 +331,12 @@ pub(crate) async fn run_point(spec: PointSpec) -> Result<Measured, BoxError> {
         Workload::Drain => prefill(&spec, &clients, spec.drain_jobs, no_key).await?,
         _ => {}
     }
-    if spec.workload == Workload::Drain {
-        drain(spec, clients).await
-    } else {
-        timed(spec, clients).await
+    match spec.workload {
+        // The published drain phase works on the jobs its enqueue phase left in the queue.
+        Workload::Drain | Workload::PublishedDrain => drain(spec, clients).await,
+        Workload::PublishedEnqueue => enqueue_all(spec, clients).await,
+        Workload::Published => Err("`published` runs as its two phases".into()),
+        _ => timed(spec, clients).await,
     }
 }
 
@@ -364,15 +402,19 @@ async fn timed(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, Bo
     tokio::time::sleep_until(measure_start.into()).await;
     let cpu0 = CpuSample::now(spec.server_pid);
     let mut total = Stats::new();
+    let mut gave_up = false;
     while let Some(r) = set.join_next().await {
-        total.merge(r?);
+        let st = r?;
+        // `merge` does not carry the streak, so look at each connection's own.
+        gave_up |= st.consecutive_errors >= MAX_CONSECUTIVE_ERRORS;
+        total.merge(st);
     }
     let cpu1 = CpuSample::now(spec.server_pid);
     let elapsed = total.last_done.map_or(spec.duration, |t| {
         t.saturating_duration_since(measure_start)
     });
     let mut notes = Vec::new();
-    if total.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
+    if gave_up {
         notes.push("a connection gave up after repeated errors".to_string());
     }
     let mut m = Measured {
@@ -463,7 +505,10 @@ async fn one_op(
             }
         }
         Workload::Cycle => cycle_op(spec, client, i, st, t0).await,
-        Workload::Drain => unreachable!("drain is not a timed workload"),
+        Workload::Drain
+        | Workload::Published
+        | Workload::PublishedEnqueue
+        | Workload::PublishedDrain => unreachable!("not a timed workload"),
     }
 }
 
@@ -506,6 +551,97 @@ async fn cycle_op(spec: &PointSpec, client: &SeppClient, i: u64, st: &mut Stats,
         }
         Err(e) => st.error(format!("ack: {e}")),
     }
+}
+
+/// The enqueue phase of `published`: the connections take job numbers from a shared counter
+/// and enqueue one job per call until `published_jobs` have been sent. The whole phase is
+/// measured (no warm-up), from the first call to the last answer.
+async fn enqueue_all(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, BoxError> {
+    let spec = Arc::new(spec);
+    let total_jobs = spec.published_jobs as u64;
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let cpu0 = CpuSample::now(spec.server_pid);
+    let mut set = JoinSet::new();
+    for client in clients {
+        let spec = spec.clone();
+        let next = next.clone();
+        set.spawn(async move {
+            let mut st = Stats::new();
+            while st.consecutive_errors < MAX_CONSECUTIVE_ERRORS {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total_jobs {
+                    break;
+                }
+                let key = spec.published_keyed.then(|| format!("p-{i}"));
+                let req = match request(&spec, key) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        st.error(e.to_string());
+                        st.consecutive_errors += 1;
+                        continue;
+                    }
+                };
+                let t0 = Instant::now();
+                let r = client.enqueue(req).await;
+                st.latency.saturating_record(micros(t0.elapsed()));
+                st.rpcs += 1;
+                match r {
+                    Ok(ack) => {
+                        st.consecutive_errors = 0;
+                        st.last_done = Some(Instant::now());
+                        if ack.deduplicated {
+                            st.anomaly("published enqueue answered deduplicated=true".into());
+                        } else {
+                            st.jobs += 1;
+                        }
+                    }
+                    Err(e) => {
+                        st.consecutive_errors += 1;
+                        st.error(format!("enqueue: {e}"));
+                    }
+                }
+            }
+            st
+        });
+    }
+    let mut total = Stats::new();
+    let mut gave_up = false;
+    while let Some(r) = set.join_next().await {
+        let st = r?;
+        gave_up |= st.consecutive_errors >= MAX_CONSECUTIVE_ERRORS;
+        total.merge(st);
+    }
+    let cpu1 = CpuSample::now(spec.server_pid);
+    let elapsed = total
+        .last_done
+        .map_or(start.elapsed(), |t| t.saturating_duration_since(start));
+    let mut notes = Vec::new();
+    if gave_up {
+        notes.push("a connection gave up after repeated errors".to_string());
+    }
+    if total.jobs < total_jobs {
+        notes.push(format!(
+            "{} of {total_jobs} jobs enqueued as new jobs",
+            total.jobs
+        ));
+    }
+    let mut m = Measured {
+        jobs: total.jobs,
+        rpcs: total.rpcs,
+        elapsed,
+        latency: total.latency,
+        by_rpc: total.by_rpc,
+        errors: total.errors,
+        anomalies: total.anomalies,
+        samples: total.samples,
+        server_cpu_ticks: None,
+        client_cpu_ticks: None,
+        machine_busy_ticks: None,
+        notes,
+    };
+    cpu0.fill(cpu1, &mut m);
+    Ok(m)
 }
 
 /// Workers reserve (max 1 job, 30 s lease, 1 s wait) and ack until every pre-filled job is
@@ -580,8 +716,11 @@ async fn drain(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, Bo
         })
     };
     let mut total = Stats::new();
+    let mut gave_up = false;
     while let Some(r) = set.join_next().await {
-        total.merge(r?);
+        let st = r?;
+        gave_up |= st.consecutive_errors >= MAX_CONSECUTIVE_ERRORS;
+        total.merge(st);
     }
     done.cancel();
     let capped = cap.await.unwrap_or(false);
@@ -590,6 +729,9 @@ async fn drain(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, Bo
         .last_done
         .map_or(start.elapsed(), |t| t.saturating_duration_since(start));
     let mut notes = Vec::new();
+    if gave_up {
+        notes.push("a connection gave up after repeated errors".to_string());
+    }
     if total.jobs < target {
         notes.push(format!(
             "drain stopped at {} of {} jobs ({})",
@@ -597,12 +739,14 @@ async fn drain(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, Bo
             target,
             if capped {
                 format!("time cap {:.0} s", spec.drain_cap.as_secs_f64())
+            } else if gave_up {
+                "workers gave up".to_string()
             } else {
                 "the queue answered empty early".to_string()
             }
         ));
     }
-    if total.jobs < target && !capped {
+    if total.jobs < target && !capped && !gave_up {
         total.anomaly(format!(
             "reserve found the queue empty with {} of {} pre-filled jobs unacked",
             target - total.jobs,
