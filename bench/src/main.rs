@@ -89,7 +89,7 @@ struct Cli {
     #[arg(long, value_name = "HOST:PORT")]
     target: Option<String>,
     /// The server binary. Default: $CARGO_TARGET_DIR/release/sepp, else the `sepp` next to
-    /// this binary, else <workspace>/target/release/sepp.
+    /// this binary, else `<workspace>/target/release/sepp`.
     #[arg(long, value_name = "PATH")]
     server_bin: Option<PathBuf>,
     /// Where the servers' temporary data directories go (default: the system temp dir).

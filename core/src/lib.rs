@@ -11,7 +11,7 @@
 //! | [`job`] | what the server returns: [`EnqueueAck`], [`Job`], dead letters, server info |
 //! | [`retry`] | [`RetryPolicy`]: what is retried, only when safe |
 //! | [`engine`] | poll-and-complete engine under every worker: reserve batches, auto-extend, shutdown |
-//! | [`worker`] | the Rust [`Worker`](worker::Worker): handlers per job type, bounded concurrency |
+//! | [`worker`] | the Rust [`Worker`]: handlers per job type, bounded concurrency |
 //! | [`error`] | per-operation errors, [`Rejection`], stable [`ErrorCode`]s |
 //!
 //! # Quickstart
