@@ -2,7 +2,8 @@
 # Makefile, so paths are relative to the repository root. Needs only cargo and python3 + pip:
 # the virtual environment, the test tools and maturin (the build backend) come from PyPI.
 #
-#   make test-python    mypy --strict and stubtest, then pytest against the debug server
+#   make test-python    mypy --strict (package, examples, typing test) and stubtest, then pytest
+#                       against the debug server
 #
 # The server binary comes from `cargo build --bin sepp` and is found in $CARGO_TARGET_DIR (or
 # target/), unless SEPP_SERVER_BIN names another.
@@ -31,7 +32,7 @@ python-install: python-env
 # so the output ends with pytest's summary line.
 test-python: python-install
 	cargo build --bin sepp
-	MYPY_CACHE_DIR=$(PY_VENV)/.mypy_cache $(PY_VENV)/bin/mypy --strict python/src/sepp python/tests/typing_usage.py
+	MYPY_CACHE_DIR=$(PY_VENV)/.mypy_cache $(PY_VENV)/bin/mypy --strict python/src/sepp python/tests/typing_usage.py python/examples
 	cd $(PY_VENV) && bin/python -m mypy.stubtest sepp._native
 	cd python && ../$(PY_VENV)/bin/python -m pytest -p no:cacheprovider
 

@@ -217,6 +217,27 @@ def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     s.stop()
 
 
+# The worker tests' server: dead letters kept (so that tests can list them), a sweeper that
+# wakes often (lease expiry within ~50 ms), and a queue whose retry policy waits a minute.
+WORKER_CONFIG = """
+[storage]
+dead_letter_retention_ms = 3600000
+sweep_interval_ms = 50
+
+[[queues]]
+name = "retry-in-a-minute"
+retry_delay_ms = 60000
+"""
+
+
+@pytest.fixture(scope="session")
+def worker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server for the worker tests (see WORKER_CONFIG)."""
+    s = start_server(tmp_path_factory.mktemp("worker"), WORKER_CONFIG)
+    yield s
+    s.stop()
+
+
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Callable[[str], Server]]:
     """Starts servers private to one test; all are stopped when it ends."""

@@ -181,3 +181,37 @@ def test_the_interpreter_exits_with_a_client_open(server: Server, queue: str) ->
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "exiting"
+
+
+def test_the_interpreter_exits_cleanly_while_results_are_being_delivered(
+    server: Server, queue: str
+) -> None:
+    # Results reach the loop from runtime threads; one still attached to the interpreter when
+    # it finalizes crashed the process (abort or segfault, about 1 exit in 10 before the exit
+    # gate of bindings/python/src/call.rs). asyncio.run returns after the first of many calls,
+    # so the others finish, or are cancelled, while the interpreter exits.
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        import sepp
+
+        async def main():
+            client = await sepp.SeppClient.connect({server.url!r})
+            calls = [asyncio.ensure_future(client.get_server_info()) for _ in range(300)]
+            await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+
+        asyncio.run(main())
+        """
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(10)
+    ]
+    for proc in runs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta, timezone
-from typing import Literal, Optional, Union
+from collections.abc import Coroutine
+from typing import Any, Callable, Literal, Optional, Union
 
 from typing_extensions import assert_type
 
@@ -145,3 +146,76 @@ async def wrong_types(client: sepp.SeppClient) -> None:
     await sepp.SeppClient.connect("h:1", rpc_timeout=30)  # type: ignore[arg-type]
     ack = await client.enqueue(EnqueueRequest("q", "t"))
     ack.job_id = "other"  # type: ignore[misc]
+
+
+async def work(client: sepp.SeppClient) -> None:
+    worker = sepp.Worker(
+        client,
+        ["emails", "emails-bulk"],
+        lease_duration=timedelta(seconds=30),
+        max_in_flight=10,
+        auto_extend=True,
+        wait_timeout=timedelta(seconds=5),
+        shutdown_timeout=timedelta(seconds=10),
+        worker_id="w-1",
+        handle_signals=False,
+    )
+
+    @worker.handler("receipt")
+    async def send_receipt(ctx: sepp.JobContext) -> None:
+        assert_type(ctx.job, sepp.Job)
+        assert_type(ctx.attempt, int)
+        assert_type(ctx.lease_expires_at, Optional[datetime])
+        assert_type(ctx.is_lease_lost, bool)
+        if ctx.job.payload is None:
+            raise sepp.HandlerError.permanent("no payload")
+        if ctx.job.is_last_attempt:
+            raise sepp.HandlerError.retry()
+        raise sepp.HandlerError.retry_after(timedelta(minutes=1), reason="rate limited")
+
+    # The decorators give the function back unchanged.
+    same: Callable[[sepp.JobContext], Coroutine[Any, Any, None]] = send_receipt
+    same = worker.handle("refund", send_receipt)
+
+    @worker.fallback
+    async def anything(ctx: sepp.JobContext) -> None:
+        await ctx.lease_lost()
+
+    handler: sepp.Handler = anything
+    worker.handle("other", handler)
+    error = sepp.HandlerError.retry("x")
+    assert_type(error.reason, Optional[str])
+    assert_type(error.outcome.kind, Literal["success", "retry", "retry_after", "permanent"])
+    assert_type(error.outcome.delay, Optional[timedelta])
+    assert_type(worker.queues, list[str])
+    assert_type(worker.running, bool)
+    report = await worker.run()
+    assert_type(report, sepp.WorkerReport)
+    assert_type(report.succeeded, int)
+    assert_type(report.abandoned, int)
+    worker.stop()
+
+
+async def worker_wrong_types(client: sepp.SeppClient) -> None:
+    sepp.Worker(client, ["q"], lease_duration=30)  # type: ignore[arg-type]
+    sepp.Worker(client, ["q"], 10)  # type: ignore[call-arg, arg-type]
+    worker = sepp.Worker(client, ["q"])
+
+    def not_async(ctx: sepp.JobContext) -> None: ...
+
+    async def no_context() -> None: ...
+
+    async def returns_a_value(ctx: sepp.JobContext) -> int:
+        return 1
+
+    worker.handle("a", not_async)  # type: ignore[type-var]
+    worker.handle("b", no_context)  # type: ignore[type-var]
+    worker.handle("c", returns_a_value)  # type: ignore[type-var]
+    worker.handler("d")(not_async)  # type: ignore[type-var]
+    worker.handle(1, send)  # type: ignore[arg-type]
+    sepp.HandlerError.retry_after(5)  # type: ignore[arg-type]
+    report = await worker.run()
+    report.succeeded = 1  # type: ignore[misc]
+
+
+async def send(ctx: sepp.JobContext) -> None: ...

@@ -1,19 +1,50 @@
 //! How a core future becomes a Python coroutine.
 //!
 //! Each async method returns a real coroutine (so `asyncio.create_task` and task groups accept
-//! it), and, like any coroutine, it does nothing until it runs: the core future is handed to the
-//! tokio runtime of pyo3-async-runtimes only when the coroutine first awaits. Arguments are
+//! it), and, like any coroutine, it does nothing until it runs: the core future is spawned on
+//! the tokio runtime of pyo3-async-runtimes only when the coroutine first awaits. Arguments are
 //! converted before that, when the method is called, so a wrong type fails at the call site.
 //!
-//! Cancelling the awaiting task cancels the asyncio future, which drops the core future on the
+//! Cancelling the awaiting task cancels the asyncio future, which aborts the core future on the
 //! runtime; a gRPC call in flight is then reset, so a cancelled reserve leases no job.
+//!
+//! Results go back to the event loops through one delivery thread: it takes every result that
+//! is ready, attaches to the interpreter once for all of them, and wakes each loop once with
+//! `loop.call_soon_threadsafe` (so many concurrent calls share one wake-up). Attaching happens
+//! on that thread only, never on a runtime worker, which keeps the runtime's threads free while
+//! the event loop holds the GIL.
+//!
+//! Interpreter exit: `call_soon_threadsafe` releases the GIL while it wakes the loop, so the
+//! main thread may finish and start finalizing meanwhile; a thread that attaches, or
+//! re-attaches, during finalization crashes the process (an abort or a segfault at exit, seen
+//! with pyo3-async-runtimes' own `future_into_py`, which also attached for cancelled calls).
+//! Hence an `atexit` hook closes a gate ([`EXITING`]): it waits, with the GIL released, for the
+//! delivery in progress, and nothing attaches after it. A cancelled call delivers nothing.
 
 use crate::error::Failure;
+use futures_util::FutureExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyList, PyTuple};
 use std::future::Future;
-use std::sync::Mutex;
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock, RwLock};
+use tokio::sync::oneshot;
+
+/// Closed (`true`) by [`close_deliveries`] at interpreter exit. The delivery thread holds the read
+/// side while it is attached to the interpreter; closing takes the write side.
+static EXITING: RwLock<bool> = RwLock::new(false);
+
+/// The `atexit` hook: waits for the delivery in progress, then lets no other one attach.
+#[pyfunction]
+pub(crate) fn close_deliveries(py: Python<'_>) {
+    // The GIL is released while waiting: a delivery holding the gate may be waiting for it.
+    py.detach(|| {
+        *EXITING.write().unwrap_or_else(|e| e.into_inner()) = true;
+    });
+}
 
 /// Converts a core result to its Python value. Runs with the GIL held, when the result is
 /// handed to the event loop.
@@ -31,6 +62,14 @@ impl ToPython for () {
 impl ToPython for bool {
     fn to_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         Ok(pyo3::types::PyBool::new(py, self).to_owned().into_any())
+    }
+}
+
+impl ToPython for usize {
+    fn to_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        self.into_pyobject(py)
+            .map(Bound::into_any)
+            .map_err(Into::into)
     }
 }
 
@@ -85,11 +124,11 @@ impl<'py, T: ToPython> IntoPyObject<'py> for Reply<T> {
     }
 }
 
-type StartFn = Box<dyn for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>> + Send>;
+type StartFn = Box<dyn for<'py> FnOnce(&Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> + Send>;
 
-/// A call whose core future has not been started; `start` hands it to the runtime once and
-/// returns the asyncio future of its result. Owned by the coroutine that awaits it: when that
-/// coroutine is dropped unstarted, the core future is dropped unpolled and nothing is sent.
+/// A call whose core future has not been started; `start` spawns it once and returns the
+/// asyncio future of its result. Owned by the coroutine that awaits it: when that coroutine is
+/// dropped unstarted, the core future is dropped unpolled and nothing is sent.
 #[pyclass(module = "sepp._native", frozen)]
 struct PendingCall {
     start: Mutex<Option<StartFn>>,
@@ -97,30 +136,55 @@ struct PendingCall {
 
 #[pymethods]
 impl PendingCall {
-    fn start<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn start<'py>(&self, event_loop: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let start = self
             .start
             .lock()
             .map_err(|_| PyRuntimeError::new_err("sepp call state poisoned"))?
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("this sepp call was already awaited"))?;
-        start(py)
+        start(event_loop)
     }
 }
 
-/// The coroutine function `run(call)` that starts a [`PendingCall`] and awaits it.
-fn runner(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static RUN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    RUN.get_or_try_init(py, || {
-        let module = PyModule::from_code(
-            py,
-            c"async def run(call):\n    return await call.start()\n",
-            c"<sepp._native>",
-            c"sepp._native_call",
-        )?;
-        module.getattr("run").map(Bound::unbind)
-    })
-    .map(|f| f.bind(py))
+/// The done callback of a call's asyncio future: tells the runtime to abort the core future
+/// (when the result was set instead, the runtime is no longer listening).
+#[pyclass(module = "sepp._native", frozen)]
+struct AbortOnDone {
+    tx: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+#[pymethods]
+impl AbortOnDone {
+    fn __call__(&self, _future: &Bound<'_, PyAny>) {
+        if let Some(tx) = self.tx.lock().ok().and_then(|mut g| g.take()) {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// The Python helpers: `run(call)`, the coroutine that starts a [`PendingCall`] on the running
+/// loop and awaits it, and `settle(results)`, which a loop calls with a batch of
+/// `(future, ok, value)`.
+fn helpers(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static HELPERS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    HELPERS
+        .get_or_try_init(py, || {
+            PyModule::from_code(
+                py,
+                c"import asyncio\n\
+                  async def run(call):\n\
+                  \x20   return await call.start(asyncio.get_running_loop())\n\
+                  def settle(results):\n\
+                  \x20   for future, ok, value in results:\n\
+                  \x20       if not future.done():\n\
+                  \x20           (future.set_result if ok else future.set_exception)(value)\n",
+                c"<sepp._native>",
+                c"sepp._native_call",
+            )
+            .map(Bound::unbind)
+        })
+        .map(|m| m.bind(py))
 }
 
 /// A coroutine that runs `fut` on the tokio runtime and returns its converted result.
@@ -129,14 +193,135 @@ where
     F: Future<Output = Result<T, Failure>> + Send + 'static,
     T: ToPython,
 {
-    let start: StartFn = Box::new(move |py| {
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(Reply(fut.await)) })
-    });
+    let start: StartFn = Box::new(move |event_loop| spawn_on(event_loop, fut));
     let pending = Bound::new(
         py,
         PendingCall {
             start: Mutex::new(Some(start)),
         },
     )?;
-    runner(py)?.call1((pending,))
+    helpers(py)?.getattr("run")?.call1((pending,))
+}
+
+/// Spawns `fut` and returns the asyncio future, on `event_loop`, of its result.
+fn spawn_on<'py, F, T>(event_loop: &Bound<'py, PyAny>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Result<T, Failure>> + Send + 'static,
+    T: ToPython,
+{
+    let py = event_loop.py();
+    let sender = delivery_thread()?;
+    let future = event_loop.call_method0("create_future")?;
+    let (abort_tx, abort_rx) = oneshot::channel();
+    let on_done = AbortOnDone {
+        tx: Mutex::new(Some(abort_tx)),
+    };
+    future.call_method1("add_done_callback", (Bound::new(py, on_done)?,))?;
+    let (event_loop_ref, future_ref) = (event_loop.clone().unbind(), future.clone().unbind());
+    pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
+        // A dropped callback (the future collected unfinished) counts as a cancellation.
+        let outcome = tokio::select! {
+            outcome = AssertUnwindSafe(fut).catch_unwind() => outcome,
+            _ = abort_rx => return,
+        };
+        let value: ValueFn = match outcome {
+            Ok(result) => Box::new(move |py| Reply(result).into_pyobject(py)),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                Box::new(move |_| {
+                    Err(PyRuntimeError::new_err(format!(
+                        "sepp: the native call panicked: {message}"
+                    )))
+                })
+            }
+        };
+        // Fails only once the delivery thread is gone; nobody could await the result then.
+        let _ = sender.send(Delivery {
+            event_loop: event_loop_ref,
+            future: future_ref,
+            value,
+        });
+    });
+    Ok(future)
+}
+
+/// Builds a call's Python value, under the GIL on the delivery thread.
+type ValueFn = Box<dyn for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>> + Send>;
+
+/// A result on its way to the event loop that awaits it.
+struct Delivery {
+    event_loop: Py<PyAny>,
+    future: Py<PyAny>,
+    value: ValueFn,
+}
+
+/// The sender to the delivery thread, which is started on first use and runs until the process
+/// ends. Every spawned call holds a clone of the sender until it delivers.
+fn delivery_thread() -> PyResult<mpsc::Sender<Delivery>> {
+    static SENDER: OnceLock<Option<mpsc::Sender<Delivery>>> = OnceLock::new();
+    SENDER
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel();
+            std::thread::Builder::new()
+                .name("sepp-deliver".into())
+                .spawn(move || deliver(rx))
+                .ok()
+                .map(|_| tx)
+        })
+        .clone()
+        .ok_or_else(|| PyRuntimeError::new_err("sepp could not start its delivery thread"))
+}
+
+/// The delivery thread: hands each batch of ready results to the loops awaiting them.
+fn deliver(rx: mpsc::Receiver<Delivery>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter());
+        let gate = EXITING.read().unwrap_or_else(|e| e.into_inner());
+        if *gate {
+            // The interpreter is exiting: nobody awaits these any more, and attaching could
+            // crash. pyo3 keeps the references for later release (never, at exit).
+            continue;
+        }
+        Python::attach(move |py| {
+            if let Err(e) = settle_batch(py, batch) {
+                e.print(py);
+            }
+        });
+        drop(gate);
+    }
+}
+
+/// Sets each result on its future, through one `call_soon_threadsafe` per event loop.
+fn settle_batch(py: Python<'_>, batch: Vec<Delivery>) -> PyResult<()> {
+    let settle = helpers(py)?.getattr("settle")?;
+    let mut loops: Vec<(Py<PyAny>, Vec<Bound<'_, PyTuple>>)> = Vec::new();
+    for d in batch {
+        let (ok, value) = match (d.value)(py) {
+            Ok(v) => (true, v),
+            Err(e) => (false, e.into_value(py).into_bound(py).into_any()),
+        };
+        let item = PyTuple::new(
+            py,
+            [d.future.into_bound(py).into_any(), ok.to_python(py)?, value],
+        )?;
+        match loops
+            .iter_mut()
+            .find(|(l, _)| l.as_ptr() == d.event_loop.as_ptr())
+        {
+            Some((_, items)) => items.push(item),
+            None => loops.push((d.event_loop, vec![item])),
+        }
+    }
+    for (event_loop, items) in loops {
+        // Fails when the loop is closed: then nobody awaits these results either.
+        let _ = event_loop
+            .bind(py)
+            .call_method1("call_soon_threadsafe", (&settle, PyList::new(py, items)?));
+    }
+    Ok(())
 }

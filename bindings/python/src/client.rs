@@ -41,7 +41,11 @@ pub(crate) struct SeppClient {
 }
 
 impl SeppClient {
-    fn core(&self) -> PyResult<sepp_rs::SeppClient> {
+    /// The core client, shared with this handle.
+    ///
+    /// # Errors
+    /// `RuntimeError` once the client is closed.
+    pub(crate) fn core(&self) -> PyResult<sepp_rs::SeppClient> {
         self.inner
             .read()
             .map_err(|_| PyRuntimeError::new_err("sepp client state poisoned"))?

@@ -66,7 +66,8 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    fn from_core(py: Python<'_>, j: sepp_rs::Job) -> PyResult<Self> {
+    /// Converts the core's job.
+    pub(crate) fn from_core(py: Python<'_>, j: sepp_rs::Job) -> PyResult<Self> {
         let is_last_attempt = j.is_last_attempt();
         Ok(Job {
             payload: j
@@ -89,6 +90,16 @@ impl Job {
             scheduled_at: j.scheduled_at,
             is_last_attempt,
         })
+    }
+
+    /// The job's id.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Which delivery this is.
+    pub(crate) fn attempt(&self) -> u32 {
+        self.attempt
     }
 }
 

@@ -8,14 +8,13 @@
 //! |---|---|
 //! | `admin` | what the operator calls return: `JobInfo`, `KeyRecord`, `DeadLetterPage`, `QueueStats` |
 //! | `client` | `SeppClient`: connect, enqueue, reserve, ack, nack, extend, ..., operator calls |
+//! | `engine` | the core's worker engine under `sepp.worker`: `EngineOptions`, `Engine`, `Lease`, `Outcome` |
 //! | `request` | what Python sends: `EnqueueRequest`, `Payload`, `TraceContext`, `NackRetry`, `RetryPolicy`, `TlsOptions` |
 //! | `job` | what the server returns: `EnqueueAck`, `Job`, `DeadLetterRecord`, `ServerInfo` |
 //! | `error` | the `Rejection` value and the mapping of core errors to `sepp.errors` |
 //! | `call` | how a core future becomes a Python coroutine |
 //! | `repr` | `__repr__` in Python's notation |
 //! | `time` | `timedelta` / aware `datetime` conversions |
-//!
-//! The Worker will add an `engine` module over the core's engine, next to `client`.
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -23,6 +22,7 @@ use pyo3::types::PyTuple;
 mod admin;
 mod call;
 mod client;
+mod engine;
 mod error;
 mod job;
 mod repr;
@@ -36,6 +36,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let codes: Vec<&'static str> = sepp_rs::ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     m.add("ERROR_CODES", PyTuple::new(py, codes)?)?;
+    // Before the interpreter finalizes, stop runtime threads from attaching to it (see `call`).
+    py.import("atexit")?
+        .call_method1("register", (wrap_pyfunction!(call::close_deliveries, m)?,))?;
     m.add_class::<client::SeppClient>()?;
     m.add_class::<request::EnqueueRequest>()?;
     m.add_class::<request::Payload>()?;
@@ -52,5 +55,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<admin::KeyRecord>()?;
     m.add_class::<admin::DeadLetterPage>()?;
     m.add_class::<admin::QueueStats>()?;
+    m.add_class::<engine::EngineOptions>()?;
+    m.add_class::<engine::Engine>()?;
+    m.add_class::<engine::Lease>()?;
+    m.add_class::<engine::Outcome>()?;
     Ok(())
 }

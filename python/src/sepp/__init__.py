@@ -29,8 +29,11 @@ Example::
 
     asyncio.run(main())
 
-Layout: `sepp._native` (classes), `sepp.errors` (exceptions); a worker will live in
-`sepp.worker`.
+Jobs are processed by a `Worker` (`sepp.worker`): async handlers per job type, with leases kept
+and jobs settled by the core.
+
+Layout: `sepp._native` (classes over the core), `sepp.errors` (exceptions), `sepp.worker`
+(`Worker`, `HandlerError`, `JobContext`, `WorkerReport`).
 """
 
 from sepp._native import (
@@ -84,6 +87,7 @@ from sepp.errors import (
     UnsupportedError,
     error_class,
 )
+from sepp.worker import Handler, HandlerError, JobContext, Worker, WorkerReport
 
 __all__ = [
     "ERROR_CODES",
@@ -105,6 +109,12 @@ __all__ = [
     "QueueStats",
     "RetryPolicy",
     "TlsOptions",
+    # worker
+    "Worker",
+    "Handler",
+    "HandlerError",
+    "JobContext",
+    "WorkerReport",
     # errors
     "SeppError",
     "TransportError",

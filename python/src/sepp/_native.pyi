@@ -19,12 +19,16 @@ __all__ = [
     "ERROR_CODES",
     "DeadLetterPage",
     "DeadLetterRecord",
+    "Engine",
+    "EngineOptions",
     "EnqueueAck",
     "EnqueueRequest",
     "Job",
     "JobInfo",
     "KeyRecord",
+    "Lease",
     "NackRetry",
+    "Outcome",
     "Payload",
     "QueueStats",
     "Rejection",
@@ -1114,3 +1118,273 @@ class SeppClient:
         traceback: Optional[TracebackType],
     ) -> None:
         """Closes the client (see `close`)."""
+
+# The worker engine of the core, under `sepp.Worker`. Use `Worker`; these classes are for it.
+
+@final
+class EngineOptions:
+    """How an `Engine` reserves and keeps leases. Types are checked here; zero values are
+    refused by `Engine.start`."""
+
+    def __new__(
+        cls,
+        queues: Sequence[str],
+        *,
+        lease_duration: Optional[timedelta] = None,
+        max_in_flight: Optional[int] = None,
+        auto_extend: Optional[bool] = None,
+        wait_timeout: Optional[timedelta] = None,
+        max_backoff: Optional[timedelta] = None,
+        worker_id: Optional[str] = None,
+    ) -> EngineOptions:
+        """Creates options; None takes the core's default.
+
+        Args:
+            queues: The queues to reserve from, in order of preference; at least one.
+            lease_duration: The lease asked for per job; positive. Default 30 seconds. The
+                server clamps it to `max_lease_duration_ms`.
+            max_in_flight: The most jobs held at once; at least 1. Default 10.
+            auto_extend: Extend each lease when a third of it is left. Default True.
+            wait_timeout: The long-poll wait of each reserve. Default 5 seconds.
+            max_backoff: The longest pause between reserves while they fail. Default 5
+                seconds.
+            worker_id: A label sent with each reserve, shown by `SeppClient.get_job`.
+
+        Raises:
+            TypeError: An argument has the wrong type (`queues` given as one `str` included).
+            InvalidArgumentError: A negative duration or count.
+        """
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues, in order of preference."""
+
+    @property
+    def lease_duration(self) -> timedelta:
+        """The lease asked for per job."""
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most jobs held at once."""
+
+    @property
+    def auto_extend(self) -> bool:
+        """Whether leases are extended while jobs are held."""
+
+    @property
+    def wait_timeout(self) -> timedelta:
+        """The long-poll wait of each reserve."""
+
+    @property
+    def max_backoff(self) -> timedelta:
+        """The longest pause between failing reserves."""
+
+    @property
+    def worker_id(self) -> Optional[str]:
+        """The label sent with each reserve, if any."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class Outcome:
+    """What became of a job, reported to `Engine.complete`. Build one with `success`, `retry`,
+    `retry_after` or `permanent`."""
+
+    @staticmethod
+    def success() -> Outcome:
+        """Done: the job is acked.
+
+        Returns:
+            The outcome.
+        """
+
+    @staticmethod
+    def retry(reason: Optional[str] = None) -> Outcome:
+        """Failed: nack with the queue's retry policy; dead-lettered on the last attempt.
+
+        Args:
+            reason: Why, kept as the job's last reason.
+
+        Returns:
+            The outcome.
+        """
+
+    @staticmethod
+    def retry_after(delay: timedelta, reason: Optional[str] = None) -> Outcome:
+        """Failed: nack, to be retried after `delay`; dead-lettered on the last attempt.
+
+        Args:
+            delay: The wait before the next delivery; 0 or more. The server clamps it to the
+                queue's schedule horizon.
+            reason: Why, kept as the job's last reason.
+
+        Returns:
+            The outcome.
+
+        Raises:
+            TypeError: `delay` is not a `timedelta`.
+            InvalidArgumentError: `delay` is negative.
+        """
+
+    @staticmethod
+    def permanent(reason: Optional[str] = None) -> Outcome:
+        """Failed for good: the job is dead-lettered now, whatever attempts remain.
+
+        Args:
+            reason: Why, kept with the dead letter.
+
+        Returns:
+            The outcome.
+        """
+
+    @property
+    def kind(self) -> Literal["success", "retry", "retry_after", "permanent"]:
+        """Which outcome this is."""
+
+    @property
+    def delay(self) -> Optional[timedelta]:
+        """The delay of a ``"retry_after"`` outcome, else None."""
+
+    @property
+    def reason(self) -> Optional[str]:
+        """The reason given, if any."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class Lease:
+    """A job handed out by `Engine.next`, with its lease. Report it with `Engine.complete`."""
+
+    @property
+    def job(self) -> Job:
+        """The job (`Job.lease_expires_at` is the expiry at reserve time)."""
+
+    @property
+    def expires_at(self) -> Optional[datetime]:
+        """The lease's current expiry (aware, UTC), moved by each automatic extension."""
+
+    @property
+    def is_lost(self) -> bool:
+        """Whether the lease is known to be lost."""
+
+    async def lost(self) -> None:
+        """Returns once the lease is known to be lost: an extension found the job settled
+        elsewhere or redelivered, or the lease ran out while extensions failed. The job is
+        someone else's then; stop working on it. Never returns while the lease holds."""
+
+    async def ended(self) -> bool:
+        """Returns once this worker's lease on the job is over.
+
+        Returns:
+            True if the lease was lost, False if the job was completed, abandoned or released.
+        """
+
+@final
+class Engine:
+    """The core's worker engine: a poller that reserves for the free slots (backing off while
+    the server fails), lease extension, and settlement of the outcomes reported. It runs on
+    the native runtime; the host only takes jobs (`next`) and reports them (`complete`).
+
+    Garbage-collected without `shutdown`, it shuts down and gives back the jobs it holds
+    (`abandon_all`).
+    """
+
+    @staticmethod
+    def start(client: SeppClient, options: EngineOptions) -> Engine:
+        """Starts an engine; its poller begins reserving at once.
+
+        Args:
+            client: The client to reserve, extend and settle through.
+            options: What to reserve and how.
+
+        Returns:
+            The running engine.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            RuntimeError: The client is closed.
+            InvalidArgumentError: No queues, a zero `lease_duration` or a zero
+                `max_in_flight`.
+        """
+
+    async def next(self) -> Optional[Lease]:
+        """Waits for the next reserved job.
+
+        Do not cancel a waiting `next` while the engine runs: a job it was handing over when
+        cancelled stays held, unprocessed, until `abandon_all`. Call `shutdown`, which ends it.
+
+        Returns:
+            The job and its lease, or None once the engine is shut down.
+        """
+
+    async def next_batch(self, max_leases: int) -> list[Lease]:
+        """Waits for the next reserved job, then takes the ones already waiting too, without
+        waiting for more: a whole reserved batch in one hand-over to the event loop.
+
+        Do not cancel a waiting `next_batch` while the engine runs (see `next`).
+
+        Args:
+            max_leases: At most this many jobs (0 counts as 1).
+
+        Returns:
+            The jobs with their leases, at least one; empty once the engine is shut down.
+
+        Raises:
+            TypeError: `max_leases` is not an `int`.
+            InvalidArgumentError: `max_leases` is negative.
+        """
+
+    async def complete(self, job_id: str, attempt: int, outcome: Outcome) -> None:
+        """Settles a job handed out by `next` (ack, or nack per `outcome`) and frees its slot.
+        The settlement runs to its end even if the awaiting task is cancelled.
+
+        Args:
+            job_id: `Job.id`.
+            attempt: `Job.attempt`.
+            outcome: What became of the job.
+
+        Raises:
+            TypeError: An argument has the wrong type.
+            JobNotInFlight: The lease was lost; the job will be, or was, delivered again.
+            AttemptMismatch: The lease was lost and the job redelivered.
+            TransportError: The call failed in transit; the lease runs out and the job is
+                delivered again.
+        """
+
+    def shutdown(self) -> None:
+        """Stops reserving; a waiting `next` returns None. Jobs handed out stay held until
+        completed or abandoned; jobs reserved but not handed out yet are given back at once
+        (nacked without delay)."""
+
+    @property
+    def is_shut_down(self) -> bool:
+        """Whether `shutdown` was called."""
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs held (handed out, or reserved and waiting for `next`), not yet settled."""
+
+    async def wait_idle(self, timeout: timedelta) -> bool:
+        """Waits until no job is held, or `timeout` passes.
+
+        Args:
+            timeout: The longest wait; 0 or more.
+
+        Returns:
+            Whether no job is held.
+
+        Raises:
+            TypeError: `timeout` is not a `timedelta`.
+            InvalidArgumentError: `timeout` is negative.
+        """
+
+    async def abandon_all(self, reason: str) -> int:
+        """Nacks every job still held, with the queue's retry policy, at the end of a
+        shutdown. Runs to its end even if the awaiting task is cancelled.
+
+        Args:
+            reason: Kept as each job's last reason.
+
+        Returns:
+            How many jobs were nacked.
+        """

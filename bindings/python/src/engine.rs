@@ -1,0 +1,405 @@
+//! The core's worker engine for the Python `Worker`: [`EngineOptions`], [`Engine`], the
+//! [`Lease`] it hands out and the [`Outcome`] reported back.
+//!
+//! Conversion only. Reserve batching, lease extension, the reserve backoff and shutdown are
+//! rules of `sepp_rs::engine`; `sepp.worker` decides which handler runs a job and turns its
+//! result into an `Outcome`.
+
+use crate::call::{ToPython, coroutine};
+use crate::client::SeppClient;
+use crate::error::{Failure, Invalid};
+use crate::job::Job;
+use crate::repr::repr;
+use crate::request::u32_arg;
+use crate::time::{duration_arg, opt_datetime_to_py};
+use futures_util::FutureExt;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use sepp_rs::engine::{self, Outcome as CoreOutcome};
+use std::time::Duration;
+
+/// How an engine reserves and keeps leases; arguments are converted (and their types checked)
+/// when constructed, the values by `Engine.start`.
+#[pyclass(module = "sepp._native", frozen, eq)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EngineOptions {
+    /// The core's options.
+    inner: engine::EngineOptions,
+}
+
+#[pymethods]
+impl EngineOptions {
+    #[new]
+    #[pyo3(signature = (queues, *, lease_duration=None, max_in_flight=None, auto_extend=None, wait_timeout=None, max_backoff=None, worker_id=None))]
+    fn new(
+        queues: Vec<String>,
+        lease_duration: Option<&Bound<'_, PyAny>>,
+        max_in_flight: Option<&Bound<'_, PyAny>>,
+        auto_extend: Option<bool>,
+        wait_timeout: Option<&Bound<'_, PyAny>>,
+        max_backoff: Option<&Bound<'_, PyAny>>,
+        worker_id: Option<String>,
+    ) -> PyResult<Self> {
+        let mut inner = engine::EngineOptions::new(queues);
+        let duration = |obj: Option<&Bound<'_, PyAny>>, name: &str, default: Duration| match obj {
+            Some(o) if !o.is_none() => duration_arg(o, name, Invalid::Argument),
+            _ => Ok(default),
+        };
+        inner.lease_duration = duration(lease_duration, "lease_duration", inner.lease_duration)?;
+        inner.wait_timeout = duration(wait_timeout, "wait_timeout", inner.wait_timeout)?;
+        inner.max_backoff = duration(max_backoff, "max_backoff", inner.max_backoff)?;
+        if let Some(n) = max_in_flight.filter(|o| !o.is_none()) {
+            inner.max_in_flight = u32_arg(n, "max_in_flight", Invalid::Argument)? as usize;
+        }
+        if let Some(on) = auto_extend {
+            inner.auto_extend = on;
+        }
+        inner.worker_id = worker_id;
+        Ok(EngineOptions { inner })
+    }
+
+    #[getter]
+    fn queues(&self) -> Vec<String> {
+        self.inner.queues.clone()
+    }
+
+    #[getter]
+    fn lease_duration(&self) -> Duration {
+        self.inner.lease_duration
+    }
+
+    #[getter]
+    fn max_in_flight(&self) -> usize {
+        self.inner.max_in_flight
+    }
+
+    #[getter]
+    fn auto_extend(&self) -> bool {
+        self.inner.auto_extend
+    }
+
+    #[getter]
+    fn wait_timeout(&self) -> Duration {
+        self.inner.wait_timeout
+    }
+
+    #[getter]
+    fn max_backoff(&self) -> Duration {
+        self.inner.max_backoff
+    }
+
+    #[getter]
+    fn worker_id(&self) -> Option<String> {
+        self.inner.worker_id.clone()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "EngineOptions({}, lease_duration={}, max_in_flight={}, auto_extend={})",
+            repr(py, self.inner.queues.clone()),
+            repr(py, self.inner.lease_duration),
+            self.inner.max_in_flight,
+            repr(py, self.inner.auto_extend)
+        )
+    }
+}
+
+/// What became of a job, as reported to `Engine.complete`.
+#[pyclass(module = "sepp._native", frozen, eq)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Outcome {
+    /// The core's outcome.
+    inner: CoreOutcome,
+}
+
+#[pymethods]
+impl Outcome {
+    #[staticmethod]
+    fn success() -> Self {
+        Outcome {
+            inner: CoreOutcome::Success,
+        }
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (reason=None))]
+    fn retry(reason: Option<String>) -> Self {
+        Outcome {
+            inner: CoreOutcome::Retry { reason },
+        }
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (delay, reason=None))]
+    fn retry_after(delay: &Bound<'_, PyAny>, reason: Option<String>) -> PyResult<Self> {
+        Ok(Outcome {
+            inner: CoreOutcome::RetryAfter {
+                delay: duration_arg(delay, "delay", Invalid::Argument)?,
+                reason,
+            },
+        })
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (reason=None))]
+    fn permanent(reason: Option<String>) -> Self {
+        Outcome {
+            inner: CoreOutcome::Permanent { reason },
+        }
+    }
+
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self.inner {
+            CoreOutcome::Success => "success",
+            CoreOutcome::Retry { .. } => "retry",
+            CoreOutcome::RetryAfter { .. } => "retry_after",
+            CoreOutcome::Permanent { .. } => "permanent",
+        }
+    }
+
+    #[getter]
+    fn delay(&self) -> Option<Duration> {
+        match self.inner {
+            CoreOutcome::RetryAfter { delay, .. } => Some(delay),
+            _ => None,
+        }
+    }
+
+    #[getter]
+    fn reason(&self) -> Option<String> {
+        match &self.inner {
+            CoreOutcome::Success => None,
+            CoreOutcome::Retry { reason }
+            | CoreOutcome::RetryAfter { reason, .. }
+            | CoreOutcome::Permanent { reason } => reason.clone(),
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let reason = self
+            .reason()
+            .map(|r| format!("reason={}", repr(py, r)))
+            .unwrap_or_default();
+        match self.inner {
+            CoreOutcome::Success => "Outcome.success()".into(),
+            CoreOutcome::RetryAfter { delay, .. } => {
+                let sep = if reason.is_empty() { "" } else { ", " };
+                format!("Outcome.retry_after({}{sep}{reason})", repr(py, delay))
+            }
+            _ => format!("Outcome.{}({reason})", self.kind()),
+        }
+    }
+}
+
+/// A job handed out by `Engine.next`, with its lease.
+#[pyclass(module = "sepp._native", frozen)]
+pub(crate) struct Lease {
+    /// The job, converted once.
+    job: Py<Job>,
+    /// The core's lease: the lost signal and the current expiry.
+    inner: engine::Lease,
+}
+
+#[pymethods]
+impl Lease {
+    #[getter]
+    fn job(&self, py: Python<'_>) -> Py<Job> {
+        self.job.clone_ref(py)
+    }
+
+    #[getter]
+    fn expires_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        opt_datetime_to_py(py, self.inner.expires_at())
+    }
+
+    #[getter]
+    fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lease = self.inner.clone();
+        coroutine(py, async move {
+            lease.lost().await;
+            Ok::<(), Failure>(())
+        })
+    }
+
+    fn ended<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lease = self.inner.clone();
+        coroutine(py, async move { Ok::<_, Failure>(lease.ended().await) })
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let job = self.job.get();
+        format!(
+            "Lease(job_id={}, attempt={}, lost={})",
+            repr(py, job.id()),
+            job.attempt(),
+            repr(py, self.inner.is_lost())
+        )
+    }
+}
+
+impl ToPython for engine::Lease {
+    fn to_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        let job = Py::new(py, Job::from_core(py, self.job.clone())?)?;
+        Ok(Bound::new(py, Lease { job, inner: self })?.into_any())
+    }
+}
+
+/// The result of a task spawned on the runtime; `Err` holds why it did not finish (a panic in
+/// the core), raised as `RuntimeError`.
+struct Detached<T>(Result<T, String>);
+
+impl<T: ToPython> ToPython for Detached<T> {
+    fn to_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        match self.0 {
+            Ok(t) => t.to_python(py),
+            Err(e) => Err(PyRuntimeError::new_err(format!(
+                "sepp engine task failed: {e}"
+            ))),
+        }
+    }
+}
+
+/// The core's engine: reserves for free slots, keeps leases, settles what the host reports.
+//
+// The poller and the lease extenders run on the runtime, apart from this object. When it is
+// garbage-collected without `shutdown` and `abandon_all` (a worker task dropped mid-run), `Drop`
+// does both, so no job stays leased, and extended, by an engine nobody can reach.
+#[pyclass(module = "sepp._native", frozen)]
+pub(crate) struct Engine {
+    inner: engine::Engine,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+        self.inner.shutdown();
+        if self.inner.in_flight() > 0 {
+            let engine = self.inner.clone();
+            pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
+                engine
+                    .abandon_all("worker engine dropped before the job finished")
+                    .await
+            });
+        }
+    }
+}
+
+#[pymethods]
+impl Engine {
+    #[staticmethod]
+    fn start(
+        py: Python<'_>,
+        client: PyRef<'_, SeppClient>,
+        options: PyRef<'_, EngineOptions>,
+    ) -> PyResult<Self> {
+        let client = client.core()?;
+        // The core spawns its poller on the runtime that runs every call of this module.
+        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+        engine::Engine::start(client, options.inner.clone())
+            .map(|inner| Engine { inner })
+            .map_err(|e| Failure::from(e).into_pyerr(py))
+    }
+
+    fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let engine = self.inner.clone();
+        coroutine(py, async move { Ok::<_, Failure>(engine.next().await) })
+    }
+
+    fn next_batch<'py>(
+        &self,
+        py: Python<'py>,
+        max_leases: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let engine = self.inner.clone();
+        let max = u32_arg(max_leases, "max_leases", Invalid::Argument)?.max(1) as usize;
+        coroutine(py, async move {
+            let Some(first) = engine.next().await else {
+                return Ok::<_, Failure>(Vec::new());
+            };
+            let mut leases = vec![first];
+            // Then the leases already waiting, without waiting for more: one hand-over to the
+            // event loop for a whole reserved batch. `next` is cancel-safe (a channel receive),
+            // so a poll that finds nothing loses nothing.
+            while leases.len() < max {
+                match engine.next().now_or_never() {
+                    Some(Some(lease)) => leases.push(lease),
+                    _ => break,
+                }
+            }
+            Ok(leases)
+        })
+    }
+
+    fn complete<'py>(
+        &self,
+        py: Python<'py>,
+        job_id: String,
+        attempt: &Bound<'py, PyAny>,
+        outcome: PyRef<'py, Outcome>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let engine = self.inner.clone();
+        let attempt = u32_arg(attempt, "attempt", Invalid::Argument)?;
+        let outcome = outcome.inner.clone();
+        coroutine(py, async move {
+            // Settling runs to the end on the runtime even when the awaiting task is
+            // cancelled: dropped half way, the job would leave the engine unsettled.
+            let settle = pyo3_async_runtimes::tokio::get_runtime()
+                .spawn(async move { engine.complete(&job_id, attempt, outcome).await });
+            match settle.await {
+                Ok(r) => r.map(|()| Detached(Ok(()))).map_err(Failure::from),
+                Err(e) => Ok(Detached(Err(e.to_string()))),
+            }
+        })
+    }
+
+    fn shutdown(&self) {
+        // Shutting down spawns the release of the jobs not handed out yet.
+        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+        self.inner.shutdown();
+    }
+
+    #[getter]
+    fn is_shut_down(&self) -> bool {
+        self.inner.is_shut_down()
+    }
+
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+
+    fn wait_idle<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let engine = self.inner.clone();
+        let timeout = duration_arg(timeout, "timeout", Invalid::Argument)?;
+        coroutine(py, async move {
+            Ok::<_, Failure>(engine.wait_idle(timeout).await)
+        })
+    }
+
+    fn abandon_all<'py>(&self, py: Python<'py>, reason: String) -> PyResult<Bound<'py, PyAny>> {
+        let engine = self.inner.clone();
+        coroutine(py, async move {
+            // Like `complete`, the nacks are not cut short by a cancelled task.
+            let abandon = pyo3_async_runtimes::tokio::get_runtime()
+                .spawn(async move { engine.abandon_all(&reason).await });
+            Ok::<_, Failure>(Detached(abandon.await.map_err(|e| e.to_string())))
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<Engine in_flight={} shut_down={}>",
+            self.inner.in_flight(),
+            self.inner.is_shut_down()
+        )
+    }
+}
