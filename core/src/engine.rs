@@ -142,7 +142,6 @@ impl Lease {
 }
 
 struct Held {
-    attempt: u32,
     /// Stops the extender; dropped with the entry.
     stop: CancellationToken,
     /// The slot this job occupies; released when the entry is removed.
@@ -153,7 +152,9 @@ struct Inner {
     client: SeppClient,
     opts: EngineOptions,
     slots: Arc<Semaphore>,
-    held: Mutex<HashMap<String, Held>>,
+    /// Keyed by (job id, attempt): after a lost lease the same job can come back to this
+    /// engine under a new attempt while the old delivery's handler still runs.
+    held: Mutex<HashMap<(String, u32), Held>>,
     /// Leases reserved but not yet taken by the host.
     ready: tokio::sync::Mutex<mpsc::UnboundedReceiver<Lease>>,
     /// Stops the poller.
@@ -165,10 +166,27 @@ struct Inner {
     runtime: tokio::runtime::Handle,
 }
 
-/// The engine; cheap to clone (clones share it).
+/// The engine; cheap to clone (clones share it). When the last clone is dropped the engine
+/// shuts down: the poller stops and held leases are no longer extended (they run out and the
+/// jobs are redelivered).
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
+    /// Shared by the clones; its drop (with the last clone) stops the engine. The poller and
+    /// the extenders hold `inner`, not this, so they do not keep the engine alive.
+    _alive: Arc<StopOnDrop>,
+}
+
+struct StopOnDrop(Arc<Inner>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stopping.cancel();
+        let held = self.0.held.lock().unwrap_or_else(|e| e.into_inner());
+        for h in held.values() {
+            h.stop.cancel();
+        }
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -214,7 +232,10 @@ impl Engine {
             runtime: tokio::runtime::Handle::current(),
         });
         tokio::spawn(poll(inner.clone(), tx));
-        Ok(Engine { inner })
+        Ok(Engine {
+            _alive: Arc::new(StopOnDrop(inner.clone())),
+            inner,
+        })
     }
 
     /// The next job to process; waits until one is reserved. `None` once the engine is shut
@@ -239,20 +260,20 @@ impl Engine {
         attempt: u32,
         outcome: Outcome,
     ) -> Result<(), LeaseError> {
-        let held = self.release(job_id);
+        let held = self.release(job_id, attempt);
         let result = settle(&self.inner.client, job_id, attempt, outcome).await;
         drop(held);
         self.inner.settled.notify_waiters();
         result
     }
 
-    fn release(&self, job_id: &str) -> Option<Held> {
+    fn release(&self, job_id: &str, attempt: u32) -> Option<Held> {
         let held = self
             .inner
             .held
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(job_id);
+            .remove(&(job_id.to_string(), attempt));
         if let Some(h) = &held {
             h.stop.cancel();
         }
@@ -308,7 +329,7 @@ impl Engine {
     pub async fn abandon_all(&self, reason: &str) -> usize {
         let ids: Vec<(String, u32)> = {
             let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
-            held.iter().map(|(k, h)| (k.clone(), h.attempt)).collect()
+            held.keys().cloned().collect()
         };
         let n = ids.len();
         for (id, attempt) in ids {
@@ -397,9 +418,8 @@ fn hold(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) -> Lease {
     let stop = CancellationToken::new();
     let (expires_tx, expires_rx) = watch::channel(job.lease_expires_at);
     inner.held.lock().unwrap_or_else(|e| e.into_inner()).insert(
-        job.id.clone(),
+        (job.id.clone(), job.attempt),
         Held {
-            attempt: job.attempt,
             stop: stop.clone(),
             _permit: permit,
         },
@@ -442,7 +462,7 @@ async fn release_unstarted(inner: &Arc<Inner>, lease: Lease) {
         .held
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .remove(&lease.job.id);
+        .remove(&(lease.job.id.clone(), lease.job.attempt));
     if let Some(h) = &held {
         h.stop.cancel();
     }

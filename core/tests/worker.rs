@@ -340,3 +340,44 @@ async fn without_auto_extend_a_lease_that_runs_out_is_reported_lost() {
     assert!(b.is_lost());
     engine.shutdown();
 }
+
+#[tokio::test]
+async fn a_job_redelivered_to_the_same_engine_is_held_once_per_attempt() {
+    use sepp_rs::engine::{Engine, EngineOptions, Outcome};
+    let (_server, c) = setup().await;
+    c.enqueue(
+        EnqueueRequest::new("again", "t")
+            .unwrap()
+            .with_max_attempts(5),
+    )
+    .await
+    .unwrap();
+    let mut opts = EngineOptions::new(["again"]);
+    opts.lease_duration = Duration::from_millis(300);
+    opts.auto_extend = false;
+    opts.max_in_flight = 2;
+    opts.wait_timeout = Duration::from_millis(200);
+    let engine = Engine::start(c.clone(), opts).unwrap();
+    let first = engine.next().await.unwrap();
+    // Its lease runs out; the job comes back to this engine as attempt 2.
+    let second = tokio::time::timeout(Duration::from_secs(5), engine.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.job.id, first.job.id);
+    assert_eq!((first.job.attempt, second.job.attempt), (1, 2));
+    assert_eq!(engine.in_flight(), 2);
+    // The stale delivery's result is refused and frees only its own slot.
+    let stale = engine
+        .complete(&first.job.id, 1, Outcome::Success)
+        .await
+        .unwrap_err();
+    assert!(stale.is_lease_lost());
+    assert_eq!(engine.in_flight(), 1);
+    engine
+        .complete(&second.job.id, 2, Outcome::Success)
+        .await
+        .unwrap();
+    assert_eq!(engine.in_flight(), 0);
+    engine.shutdown();
+}
