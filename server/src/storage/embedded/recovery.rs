@@ -19,21 +19,37 @@ fn io(e: impl std::fmt::Display) -> StorageError {
     StorageError::Io(e.to_string())
 }
 
+/// The key of the sentinel entry in every keyspace. No record key can equal it: job keys are 16
+/// bytes, dedup keys start with a non-empty queue name, queue keys are non-empty names without
+/// control characters.
+pub(super) const SENTINEL: &[u8] = &[0];
+
+/// Memory and disk bounds of the engine. fjall's defaults (64 MiB memtables per keyspace, 512
+/// MiB of journal) let a fill-and-drain cycle leave hundreds of MiB resident and on disk; a
+/// queue's working set is small and short-lived, so smaller memtables (also cheaper to search
+/// on every insert) and a bounded journal fit it better.
+const MAX_JOURNAL: u64 = 192 * 1024 * 1024;
+const JOBS_MEMTABLE: u64 = 32 * 1024 * 1024;
+const INDEX_MEMTABLE: u64 = 16 * 1024 * 1024;
+
 pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), StorageError> {
     let db = fjall::Database::builder(path)
         .manual_journal_persist(true)
+        .max_journaling_size(MAX_JOURNAL)
         .open()
         .map_err(|e| StorageError::Io(format!("cannot open {}: {e}", path.display())))?;
-    let ks = |name: &str| {
-        db.keyspace(name, KeyspaceCreateOptions::default)
-            .map_err(io)
+    let ks = |name: &str, memtable: u64| {
+        db.keyspace(name, || {
+            KeyspaceCreateOptions::default().max_memtable_size(memtable)
+        })
+        .map_err(io)
     };
-    let info = ks("info")?;
+    let info = ks("info", INDEX_MEMTABLE)?;
     let keyspaces = Keyspaces {
-        jobs: ks("jobs")?,
-        meta: ks("meta")?,
-        dedup: ks("dedup")?,
-        queues: ks("queues")?,
+        jobs: ks("jobs", JOBS_MEMTABLE)?,
+        meta: ks("meta", INDEX_MEMTABLE)?,
+        dedup: ks("dedup", INDEX_MEMTABLE)?,
+        queues: ks("queues", INDEX_MEMTABLE)?,
         db: db.clone(),
     };
 
@@ -59,15 +75,39 @@ pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), St
         }
     }
 
+    // fjall deletes an old journal only once every keyspace has flushed past it, and a
+    // keyspace that has never been flushed at all (one nobody writes to, such as `dedup` on a
+    // server whose producers send no keys) blocks that forever: the journal would grow without
+    // bound. So each keyspace gets a sentinel entry flushed to a table once, at creation.
+    for keyspace in [
+        &info,
+        &keyspaces.jobs,
+        &keyspaces.meta,
+        &keyspaces.dedup,
+        &keyspaces.queues,
+    ] {
+        if !keyspace.contains_key(SENTINEL).map_err(io)? {
+            keyspace.insert(SENTINEL, []).map_err(io)?;
+            db.persist(PersistMode::SyncAll).map_err(io)?;
+            keyspace.rotate_memtable_and_wait().map_err(io)?;
+        }
+    }
+
     let mut jobs = JobIndex::default();
     for guard in keyspaces.meta.iter() {
         let (k, v) = guard.into_inner().map_err(io)?;
+        if &*k == SENTINEL {
+            continue;
+        }
         let id = codec::decode_id(&k)?;
         jobs.insert(id, Meta::decode(&v)?);
     }
 
     for guard in keyspaces.queues.iter() {
         let (k, v) = guard.into_inner().map_err(io)?;
+        if &*k == SENTINEL {
+            continue;
+        }
         let name: Arc<str> = String::from_utf8_lossy(&k).into_owned().into();
         let rec = QueueRecord::decode(&v)?;
         let name = jobs.intern(&name);
@@ -80,6 +120,9 @@ pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), St
     let mut expired = Vec::new();
     for guard in keyspaces.dedup.iter() {
         let (k, v) = guard.into_inner().map_err(io)?;
+        if &*k == SENTINEL {
+            continue;
+        }
         let rec = DedupRecord::decode(&v)?;
         if rec.expires_at <= now {
             expired.push(k);
