@@ -1,0 +1,103 @@
+//! Fill-and-expire cycles: does memory and disk come back after dedup records expire?
+//!
+//! Each cycle enqueues N keyed jobs (256-byte payloads, batches of 250, fresh keys), drains
+//! them (reserve up to 256, ack each), waits for the queue's dedup window to pass and the
+//! sweeper to purge the records, then prints the server's RSS and peak RSS (from
+//! `/proc/PID/status`), the dedup record count and the data directory's size. Start the
+//! server with a short window, for example `[storage] dedup_window_ms = 3000`.
+//!
+//! ```text
+//! dedup_cycle URL SERVER_PID DATA_DIR JOBS_PER_CYCLE CYCLES
+//! ```
+
+use sepp_rs::{EnqueueRequest, ReserveOptions, SeppClient};
+use std::time::{Duration, Instant};
+
+fn status_kib(pid: &str, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn dir_mib(dir: &str) -> u64 {
+    fn walk(p: &std::path::Path) -> u64 {
+        let Ok(entries) = std::fs::read_dir(p) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .map(|e| match e.metadata() {
+                Ok(m) if m.is_dir() => walk(&e.path()),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            })
+            .sum()
+    }
+    walk(std::path::Path::new(dir)) / (1024 * 1024)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, url, pid, dir, jobs, cycles] = args.as_slice() else {
+        eprintln!("usage: dedup_cycle URL SERVER_PID DATA_DIR JOBS_PER_CYCLE CYCLES");
+        std::process::exit(2);
+    };
+    let (jobs, cycles): (usize, usize) = (jobs.parse()?, cycles.parse()?);
+    let client = SeppClient::connect(url.clone()).await?;
+    let window = client
+        .get_server_info()
+        .await?
+        .dedup_window
+        .unwrap_or_default();
+    println!(
+        "| cycle | jobs | seconds | RSS MiB after drain | RSS MiB after expiry | peak RSS MiB | dedup records | disk MiB |"
+    );
+    println!("|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for cycle in 0..cycles {
+        let t0 = Instant::now();
+        for b in 0..jobs.div_ceil(250) {
+            let requests = (0..250)
+                .map(|i| {
+                    EnqueueRequest::new("dedup-cycle", "t").map(|r| {
+                        r.with_payload(vec![7u8; 256], "application/octet-stream")
+                            .with_idempotency_key(format!("cycle{cycle}-{b}-{i}-0123456789abcdef"))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            for r in client.enqueue_batch(requests).await? {
+                r?;
+            }
+        }
+        let mut drained = 0;
+        while drained < jobs {
+            let batch = client
+                .reserve(
+                    ReserveOptions::new(["dedup-cycle"], Duration::from_secs(60))
+                        .with_max_jobs(256),
+                )
+                .await?;
+            for j in &batch {
+                client.ack(&j.id, j.attempt).await?;
+            }
+            drained += batch.len();
+        }
+        let after_drain = status_kib(pid, "VmRSS") / 1024;
+        // Past the window, plus two sweeper passes.
+        tokio::time::sleep(window + Duration::from_secs(2)).await;
+        let stats = client.get_queue_stats("dedup-cycle").await?;
+        println!(
+            "| {cycle} | {jobs} | {:.1} | {after_drain} | {} | {} | {} | {} |",
+            t0.elapsed().as_secs_f64(),
+            status_kib(pid, "VmRSS") / 1024,
+            status_kib(pid, "VmHWM") / 1024,
+            stats.dedup_records,
+            dir_mib(dir)
+        );
+    }
+    Ok(())
+}
