@@ -4,10 +4,12 @@
 //! them (reserve up to 256, ack each), waits for the queue's dedup window to pass and the
 //! sweeper to purge the records, then prints the server's RSS and peak RSS (from
 //! `/proc/PID/status`), the dedup record count and the data directory's size. Start the
-//! server with a short window, for example `[storage] dedup_window_ms = 3000`.
+//! server with a short window, for example `[storage] dedup_window_ms = 3000`. SETTLE_SECS
+//! (default 8) is the quiet time after the sweep before the figures are read: the server seals
+//! its memtables after 5 s without writes.
 //!
 //! ```text
-//! dedup_cycle URL SERVER_PID DATA_DIR JOBS_PER_CYCLE CYCLES
+//! dedup_cycle URL SERVER_PID DATA_DIR JOBS_PER_CYCLE CYCLES [SETTLE_SECS]
 //! ```
 
 use sepp_rs::{EnqueueRequest, ReserveOptions, SeppClient};
@@ -43,9 +45,15 @@ fn dir_mib(dir: &str) -> u64 {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, url, pid, dir, jobs, cycles] = args.as_slice() else {
-        eprintln!("usage: dedup_cycle URL SERVER_PID DATA_DIR JOBS_PER_CYCLE CYCLES");
-        std::process::exit(2);
+    let (url, pid, dir, jobs, cycles, settle) = match args.as_slice() {
+        [_, url, pid, dir, jobs, cycles] => (url, pid, dir, jobs, cycles, 8),
+        [_, url, pid, dir, jobs, cycles, settle] => (url, pid, dir, jobs, cycles, settle.parse()?),
+        _ => {
+            eprintln!(
+                "usage: dedup_cycle URL SERVER_PID DATA_DIR JOBS_PER_CYCLE CYCLES [SETTLE_SECS]"
+            );
+            std::process::exit(2);
+        }
     };
     let (jobs, cycles): (usize, usize) = (jobs.parse()?, cycles.parse()?);
     let client = SeppClient::connect(url.clone()).await?;
@@ -87,8 +95,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             drained += batch.len();
         }
         let after_drain = status_kib(pid, "VmRSS") / 1024;
-        // Past the window, plus two sweeper passes.
-        tokio::time::sleep(window + Duration::from_secs(2)).await;
+        // Past the window, until the sweeper has purged every record, then the quiet time.
+        tokio::time::sleep(window).await;
+        while client.get_queue_stats("dedup-cycle").await?.dedup_records > 0 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(settle)).await;
         let stats = client.get_queue_stats("dedup-cycle").await?;
         println!(
             "| {cycle} | {jobs} | {:.1} | {after_drain} | {} | {} | {} | {} |",

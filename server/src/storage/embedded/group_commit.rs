@@ -15,7 +15,16 @@ use crate::config::PersistMode;
 use crate::storage::StorageError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 use tokio::sync::watch;
+
+/// After this long without a write, the flusher seals fjall's memtables, so that they are
+/// written out as disk tables and their memory is freed (a memtable otherwise stays resident
+/// until it reaches its size bound, however long the store is quiet). It also lets fjall drop
+/// the journals those memtables pinned.
+const IDLE_SEAL_AFTER: Duration = Duration::from_secs(5);
+/// Below this many bytes of memtables, an idle store is left alone.
+const IDLE_SEAL_MIN_BYTES: u64 = 1024 * 1024;
 
 /// The keyspaces of the embedded store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +71,21 @@ pub(crate) struct Keyspaces {
 }
 
 impl Keyspaces {
+    /// Seals every keyspace's memtable when together they hold at least
+    /// [`IDLE_SEAL_MIN_BYTES`]; fjall's flush workers then write them to disk tables.
+    fn seal_idle_memtables(&self) {
+        let bytes = self.db.write_buffer_size();
+        if bytes < IDLE_SEAL_MIN_BYTES {
+            return;
+        }
+        for ks in [&self.jobs, &self.meta, &self.dedup, &self.queues] {
+            if let Err(e) = ks.rotate_memtable() {
+                tracing::warn!(error = %e, "sealing an idle memtable failed");
+            }
+        }
+        tracing::debug!(bytes, "sealed idle memtables");
+    }
+
     fn get(&self, ks: Ks) -> &fjall::Keyspace {
         match ks {
             Ks::Jobs => &self.jobs,
@@ -187,20 +211,41 @@ impl GroupCommit {
             PersistMode::SyncData => fjall::PersistMode::SyncData,
             PersistMode::Buffer => fjall::PersistMode::Buffer,
         };
+        // Whether anything was written since the memtables were last sealed for idleness.
+        let mut written = false;
         loop {
-            let (ops, id) = {
+            let next = {
                 let mut f = self.filling.lock().unwrap_or_else(|e| e.into_inner());
-                while f.ops.is_empty() && !f.closing {
-                    f = self.work.wait(f).unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if !f.ops.is_empty() {
+                        let ops = std::mem::take(&mut f.ops);
+                        let id = f.id;
+                        f.id += 1;
+                        break Some((ops, id));
+                    }
+                    if f.closing {
+                        return;
+                    }
+                    if !written {
+                        f = self.work.wait(f).unwrap_or_else(|e| e.into_inner());
+                        continue;
+                    }
+                    let (g, waited) = self
+                        .work
+                        .wait_timeout(f, IDLE_SEAL_AFTER)
+                        .unwrap_or_else(|e| e.into_inner());
+                    f = g;
+                    if waited.timed_out() && f.ops.is_empty() && !f.closing {
+                        break None;
+                    }
                 }
-                if f.ops.is_empty() {
-                    return;
-                }
-                let ops = std::mem::take(&mut f.ops);
-                let id = f.id;
-                f.id += 1;
-                (ops, id)
             };
+            let Some((ops, id)) = next else {
+                written = false;
+                ks.seal_idle_memtables();
+                continue;
+            };
+            written = true;
             let mut batch = ks.db.batch().durability(Some(mode));
             for op in ops {
                 let keyspace = ks.get(op.ks);
@@ -234,5 +279,69 @@ impl GroupCommit {
             .unwrap_or_else(|e| e.into_inner())
             .closing = true;
         self.work.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// A store that goes quiet gets its memtables written out and their memory freed, instead
+    /// of holding them until they reach their size bound.
+    #[test]
+    fn idle_flusher_seals_memtables_after_quiet_period() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = fjall::Database::builder(dir.path())
+            .manual_journal_persist(true)
+            .open()
+            .expect("open");
+        let ks = |name: &str| {
+            db.keyspace(name, fjall::KeyspaceCreateOptions::default)
+                .expect("keyspace")
+        };
+        let keyspaces = Keyspaces {
+            jobs: ks("jobs"),
+            meta: ks("meta"),
+            dedup: ks("dedup"),
+            queues: ks("queues"),
+            db: db.clone(),
+        };
+        let commit = Arc::new(GroupCommit::new(PersistMode::Buffer));
+        let flusher = {
+            let (commit, keyspaces) = (commit.clone(), keyspaces.clone());
+            std::thread::spawn(move || commit.run_flusher(&keyspaces))
+        };
+        // About 4 MiB in memtables: well over IDLE_SEAL_MIN_BYTES.
+        let ops = (0u32..4096)
+            .map(|i| WriteOp::put(Ks::Jobs, i.to_be_bytes().to_vec(), vec![7; 1024]))
+            .collect();
+        let batch = commit.append(ops).expect("append");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(commit.wait(batch)).expect("durable");
+        let before = db.write_buffer_size();
+        assert!(
+            before >= IDLE_SEAL_MIN_BYTES,
+            "memtables hold {before} bytes"
+        );
+
+        let deadline = Instant::now() + IDLE_SEAL_AFTER + Duration::from_secs(10);
+        while db.write_buffer_size() >= IDLE_SEAL_MIN_BYTES {
+            assert!(
+                Instant::now() < deadline,
+                "memtables still hold {} bytes {} s after the last write",
+                db.write_buffer_size(),
+                (IDLE_SEAL_AFTER + Duration::from_secs(10)).as_secs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Written out, not lost.
+        let v = keyspaces.jobs.get(7u32.to_be_bytes()).expect("get");
+        assert_eq!(v.as_deref(), Some(&[7u8; 1024][..]));
+        commit.close();
+        flusher.join().expect("flusher");
     }
 }

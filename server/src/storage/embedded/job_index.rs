@@ -125,6 +125,11 @@ impl JobIndex {
     pub(crate) fn remove(&mut self, id: JobId) -> Option<Meta> {
         let meta = self.jobs.remove(&id)?;
         self.unplace(id, &meta);
+        // Give back the table of a drained store: a hash map keeps its peak capacity
+        // otherwise. Halving at a quarter full keeps the cost amortised O(1) per removal.
+        if self.jobs.capacity() > 4096 && self.jobs.capacity() > self.jobs.len() * 4 {
+            self.jobs.shrink_to(self.jobs.len() * 2);
+        }
         Some(meta)
     }
 
