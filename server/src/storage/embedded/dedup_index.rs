@@ -76,13 +76,15 @@ impl DedupIndex {
             self.remove(&key);
             purged.push(key);
         }
-        if !purged.is_empty()
-            && self.map.capacity() > 1024
-            && self.map.capacity() > self.map.len() * 4
-        {
+        purged
+    }
+
+    /// Shrinks the map once most of it has been purged, so that memory comes back. Called when
+    /// a sweep has caught up, not per pass: rehashing a large table holds the store's lock.
+    pub(crate) fn shrink_if_sparse(&mut self) {
+        if self.map.capacity() > 1024 && self.map.capacity() > self.map.len() * 4 {
             self.map.shrink_to_fit();
         }
-        purged
     }
 
     /// The earliest expiry, if any record exists.

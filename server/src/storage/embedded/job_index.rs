@@ -125,11 +125,6 @@ impl JobIndex {
     pub(crate) fn remove(&mut self, id: JobId) -> Option<Meta> {
         let meta = self.jobs.remove(&id)?;
         self.unplace(id, &meta);
-        // Give back the table of a drained store: a hash map keeps its peak capacity
-        // otherwise. Halving at a quarter full keeps the cost amortised O(1) per removal.
-        if self.jobs.capacity() > 4096 && self.jobs.capacity() > self.jobs.len() * 4 {
-            self.jobs.shrink_to(self.jobs.len() * 2);
-        }
         Some(meta)
     }
 
@@ -188,7 +183,8 @@ impl JobIndex {
         self.dead.first().copied()
     }
 
-    /// Shrinks the maps after a large purge so that memory comes back.
+    /// Shrinks the maps after a large purge so that memory comes back. Called once a sweep has
+    /// caught up, not per removal: rehashing a large table holds the store's lock.
     pub(crate) fn shrink_if_sparse(&mut self) {
         if self.jobs.capacity() > 1024 && self.jobs.capacity() > self.jobs.len() * 4 {
             self.jobs.shrink_to_fit();

@@ -648,6 +648,7 @@ impl Store for EmbeddedStore {
         sh.commit.check_writable()?;
         let mut report = Maintenance::default();
         let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
+        let batch;
         {
             let mut st = sh.lock();
             let mut ops = Vec::new();
@@ -736,6 +737,7 @@ impl Store for EmbeddedStore {
                 report.more = true;
             } else {
                 st.jobs.shrink_if_sparse();
+                st.dedup.shrink_if_sparse();
             }
             report.next_deadline = [
                 st.jobs.first_lease().map(|x| x.0),
@@ -749,12 +751,19 @@ impl Store for EmbeddedStore {
             .min();
             sh.next_wake
                 .store(report.next_deadline.unwrap_or(i64::MAX), Ordering::Relaxed);
-            // Sweeper writes need not be awaited: if they are lost in a crash, recovery finds
-            // the same deadlines passed and the next pass repeats them.
-            sh.commit.append(ops)?;
+            // Sweeper writes need not be awaited for safety: if they are lost in a crash,
+            // recovery finds the same deadlines passed and the next pass repeats them.
+            batch = sh.commit.append(ops)?;
         }
         for (queue, n) in ready {
             sh.signals.job_ready(&queue, n);
+        }
+        // But during a mass expiry (more to do), wait for this pass's batch before the next
+        // pass: otherwise passes outrun the flusher and pile thousands of deletes into the
+        // batch that every concurrent enqueue, ack and reserve must wait for. A million
+        // expiring records took the p99 of keyed enqueues from 1.4 ms to 26 ms that way.
+        if report.more {
+            sh.commit.wait(batch).await?;
         }
         Ok(report)
     }
