@@ -161,3 +161,25 @@ async fn sigterm_answers_waiting_reserves_empty_and_exits_zero() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn a_second_server_on_the_same_data_directory_exits_1_saying_the_directory_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let toml = format!("[server]\ndb_path = \"{}\"\n", data.display());
+    let first = ServerProcess::start(dir.path(), &toml);
+    let out = Command::new(sepp_bin())
+        .current_dir(dir.path())
+        .env_remove("SEPP_CONFIG")
+        .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+        .env("SEPP_SERVER__DB_PATH", &data)
+        .output()
+        .expect("run sepp");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("holds its lock") && err.contains(&data.display().to_string()),
+        "{err}"
+    );
+    terminate(&first);
+}

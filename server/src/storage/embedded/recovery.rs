@@ -37,7 +37,14 @@ pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), St
         .manual_journal_persist(true)
         .max_journaling_size(MAX_JOURNAL)
         .open()
-        .map_err(|e| StorageError::Io(format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| match e {
+            fjall::Error::Locked => StorageError::Io(format!(
+                "cannot open {}: another process (another sepp?) holds its lock; stop it or \
+                 choose another server.db_path",
+                path.display()
+            )),
+            e => StorageError::Io(format!("cannot open {}: {e}", path.display())),
+        })?;
     let ks = |name: &str, memtable: u64| {
         db.keyspace(name, || {
             KeyspaceCreateOptions::default().max_memtable_size(memtable)
