@@ -438,7 +438,7 @@ def machine_line() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true",
-                    help="one round, 1.5 s points, 32 connections only (a few minutes)")
+                    help="one round, 1.5 s points, 32 connections only (about 2 minutes)")
     ap.add_argument("--repeats", type=int, help="rounds (default: 3, quick: 1)")
     ap.add_argument("--duration", type=float, help="measured seconds per point (default 3)")
     ap.add_argument("--warmup", type=float, help="warm-up seconds per point (default 1)")
@@ -446,8 +446,11 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=32,
                     help="connections of the fixed points (hits, drain) and the headline")
     ap.add_argument("--drain-jobs", type=int, help="jobs per drain point (default 10000)")
-    ap.add_argument("--systems", default="sepp,bullmq,nats,pgboss")
-    ap.add_argument("--durability", default="durable,buffered")
+    ap.add_argument("--systems", default="sepp,bullmq,nats,pgboss",
+                    help="comma-separated, from sepp, bullmq, nats, pgboss (default: all)")
+    ap.add_argument("--durability", default="durable,buffered",
+                    help="comma-separated, from durable, buffered (default: both); sepp's "
+                    "durable is sync_all, its buffered is buffer")
     ap.add_argument("--write-docs", action="store_true",
                     help="write plots to docs/bench/ and the tables into docs/benchmarks.md "
                     "and README.md between their GENERATED markers")
