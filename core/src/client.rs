@@ -225,15 +225,56 @@ fn normalize_addr(addr: &str) -> Result<(String, bool), ClientError> {
     Ok((format!("http://{addr}"), false))
 }
 
+/// The error and its sources, joined by ": ". A source whose text the message already ends
+/// with (wrappers that repeat their cause, as hyper's "tcp connect error" does) is skipped.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
+        let text = inner.to_string();
+        if !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         src = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod error_chain_tests {
+    use super::error_chain;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn a_source_that_repeats_the_message_so_far_is_not_repeated() {
+        let e = E(
+            "transport error",
+            Some(Box::new(E(
+                "tcp connect error",
+                Some(Box::new(E(
+                    "tcp connect error",
+                    Some(Box::new(E("Connection refused", None))),
+                ))),
+            ))),
+        );
+        assert_eq!(
+            error_chain(&e),
+            "transport error: tcp connect error: Connection refused"
+        );
+    }
 }
 
 pub(crate) struct Inner {
