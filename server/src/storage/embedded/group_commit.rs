@@ -23,6 +23,8 @@ use tokio::sync::watch;
 /// until it reaches its size bound, however long the store is quiet). It also lets fjall drop
 /// the journals those memtables pinned.
 const IDLE_SEAL_AFTER: Duration = Duration::from_secs(5);
+/// Commits slower than this are logged at debug level.
+const SLOW_COMMIT: Duration = Duration::from_millis(20);
 /// Below this many bytes of memtables, an idle store is left alone.
 const IDLE_SEAL_MIN_BYTES: u64 = 1024 * 1024;
 
@@ -254,7 +256,19 @@ impl GroupCommit {
                     None => batch.remove(keyspace, op.key),
                 }
             }
-            match batch.commit() {
+            let started = std::time::Instant::now();
+            let result = batch.commit();
+            let took = started.elapsed();
+            if took > SLOW_COMMIT {
+                // Usually the commit that meets a memtable rotation (and so a new journal).
+                tracing::debug!(
+                    took_ms = took.as_millis() as u64,
+                    journals = ks.db.journal_count(),
+                    outstanding_flushes = ks.db.outstanding_flushes(),
+                    "slow storage commit"
+                );
+            }
+            match result {
                 Ok(()) => {
                     self.durable_batch.store(id, Ordering::Release);
                     self.durable.send_modify(|d| d.batch = id);
