@@ -45,6 +45,13 @@ export interface WorkerOptions {
    * @default true
    */
   handleSignals?: boolean;
+  /**
+   * Called when a handler throws anything but a `HandlerError` (which is an intended outcome),
+   * with the thrown value and the job, before the job is nacked with the queue's retry policy.
+   * A hook that throws is reported with `process.emitWarning` and the worker goes on.
+   * @default logs one line and the error to `console.error`
+   */
+  onError?: (error: unknown, job: Job) => void;
 }
 
 /** What a handler gets besides the job. */

@@ -121,6 +121,19 @@ function outcomeOf(err) {
   return { kind: "retry", reason };
 }
 
+/**
+ * The default `onError`: one line on standard error with the job, then the error (its stack
+ * when it has one).
+ * @param {unknown} err
+ * @param {import("./index.js").Job} job
+ */
+function logHandlerError(err, job) {
+  console.error(
+    `sepp worker: the handler of ${JSON.stringify(job.jobType)} failed on job ${job.id} (attempt ${job.attempt}); it will be retried or dead-lettered by the queue's policy:`,
+    err,
+  );
+}
+
 /** @type {Outcome} */
 const SUCCESS = Object.freeze({ kind: "success" });
 /** The lease was lost while the handler ran. */
@@ -173,6 +186,8 @@ export class Worker {
   #shutdownTimeoutMs;
   /** @type {boolean} */
   #handleSignals;
+  /** @type {(error: unknown, job: import("./index.js").Job) => void} */
+  #onError;
   /** @type {Map<string, import("./worker.js").Handler>} */
   #handlers = new Map();
   /** @type {import("./worker.js").Handler | undefined} */
@@ -193,11 +208,15 @@ export class Worker {
     if (typeof options !== "object" || options === null || Array.isArray(options)) {
       throw argumentError("options must be an object with at least `queues`");
     }
-    const { shutdownTimeoutMs = 30_000, handleSignals = true } = options;
+    const { shutdownTimeoutMs = 30_000, handleSignals = true, onError = logHandlerError } = options;
     checkMillis(shutdownTimeoutMs, "options.shutdownTimeoutMs");
     if (typeof handleSignals !== "boolean") {
       throw argumentError(`options.handleSignals must be a boolean, got ${typeof handleSignals}`);
     }
+    if (typeof onError !== "function") {
+      throw argumentError(`options.onError must be a function, got ${typeof onError}`);
+    }
+    this.#onError = onError;
     this.#client = client;
     // Only the engine's fields; the engine checks them (a TypeError or InvalidArgument from run()).
     const { queues, leaseDurationMs, maxInFlight, autoExtend, waitTimeoutMs, workerId } = options;
@@ -307,6 +326,23 @@ export class Worker {
   }
 
   /**
+   * Hands a handler's unexpected error to `onError`; a throwing hook is reported as a warning
+   * and does not stop the worker.
+   * @param {unknown} err
+   * @param {import("./index.js").Job} job
+   */
+  #reportError(err, job) {
+    try {
+      this.#onError(err, job);
+    } catch (hookErr) {
+      process.emitWarning(
+        `the worker's onError hook threw: ${hookErr instanceof Error ? hookErr.message : String(hookErr)}`,
+        { code: "SEPP_ON_ERROR_THREW" },
+      );
+    }
+  }
+
+  /**
    * Runs one handler: settles the job with its outcome, or aborts the handler when the lease
    * is lost. Never rejects.
    * @param {Engine} engine
@@ -329,7 +365,13 @@ export class Worker {
           return lease.expiresAt;
         },
       };
-      const ran = (async () => handler(job, context))().then(() => SUCCESS, outcomeOf);
+      const ran = (async () => handler(job, context))().then(
+        () => SUCCESS,
+        (err) => {
+          if (!(err instanceof HandlerError)) this.#reportError(err, job);
+          return outcomeOf(err);
+        },
+      );
       // `lost()` resolves `false` only once the job is settled, which here means abandoned.
       const ended = lease.lost().then((lost) => (lost ? LOST : ENDED));
       const first = await Promise.race([ran, ended]);

@@ -151,7 +151,12 @@ describe("outcomes", T, () => {
     const syncJob = await client.enqueue({ queue, jobType: "sync", maxAttempts: 3 });
     const reasonsSeen = new Map();
     const both = [deferred(), deferred()];
-    const worker = new Worker(client, { queues: [queue] })
+    /** @type {[unknown, string, number][]} */
+    const reported = [];
+    const onError = (/** @type {unknown} */ err, /** @type {import("sepp").Job} */ job) => {
+      reported.push([err, job.jobType, job.attempt]);
+    };
+    const worker = new Worker(client, { queues: [queue], onError })
       .handle("async", async (job) => {
         if (job.attempt === 1) throw new TypeError("kaboom");
         reasonsSeen.set("async", (await client.getJob(job.id)).lastReason);
@@ -166,6 +171,12 @@ describe("outcomes", T, () => {
 
     assert.equal(reasonsSeen.get("async"), "TypeError: kaboom");
     assert.deepEqual(report, { succeeded: 2, failed: 2, leaseLost: 0, abandoned: 0 });
+    // Each unexpected throw reached onError once, with the thrown value and the job.
+    assert.equal(reported.length, 2);
+    const byType = new Map(reported.map(([err, type, attempt]) => [type, { err, attempt }]));
+    assert.ok(byType.get("async")?.err instanceof TypeError);
+    assert.equal(byType.get("async")?.attempt, 1);
+    assert.equal(byType.get("sync")?.err, "plain string");
     assert.ok(gone(await client.getJob(asyncJob.jobId)));
     assert.ok(gone(await client.getJob(syncJob.jobId)));
   });
@@ -354,6 +365,35 @@ describe("shutdown", T, () => {
 });
 
 describe("bad input", T, () => {
+  test("without onError, a handler's unexpected error is logged to console.error; HandlerError is not", async () => {
+    const queue = freshQueue("logged");
+    await client.enqueue({ queue, jobType: "boom", maxAttempts: 1 });
+    await client.enqueue({ queue, jobType: "intended", maxAttempts: 1 });
+    const lines = /** @type {string[]} */ ([]);
+    const original = console.error;
+    console.error = (...args) => {
+      lines.push(args.map((a) => (a instanceof Error ? `${a.name}: ${a.message}` : String(a))).join(" "));
+    };
+    try {
+      const both = [deferred(), deferred()];
+      const worker = new Worker(client, { queues: [queue] })
+        .handle("boom", () => {
+          both[0].resolve();
+          throw new RangeError("out of range");
+        })
+        .handle("intended", () => {
+          both[1].resolve();
+          throw HandlerError.permanent("not for us");
+        });
+      const report = await runUntil(worker, Promise.all(both.map((d) => d.promise)));
+      assert.equal(report.failed, 2);
+    } finally {
+      console.error = original;
+    }
+    assert.equal(lines.length, 1, lines.join("\n"));
+    assert.match(lines[0], /handler of "boom" failed on job .* \(attempt 1\).*RangeError: out of range/);
+  });
+
   test("the constructor and HandlerError check their arguments", () => {
     const typeError = (/** @type {RegExp} */ re) => (/** @type {any} */ e) =>
       e instanceof TypeError && e.code === "ERR_INVALID_ARG_TYPE" && re.test(e.message);
@@ -361,6 +401,7 @@ describe("bad input", T, () => {
     assert.throws(() => new Worker(client, /** @type {any} */ (undefined)), typeError(/options/));
     assert.throws(() => new Worker(client, { queues: ["q"], shutdownTimeoutMs: -1 }), RangeError);
     assert.throws(() => new Worker(client, /** @type {any} */ ({ queues: ["q"], handleSignals: "yes" })), TypeError);
+    assert.throws(() => new Worker(client, /** @type {any} */ ({ queues: ["q"], onError: "log" })), typeError(/onError/));
     const worker = new Worker(client, { queues: ["q"] });
     assert.throws(() => worker.handle(/** @type {any} */ (1), async () => {}), typeError(/jobType/));
     assert.throws(() => worker.handle("t", /** @type {any} */ ("nope")), typeError(/handler/));
