@@ -595,7 +595,7 @@ export interface QueueStats {
   inFlight: number
   /** Dead letters kept. */
   deadLettered: number
-  /** Live dedup records. */
+  /** Dedup records held, including expired ones the sweeper has not removed yet (an expired record already counts as absent). */
   dedupRecords: number
   /** Whether reserve skips the queue. */
   paused: boolean

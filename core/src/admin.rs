@@ -138,7 +138,7 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// Dead letters kept.
     pub dead_lettered: u64,
-    /// Dedup records.
+    /// Dedup records held, including expired ones the sweeper has not removed yet (an expired record already counts as absent).
     pub dedup_records: u64,
     /// Whether Reserve skips the queue.
     pub paused: bool,

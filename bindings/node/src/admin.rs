@@ -176,7 +176,7 @@ pub struct QueueStats {
     pub in_flight: f64,
     /// Dead letters kept.
     pub dead_lettered: f64,
-    /// Live dedup records.
+    /// Dedup records held, including expired ones the sweeper has not removed yet (an expired record already counts as absent).
     pub dedup_records: f64,
     /// Whether reserve skips the queue.
     pub paused: bool,

@@ -672,7 +672,7 @@ class QueueStats:
 
     @property
     def dedup_records(self) -> int:
-        """Idempotency keys remembered."""
+        """Dedup records held, including expired ones the sweeper has not removed yet (an expired record already counts as absent)."""
 
     @property
     def paused(self) -> bool:

@@ -43,8 +43,12 @@ pub async fn run(store: Arc<dyn Store>, interval_ms: u64, shutdown: Cancellation
                     // Spread a mass expiry out: deleting a million records back to back
                     // floods the storage engine with tombstones and flushes, and every client
                     // call waits behind them.
-                    tokio::time::sleep(PASS_PAUSE).await;
-                    continue;
+                    tokio::select! {
+                        _ = tokio::time::sleep(PASS_PAUSE) => continue,
+                        // A stop must not wait for the backlog: what is left is swept after
+                        // the restart (expired records already count as absent).
+                        _ = shutdown.cancelled() => return,
+                    }
                 }
                 r.next_deadline
                     .map_or(interval_ms, |d| (d - now_ms()).max(0) as u64)
@@ -60,5 +64,77 @@ pub async fn run(store: Arc<dyn Store>, interval_ms: u64, shutdown: Cancellation
             _ = store.deadline_changed() => {}
             _ = shutdown.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PersistMode;
+    use crate::queue::model::{DedupClaim, JobId, NewJob};
+    use crate::storage::ReadySignals;
+    use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
+    use std::time::Instant;
+
+    /// A stop during a mass expiry returns at once; the rest is swept after the restart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_during_a_mass_expiry_does_not_wait_for_the_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            EmbeddedStore::open(
+                EmbeddedOptions {
+                    path: dir.path().join("data"),
+                    persist_mode: PersistMode::Buffer,
+                    dead_letter_retention_ms: 0,
+                },
+                Arc::new(ReadySignals::default()),
+            )
+            .unwrap(),
+        );
+        // 40,000 records that expire at once: at most PASS_BUDGET per PASS_PAUSE, so well
+        // over half a second of sweeping.
+        let now = now_ms();
+        for chunk in 0..40 {
+            let jobs = (0..1000)
+                .map(|i| NewJob {
+                    id: JobId::new_v4(),
+                    queue: Arc::from("q"),
+                    job_type: "t".into(),
+                    payload: None,
+                    priority: 0,
+                    max_attempts: 1,
+                    trace_context: None,
+                    custom: Default::default(),
+                    enqueued_at: now,
+                    scheduled_at: None,
+                    dedup: Some(DedupClaim {
+                        key: format!("k{chunk}-{i}"),
+                        expires_at: now + 50,
+                    }),
+                    max_queue_depth: None,
+                })
+                .collect();
+            store.enqueue(jobs, false, now).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let shutdown = CancellationToken::new();
+        let sweeper = tokio::spawn(run(store.clone() as Arc<dyn Store>, 1000, shutdown.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let left = store.queue_stats("q").await.unwrap().dedup_records;
+        assert!(left > 0, "the sweep should still be running");
+        let stopped = Instant::now();
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(1), sweeper)
+            .await
+            .expect("the sweeper stops within a second of the cancel")
+            .unwrap();
+        assert!(stopped.elapsed() < Duration::from_secs(1));
+        let after = store.queue_stats("q").await.unwrap().dedup_records;
+        assert!(
+            after > 0,
+            "it stopped with records left ({after}), not after the backlog"
+        );
+        store.close().await.unwrap();
     }
 }
