@@ -59,18 +59,20 @@ def target_dir() -> Path:
 # ---------------------------------------------------------------- running
 
 
+def plan_calls(plan: dict) -> list[tuple[list[str], list[int]]]:
+    """The (workloads, connection counts) invocations of one system: the sweep, the fixed
+    points, and the cycle at one connection."""
+    fixed = [w for w in plan["fixed_workloads"] if w != "cycle"]
+    calls = [(plan["sweep_workloads"], plan["sweep"]), (fixed, [plan["fixed_connections"]])]
+    if "cycle" in plan["fixed_workloads"]:
+        calls.append((["cycle"], [1]))
+    return [(w, c) for w, c in calls if w]
+
+
 def run_sepp(mode: str, plan: dict, durability: str) -> list[dict]:
     """Runs sepp-bench for one persist mode; returns points in the common shape."""
     points: list[dict] = []
-    calls = [
-        (plan["sweep_workloads"], plan["sweep"]),
-        ([w for w in plan["fixed_workloads"] if w != "cycle"], [plan["fixed_connections"]]),
-    ]
-    if "cycle" in plan["fixed_workloads"]:
-        calls.append((["cycle"], [1]))
-    for workloads, conns in calls:
-        if not workloads:
-            continue
+    for workloads, conns in plan_calls(plan):
         with tempfile.TemporaryDirectory(prefix="sepp-compare-") as out:
             cmd = [
                 str(target_dir() / "release" / "sepp-bench"),
@@ -113,15 +115,7 @@ def run_sepp(mode: str, plan: dict, durability: str) -> list[dict]:
 def run_peer(system: str, durability: str, plan: dict) -> list[dict]:
     """Runs bench/peers/run for one system and durability; returns its points."""
     points: list[dict] = []
-    calls = [
-        (plan["sweep_workloads"], plan["sweep"]),
-        ([w for w in plan["fixed_workloads"] if w != "cycle"], [plan["fixed_connections"]]),
-    ]
-    if "cycle" in plan["fixed_workloads"]:
-        calls.append((["cycle"], [1]))
-    for workloads, conns in calls:
-        if not workloads:
-            continue
+    for workloads, conns in plan_calls(plan):
         with tempfile.NamedTemporaryFile(prefix="peers-", suffix=".jsonl", delete=False) as f:
             out = Path(f.name)
         cmd = [

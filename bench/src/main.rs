@@ -5,6 +5,7 @@
 //! count for a fixed time, and reports jobs/s, per-RPC latency percentiles, errors, and the
 //! server's CPU seconds per 1,000 jobs and peak RSS. See `bench/README.md`.
 
+mod procfs;
 mod report;
 mod server;
 mod workload;
@@ -259,9 +260,9 @@ async fn measure(
         queue,
         drain_jobs,
         clk_tck: plan.clk_tck,
-        peak_rss_mib: pid.and_then(|p| server::proc_status_mib(p, "VmHWM")),
+        peak_rss_mib: pid.and_then(|p| procfs::proc_status_mib(p, "VmHWM")),
         peak_rss_reset,
-        rss_mib: pid.and_then(|p| server::proc_status_mib(p, "VmRSS")),
+        rss_mib: pid.and_then(|p| procfs::proc_status_mib(p, "VmRSS")),
         loadavg_1m: loadavg,
     };
     let point = PointReport::new(measured, ctx);

@@ -196,7 +196,7 @@ impl ServerProcess {
         let data_bytes = self
             .dir
             .as_ref()
-            .map(|d| dir_size(&d.join("data")))
+            .map(|d| crate::procfs::dir_size(&d.join("data")))
             .unwrap_or(0);
         ServerExit {
             status: status_text,
@@ -244,19 +244,6 @@ fn unique_dir(parent: &Path, tag: &str) -> Result<PathBuf, BoxError> {
         }
     }
     Err(format!("no free directory name under {}", parent.display()).into())
-}
-
-fn dir_size(p: &Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(p) else {
-        return 0;
-    };
-    rd.flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_size(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 /// Strips ANSI colour sequences (in case the server ignores `NO_COLOR`).
@@ -333,20 +320,6 @@ pub(crate) fn machine_busy_ticks() -> Option<u64> {
     Some(total.saturating_sub(idle))
 }
 
-/// A `kB` field of `/proc/PID/status` (`VmHWM`, `VmRSS`), in MiB.
-pub(crate) fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kb: f64 = line
-        .trim_start_matches(field)
-        .trim_start_matches(':')
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
-}
-
 /// Resets the peak RSS (`VmHWM`) of `pid` to its current RSS, so that the next reading is the
 /// peak of the next point. Returns false where the kernel refuses.
 pub(crate) fn reset_peak_rss(pid: u32) -> bool {
@@ -408,7 +381,7 @@ mod tests {
     fn reads_own_cpu_time() {
         assert!(proc_sample("self").is_some());
         assert!(machine_busy_ticks().is_some());
-        assert!(proc_status_mib(std::process::id(), "VmRSS").unwrap() > 0.0);
+        assert!(crate::procfs::proc_status_mib(std::process::id(), "VmRSS").unwrap() > 0.0);
     }
 
     #[test]

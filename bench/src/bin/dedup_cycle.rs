@@ -12,35 +12,11 @@
 //! dedup_cycle URL SERVER_PID DATA_DIR JOBS_PER_CYCLE CYCLES [SETTLE_SECS]
 //! ```
 
+#[path = "../procfs.rs"]
+mod procfs;
+
 use sepp_rs::{EnqueueRequest, ReserveOptions, SeppClient};
 use std::time::{Duration, Instant};
-
-fn status_kib(pid: &str, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn dir_mib(dir: &str) -> u64 {
-    fn walk(p: &std::path::Path) -> u64 {
-        let Ok(entries) = std::fs::read_dir(p) else {
-            return 0;
-        };
-        entries
-            .flatten()
-            .map(|e| match e.metadata() {
-                Ok(m) if m.is_dir() => walk(&e.path()),
-                Ok(m) => m.len(),
-                Err(_) => 0,
-            })
-            .sum()
-    }
-    walk(std::path::Path::new(dir)) / (1024 * 1024)
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -56,6 +32,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let (jobs, cycles): (usize, usize) = (jobs.parse()?, cycles.parse()?);
+    let pid: u32 = pid.parse()?;
+    let mib = |field: &str| procfs::proc_status_mib(pid, field).unwrap_or(0.0);
+    let disk_mib = || procfs::dir_size(std::path::Path::new(dir)) as f64 / (1024.0 * 1024.0);
     let client = SeppClient::connect(url.clone()).await?;
     let window = client
         .get_server_info()
@@ -94,7 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             drained += batch.len();
         }
-        let after_drain = status_kib(pid, "VmRSS") / 1024;
+        let after_drain = mib("VmRSS");
         // Past the window, until the sweeper has purged every record, then the quiet time.
         tokio::time::sleep(window).await;
         while client.get_queue_stats("dedup-cycle").await?.dedup_records > 0 {
@@ -103,12 +82,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::time::sleep(Duration::from_secs(settle)).await;
         let stats = client.get_queue_stats("dedup-cycle").await?;
         println!(
-            "| {cycle} | {jobs} | {:.1} | {after_drain} | {} | {} | {} | {} |",
+            "| {cycle} | {jobs} | {:.1} | {after_drain:.0} | {:.0} | {:.0} | {} | {:.0} |",
             t0.elapsed().as_secs_f64(),
-            status_kib(pid, "VmRSS") / 1024,
-            status_kib(pid, "VmHWM") / 1024,
+            mib("VmRSS"),
+            mib("VmHWM"),
             stats.dedup_records,
-            dir_mib(dir)
+            disk_mib()
         );
     }
     Ok(())

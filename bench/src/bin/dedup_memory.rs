@@ -30,6 +30,9 @@
 //! dedup_memory URL SERVER_PID DATA_DIR [RECORDS] [KEY_BYTES] [PROBE_SECS] [SETTLE_SECS]
 //! ```
 
+#[path = "../procfs.rs"]
+mod procfs;
+
 use hdrhistogram::Histogram;
 use sepp_rs::{EnqueueRequest, ReserveOptions, SeppClient};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -38,33 +41,6 @@ use std::time::{Duration, Instant};
 
 const QUEUE: &str = "dedup-memory";
 const PROBE_QUEUE: &str = "dedup-probe";
-
-fn status_kib(pid: &str, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn dir_mib(dir: &str) -> f64 {
-    fn walk(p: &std::path::Path) -> u64 {
-        let Ok(entries) = std::fs::read_dir(p) else {
-            return 0;
-        };
-        entries
-            .flatten()
-            .map(|e| match e.metadata() {
-                Ok(m) if m.is_dir() => walk(&e.path()),
-                Ok(m) => m.len(),
-                Err(_) => 0,
-            })
-            .sum()
-    }
-    walk(std::path::Path::new(dir)) as f64 / (1024.0 * 1024.0)
-}
 
 /// A key of exactly `len` bytes, unique per `n`.
 fn key(prefix: &str, n: usize, len: usize) -> String {
@@ -196,7 +172,10 @@ async fn main() -> Result<(), BoxError> {
         .await?
         .dedup_window
         .unwrap_or_default();
-    let rss = || status_kib(pid, "VmRSS") as f64 / 1024.0;
+    let pid: u32 = pid.parse()?;
+    let rss = || procfs::proc_status_mib(pid, "VmRSS").unwrap_or(0.0);
+    let dir_mib =
+        |dir: &str| procfs::dir_size(std::path::Path::new(dir)) as f64 / (1024.0 * 1024.0);
     println!(
         "records {records}, keys {key_bytes} bytes, dedup window {:.0} s",
         window.as_secs_f64()
@@ -315,7 +294,7 @@ async fn main() -> Result<(), BoxError> {
         "{settle_secs} s later: RSS {:.0} MiB, disk {:.0} MiB, peak RSS {:.0} MiB",
         rss(),
         dir_mib(dir),
-        status_kib(pid, "VmHWM") as f64 / 1024.0
+        procfs::proc_status_mib(pid, "VmHWM").unwrap_or(0.0)
     );
     Ok(())
 }
