@@ -23,8 +23,15 @@ JS_NODE_CHECK := const [a, b] = process.versions.node.split(".").map(Number); \
 js-node-version:
 	@node -e '$(JS_NODE_CHECK)'
 
+# The build tools must support the Node the README promises (20.19+): npm only warns
+# (EBADENGINE) about a dependency that needs a newer Node, so a warning fails the target.
+# js/package.json pins (`overrides`) the transitive ones whose latest releases need Node 22.
 js-deps: js-node-version
-	npm ci --prefix $(JS_DIR) --no-audit --no-fund
+	@out=$$(npm ci --prefix $(JS_DIR) --no-audit --no-fund 2>&1); rc=$$?; printf '%s\n' "$$out"; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; \
+	if grep -q EBADENGINE <<<"$$out"; then \
+		echo "js: npm ci warned EBADENGINE on Node $$(node --version): a dependency does not support it;" \
+			"pin one that does (npm view PKG@VERSION engines) in js/package.json"; exit 1; fi
 
 # The debug addon (rewrites the generated loader and declarations) and the server binary.
 js-build: js-deps
