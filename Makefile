@@ -3,14 +3,14 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-CI_TARGETS := lint test-rust
+CI_TARGETS := lint test-rust check-example-errors
 .DEFAULT_GOAL := ci
 
 -include python/python.mk
 -include js/js.mk
 -include tests/interop/interop.mk
 
-.PHONY: ci lint test-rust build release fmt no-tonic-in-core
+.PHONY: ci lint test-rust build release fmt no-tonic-in-core check-example-errors
 
 ci: $(CI_TARGETS)
 	@echo "make ci: all checks passed"
@@ -37,3 +37,12 @@ no-tonic-in-core:
 test-rust:
 	cargo nextest run --workspace --exclude sepp-interop --no-fail-fast
 	cargo test --workspace --doc
+
+# An example that cannot reach its server prints the error's text and code, not a debug struct.
+check-example-errors:
+	cargo build -p sepp-rs --example checksum_producer
+	@out=$$(target/debug/examples/checksum_producer --server http://127.0.0.1:1 . 2>&1); rc=$$?; \
+	echo "$$out"; \
+	if [ $$rc -eq 0 ]; then echo "check-example-errors: expected a failure"; exit 1; fi; \
+	if ! grep -q '^checksum_producer: TRANSPORT: ' <<<"$$out" || grep -q 'ClientError {' <<<"$$out"; then \
+		echo "check-example-errors: the error is not printed as its text with its code"; exit 1; fi

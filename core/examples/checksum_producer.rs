@@ -58,8 +58,17 @@ fn key_for(path: &Path, mtime: u128, limit: usize) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Prints a failure as its text (with the error's code), not as a debug struct.
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    let Err(e) = run().await else {
+        return std::process::ExitCode::SUCCESS;
+    };
+    eprintln!("checksum_producer: {e}");
+    std::process::ExitCode::FAILURE
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let client = SeppClient::connect(&args.server).await?;
     let limit = client.max_idempotency_key_bytes() as usize;

@@ -52,8 +52,17 @@ fn sha256_file(path: &str) -> std::io::Result<String> {
         .collect())
 }
 
+/// Prints a failure as its text (with the error's code), not as a debug struct.
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    let Err(e) = run().await else {
+        return std::process::ExitCode::SUCCESS;
+    };
+    eprintln!("checksum_worker: {e}");
+    std::process::ExitCode::FAILURE
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let client = SeppClient::connect(&args.server).await?;
     let out = Arc::new(Mutex::new(

@@ -18,8 +18,17 @@ mod procfs;
 use sepp_rs::{EnqueueRequest, ReserveOptions, SeppClient};
 use std::time::{Duration, Instant};
 
+/// Prints a failure as its text (with the error's code), not as a debug struct.
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    let Err(e) = run().await else {
+        return std::process::ExitCode::SUCCESS;
+    };
+    eprintln!("dedup_cycle: {e}");
+    std::process::ExitCode::FAILURE
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let (url, pid, dir, jobs, cycles, settle) = match args.as_slice() {
         [_, url, pid, dir, jobs, cycles] => (url, pid, dir, jobs, cycles, 8),

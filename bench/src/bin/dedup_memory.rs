@@ -153,8 +153,17 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
+/// Prints a failure as its text (with the error's code), not as a debug struct.
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> std::process::ExitCode {
+    let Err(e) = run().await else {
+        return std::process::ExitCode::SUCCESS;
+    };
+    eprintln!("dedup_memory: {e}");
+    std::process::ExitCode::FAILURE
+}
+
+async fn run() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
         eprintln!(
