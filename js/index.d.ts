@@ -315,10 +315,10 @@ export interface ConnectOptions {
   maxReceiveBytes?: number
   /**
    * Automatic retries, only where a retry is safe (a keyed enqueue, ack, nack, extend,
-   * getServerInfo; never reserve or drainDeadLetters). Off unless given; `{}` turns them
-   * on with the defaults.
+   * getServerInfo; never reserve or drainDeadLetters). On by default (3 tries in all);
+   * fields left out take the defaults; `null` turns retries off.
    */
-  retryPolicy?: RetryPolicy
+  retryPolicy?: RetryPolicy | null
 }
 
 /**
@@ -627,8 +627,8 @@ export interface ReserveOptions {
 /** Exponential backoff with full jitter between tries. Unset fields take the defaults. */
 export interface RetryPolicy {
   /**
-   * Tries in all, the first included (at least 1).
-   * @default 4
+   * Tries in all, the first included (at least 1; 1 turns retries off).
+   * @default 3
    */
   maxAttempts?: number
   /**

@@ -80,10 +80,18 @@ impl SeppClientBuilder {
         self
     }
 
-    /// Retries per the protocol's safe-retry table; off by default.
+    /// Retries per the protocol's safe-retry table (see [`crate::retry`]). On by default with
+    /// [`RetryPolicy::default`] (3 tries in all, backoff from 50 ms).
     #[must_use]
     pub fn retry_policy(mut self, p: RetryPolicy) -> Self {
         self.retry = Some(p);
+        self
+    }
+
+    /// Makes every call once: no automatic retries, so the caller sees the first failure.
+    #[must_use]
+    pub fn no_retries(mut self) -> Self {
+        self.retry = None;
         self
     }
 
@@ -227,7 +235,7 @@ fn normalize_addr(addr: &str) -> Result<(String, bool), ClientError> {
 
 /// The error and its sources, joined by ": ". A source whose text the message already ends
 /// with (wrappers that repeat their cause, as hyper's "tcp connect error" does) is skipped.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
@@ -329,7 +337,7 @@ impl SeppClient {
             rpc_timeout: Some(Duration::from_secs(30)),
             connect_timeout: Duration::from_secs(10),
             max_receive_bytes: 16 * 1024 * 1024,
-            retry: None,
+            retry: Some(RetryPolicy::default()),
         }
     }
 

@@ -308,8 +308,32 @@ impl ClientError {
 
     /// Classifies a gRPC status per the protocol's client conventions. `settle` selects the
     /// Ack / Nack / Extend meanings of NOT_FOUND and FAILED_PRECONDITION.
+    ///
+    /// The status's origin comes first: a status that tonic made from a failure of the
+    /// connection (see [`is_connection_failure`]) is [`ErrorCode::Transport`] whatever its code
+    /// (tonic gives such failures UNKNOWN or INTERNAL), and its message carries the cause. Only
+    /// a status the server sent is classified by its code, so an UNKNOWN the server sent stays
+    /// a server fault.
     pub(crate) fn from_status(s: &tonic::Status, settle: bool) -> Self {
         use tonic::Code as C;
+        if is_connection_failure(s) {
+            let message = match std::error::Error::source(s) {
+                Some(cause) => {
+                    let chain = crate::client::error_chain(cause);
+                    if chain.starts_with(s.message()) {
+                        chain
+                    } else {
+                        format!("{}: {chain}", s.message())
+                    }
+                }
+                None => s.message().to_string(),
+            };
+            return ClientError {
+                code: ErrorCode::Transport,
+                message,
+                grpc_code: Some(s.code() as i32),
+            };
+        }
         let code = match s.code() {
             C::Unavailable | C::DeadlineExceeded | C::Aborted | C::Cancelled => {
                 ErrorCode::Transport
@@ -349,6 +373,42 @@ impl ClientError {
     pub fn is_retryable(&self) -> bool {
         matches!(self.code, ErrorCode::Transport | ErrorCode::Overloaded)
     }
+}
+
+/// The message tonic gives a response that ended without a gRPC status (the stream was cut
+/// off: hyper turns a RST_STREAM with NO_ERROR or CANCEL into a clean end of stream).
+const MISSING_STATUS: &str = "protocol error: missing grpc-status trailer";
+
+/// True when `status` was made by the client's transport from a failure of the connection or
+/// the stream, not sent by the server: a reset, GOAWAY, broken pipe, refused connection, an
+/// h2 protocol error, or a response cut off before its status. Such a status carries the
+/// failure in its `source()` chain (tonic's `Status::from_error`); a status the server sent in
+/// its trailers or headers has no source.
+pub(crate) fn is_connection_failure(status: &tonic::Status) -> bool {
+    use tonic::Code as C;
+    // Codes that name the caller's own fault or overload keep their meaning.
+    if !matches!(
+        status.code(),
+        C::Unknown | C::Internal | C::Unavailable | C::Cancelled | C::Aborted
+    ) {
+        return false;
+    }
+    let mut src = std::error::Error::source(status);
+    if src.is_none() {
+        return status.code() == C::Unknown && status.message().starts_with(MISSING_STATUS);
+    }
+    while let Some(e) = src {
+        if e.is::<h2::Error>()
+            || e.is::<hyper::Error>()
+            || e.is::<std::io::Error>()
+            || e.is::<tonic::transport::Error>()
+            || e.is::<tonic::ConnectError>()
+        {
+            return true;
+        }
+        src = e.source();
+    }
+    false
 }
 
 /// Errors of `enqueue`.

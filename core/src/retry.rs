@@ -1,14 +1,20 @@
 //! Automatic retries: what is retried, and only when it is safe (the per-RPC table of the
-//! protocol). Off unless a [`RetryPolicy`] is configured.
+//! protocol). On by default ([`RetryPolicy::default`]: 3 tries in all); a client built with
+//! `SeppClientBuilder::no_retries` makes every call once.
 //!
 //! | call | retried on | why it is safe |
 //! |---|---|---|
-//! | enqueue, every job keyed | transport errors, overload | the repeat is a dedup hit |
-//! | enqueue, any job unkeyed | overload, or a transport error before the request left | nothing can have committed |
-//! | ack, nack, extend | transport errors, overload | a repeat that finds the job gone reports "not in flight" |
-//! | get_server_info | transport errors, overload | read-only |
+//! | enqueue, every job keyed | transport errors (a connection that failed mid-call included), UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED | the repeat is a dedup hit |
+//! | enqueue, any job unkeyed | RESOURCE_EXHAUSTED, or a failure to connect (the request never left) | nothing can have committed |
+//! | ack, nack, extend | as a keyed enqueue | a repeat that finds the job gone reports "not in flight" |
+//! | get_server_info | as a keyed enqueue | read-only |
 //! | reserve, drain_dead_letters | never | a lost reply would lease or remove jobs twice |
+//!
+//! A transport error is told by its source, not its code: tonic reports a connection that was
+//! reset, closed or broke its HTTP/2 framing mid-call as UNKNOWN or INTERNAL, which are
+//! server faults (never retried) only when the server sent them.
 
+use crate::error::is_connection_failure;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tonic::Code;
@@ -16,7 +22,7 @@ use tonic::Code;
 /// Exponential backoff with full jitter between tries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
-    /// Tries in all, the first included (at least 1). Default 4.
+    /// Tries in all, the first included (at least 1). Default 3.
     pub max_attempts: u32,
     /// Upper bound of the first pause. Default 50 ms.
     pub initial_backoff: Duration,
@@ -29,7 +35,7 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
-            max_attempts: 4,
+            max_attempts: 3,
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(2),
             multiplier: 2.0,
@@ -85,12 +91,19 @@ pub(crate) fn is_retryable(class: RetryClass, status: &tonic::Status) -> bool {
     let code = status.code();
     match class {
         RetryClass::Never => false,
-        RetryClass::KeyedEnqueue | RetryClass::Settle | RetryClass::Read => matches!(
-            code,
-            Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::ResourceExhausted
-        ),
+        RetryClass::KeyedEnqueue | RetryClass::Settle | RetryClass::Read => {
+            matches!(
+                code,
+                Code::Unavailable
+                    | Code::DeadlineExceeded
+                    | Code::Aborted
+                    | Code::ResourceExhausted
+            ) || is_connection_failure(status)
+        }
         RetryClass::UnkeyedEnqueue => {
-            code == Code::ResourceExhausted || (code == Code::Unavailable && never_sent(status))
+            code == Code::ResourceExhausted
+                || ((code == Code::Unavailable || is_connection_failure(status))
+                    && never_sent(status))
         }
     }
 }
@@ -99,6 +112,9 @@ pub(crate) fn is_retryable(class: RetryClass, status: &tonic::Status) -> bool {
 fn never_sent(status: &tonic::Status) -> bool {
     let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(e) = src {
+        if e.is::<tonic::ConnectError>() {
+            return true;
+        }
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && matches!(
                 io.kind(),

@@ -158,11 +158,15 @@ async fn an_unkeyed_enqueue_is_not_retried_once_it_may_have_committed() {
 }
 
 #[tokio::test]
-async fn without_a_retry_policy_nothing_is_retried() {
+async fn with_retries_turned_off_nothing_is_retried() {
     let server = TestServer::start(|_| {}).await;
     let drops = Arc::new(AtomicU32::new(1));
     let url = lossy(&server, drops).await;
-    let client = SeppClient::connect(url).await.unwrap();
+    let client = SeppClient::builder(url)
+        .no_retries()
+        .connect()
+        .await
+        .unwrap();
     let err = client
         .enqueue(
             EnqueueRequest::new("q", "t")

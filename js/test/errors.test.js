@@ -242,6 +242,34 @@ describe("connect", T, () => {
     );
   });
 
+  test("calls cut off by a killed server reject with Transport", async () => {
+    const server = await startServer();
+    const client = await SeppClient.connect(server.url, { retryPolicy: null });
+    let done = 0;
+    const produce = async (p) => {
+      for (let i = 0; ; i++) {
+        try {
+          await client.enqueue({
+            queue: "cut",
+            jobType: "t",
+            payload: { data: Buffer.alloc(4096, 1), encoding: "application/octet-stream" },
+            idempotencyKey: `p${p}-${i}`,
+          });
+        } catch (e) {
+          return e;
+        }
+        done++;
+      }
+    };
+    const producers = Array.from({ length: 16 }, (_, p) => produce(p));
+    while (done < 300) await new Promise((r) => setTimeout(r, 5));
+    await server.stop(); // SIGKILL while 16 calls are on the wire
+    for (const e of await Promise.all(producers)) {
+      assert.ok(e instanceof Transport, `${e}`);
+      assert.equal(e.retryable, true);
+    }
+  });
+
   test("a server that is not there rejects with Transport", async () => {
     const server = await startServer();
     const addr = server.addr;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import types
 from datetime import datetime, timedelta, timezone
@@ -246,6 +247,39 @@ async def test_an_unreachable_server_raises_transport_error() -> None:
     with pytest.raises(sepp.TransportError) as caught:
         await sepp.SeppClient.connect(f"127.0.0.1:{free_port()}")
     assert caught.value.retryable and caught.value.code == "TRANSPORT"
+
+
+async def test_calls_cut_off_by_a_killed_server_raise_transport_error(
+    launch: Callable[[str], Server],
+) -> None:
+    s = launch("")
+    client = await sepp.SeppClient.connect(s.url, retry_policy=None)
+    done = 0
+
+    async def produce(p: int) -> BaseException:
+        nonlocal done
+        for i in range(100_000):
+            try:
+                await client.enqueue(
+                    EnqueueRequest(
+                        "cut",
+                        "t",
+                        payload=Payload(b"x" * 4096, "application/octet-stream"),
+                        idempotency_key=f"p{p}-{i}",
+                    )
+                )
+            except sepp.SeppError as e:
+                return e
+            done += 1
+        raise AssertionError("the server never went away")
+
+    tasks = [asyncio.create_task(produce(p)) for p in range(16)]
+    while done < 300:
+        await asyncio.sleep(0.005)
+    s.proc.kill()  # SIGKILL while 16 calls are on the wire
+    for err in await asyncio.gather(*tasks):
+        assert isinstance(err, sepp.TransportError), repr(err)
+        assert err.retryable and err.code == "TRANSPORT"
 
 
 @pytest.mark.parametrize(

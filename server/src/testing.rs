@@ -145,12 +145,21 @@ impl ServerProcess {
     /// # Panics
     /// When the process cannot start or prints something else first.
     pub fn start(bin: &Path, dir: &Path, toml: &str) -> Self {
+        Self::start_on(bin, dir, toml, "127.0.0.1:0")
+    }
+
+    /// As [`ServerProcess::start`], listening on `addr` (to restart a server on the port it
+    /// had).
+    ///
+    /// # Panics
+    /// When the process cannot start or prints something else first.
+    pub fn start_on(bin: &Path, dir: &Path, toml: &str, addr: &str) -> Self {
         let cfg = dir.join("sepp.toml");
         std::fs::write(&cfg, toml).expect("write config");
         let mut child = Command::new(bin)
             .arg("--config")
             .arg(&cfg)
-            .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+            .env("SEPP_SERVER__LISTEN_ADDR", addr)
             .env("SEPP_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

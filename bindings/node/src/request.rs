@@ -33,9 +33,10 @@ pub struct ConnectOptions {
     /// @default 16777216
     pub max_receive_bytes: Option<f64>,
     /// Automatic retries, only where a retry is safe (a keyed enqueue, ack, nack, extend,
-    /// getServerInfo; never reserve or drainDeadLetters). Off unless given; `{}` turns them
-    /// on with the defaults.
-    pub retry_policy: Option<RetryPolicy>,
+    /// getServerInfo; never reserve or drainDeadLetters). On by default (3 tries in all);
+    /// fields left out take the defaults; `null` turns retries off.
+    #[napi(ts_type = "RetryPolicy | null")]
+    pub retry_policy: Option<Option<RetryPolicy>>,
 }
 
 /// TLS settings for the connection.
@@ -52,8 +53,8 @@ pub struct TlsOptions {
 /// Exponential backoff with full jitter between tries. Unset fields take the defaults.
 #[napi(object, object_to_js = false, object_from_js = false)]
 pub struct RetryPolicy {
-    /// Tries in all, the first included (at least 1).
-    /// @default 4
+    /// Tries in all, the first included (at least 1; 1 turns retries off).
+    /// @default 3
     pub max_attempts: Option<f64>,
     /// Upper bound of the first pause, in milliseconds.
     /// @default 50
@@ -86,13 +87,15 @@ impl ConnectOptions {
             }),
             None => None,
         };
+        // `null` (no retries) is not the same as leaving the field out (the default policy).
         let retry_policy = match f.object("retryPolicy")? {
-            Some(r) => Some(RetryPolicy {
+            Some(r) => Some(Some(RetryPolicy {
                 max_attempts: r.number("maxAttempts")?,
                 initial_backoff_ms: r.number("initialBackoffMs")?,
                 max_backoff_ms: r.number("maxBackoffMs")?,
                 multiplier: r.number("multiplier")?,
-            }),
+            })),
+            None if f.is_null("retryPolicy")? => Some(None),
             None => None,
         };
         // `null` (no deadline) is not the same as leaving the field out (the default).
@@ -137,7 +140,10 @@ impl ConnectOptions {
         if let Some(n) = self.max_receive_bytes {
             b = b.max_receive_bytes(value::uint32("options.maxReceiveBytes", n)? as usize);
         }
-        if let Some(r) = self.retry_policy {
+        if let Some(None) = self.retry_policy {
+            b = b.no_retries();
+        }
+        if let Some(Some(r)) = self.retry_policy {
             let mut p = sepp_rs::RetryPolicy::default();
             if let Some(n) = r.max_attempts {
                 p.max_attempts = value::uint32("options.retryPolicy.maxAttempts", n)?;

@@ -106,14 +106,14 @@ impl ToPython for Myself {
 #[pymethods]
 impl SeppClient {
     #[staticmethod]
-    #[pyo3(signature = (url, *, api_key=None, tls=None, rpc_timeout=MaybeGiven::Omitted, retry_policy=None))]
+    #[pyo3(signature = (url, *, api_key=None, tls=None, rpc_timeout=MaybeGiven::Omitted, retry_policy=MaybeGiven::Omitted))]
     fn connect<'py>(
         py: Python<'py>,
         url: String,
         api_key: Option<String>,
         tls: Option<PyRef<'py, TlsOptions>>,
         rpc_timeout: MaybeGiven<'py>,
-        retry_policy: Option<PyRef<'py, RetryPolicy>>,
+        retry_policy: MaybeGiven<'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut builder = sepp_rs::SeppClient::builder(url);
         if let Some(key) = api_key {
@@ -126,8 +126,13 @@ impl SeppClient {
             builder =
                 builder.rpc_timeout(opt_duration_arg(Some(&t), "rpc_timeout", Invalid::Config)?);
         }
-        if let Some(policy) = retry_policy {
-            builder = builder.retry_policy(policy.inner.clone());
+        // Left out: the core's default policy. `None`: no retries.
+        if let MaybeGiven::Given(p) = retry_policy {
+            builder = if p.is_none() {
+                builder.no_retries()
+            } else {
+                builder.retry_policy(p.extract::<PyRef<'py, RetryPolicy>>()?.inner.clone())
+            };
         }
         coroutine(py, async move {
             builder

@@ -387,7 +387,7 @@ class RetryPolicy:
         """Creates a policy; None takes the core's default.
 
         Args:
-            max_attempts: Tries in all, the first included. Default 4.
+            max_attempts: Tries in all, the first included. Default 3.
             initial_backoff: Upper bound of the first pause. Default 50 ms.
             max_backoff: Upper bound of any pause. Default 2 s.
             multiplier: Growth of the bound per retry. Default 2.0.
@@ -696,7 +696,7 @@ class SeppClient:
         api_key: Optional[str] = None,
         tls: Optional[TlsOptions] = None,
         rpc_timeout: Optional[timedelta] = ...,
-        retry_policy: Optional[RetryPolicy] = None,
+        retry_policy: Optional[RetryPolicy] = ...,
     ) -> SeppClient:
         """Connects, then reads the server's limits (`get_server_info`), so that requests are
         checked against the real `max_idempotency_key_bytes`.
@@ -707,7 +707,9 @@ class SeppClient:
             tls: TLS settings (an ``https://`` URL turns TLS on without them).
             rpc_timeout: Deadline of each call; `reserve` adds its `wait_timeout` (plus 5 s).
                 Default 30 seconds; None for no deadline.
-            retry_policy: Automatic retries of the calls safe to retry; None for none.
+            retry_policy: Automatic retries of the calls safe to retry (keyed enqueues, ack,
+                nack, extend, get_server_info; never reserve or drain_dead_letters). Default
+                ``RetryPolicy()`` (3 tries in all); None for none.
 
         Returns:
             The connected client.
