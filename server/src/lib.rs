@@ -53,9 +53,16 @@ pub enum ServeError {
 /// The bind error, naming the address.
 pub async fn bind(config: &Config) -> std::io::Result<TcpListener> {
     let addr = config.server.listen_addr;
-    TcpListener::bind(addr)
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+    TcpListener::bind(addr).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            " (another process holds that port; choose another address with `server.listen_addr` \
+             in the config file or the environment variable SEPP_SERVER__LISTEN_ADDR, \
+             e.g. SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50052)"
+        } else {
+            ""
+        };
+        std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}{hint}"))
+    })
 }
 
 /// Serves sepp on `listener` until `shutdown` resolves.

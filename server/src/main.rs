@@ -14,9 +14,18 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// Shown at the end of `sepp --help`.
+const ENV_HELP: &str = "\
+Environment:
+  SEPP_CONFIG=PATH          the config file, when --config is not given
+  SEPP_<SECTION>__<KEY>=V   overrides one config key, e.g. SEPP_SERVER__LISTEN_ADDR=0.0.0.0:50051
+                            or SEPP_STORAGE__PERSIST_MODE=buffer (`sepp config example` lists keys)
+  SEPP_LOG=FILTER           log level and filter, e.g. debug or info,sepp_server=debug
+                            (default: info; logs go to standard error)";
+
 /// sepp: a durable job queue with idempotent enqueue.
 #[derive(Parser)]
-#[command(name = "sepp", version, about, long_about = None)]
+#[command(name = "sepp", version, about, long_about = None, after_help = ENV_HELP)]
 struct Cli {
     /// Config file (TOML). Default: $SEPP_CONFIG, else ./sepp.toml if present, else built-in
     /// defaults.

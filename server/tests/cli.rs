@@ -35,6 +35,30 @@ fn version_and_help_print_and_exit_zero() {
     let (code, out, _) = run(&["--help"], None);
     assert_eq!(code, 0);
     assert!(out.contains("--config"), "{out}");
+    for needle in ["SEPP_SERVER__LISTEN_ADDR", "SEPP_CONFIG", "SEPP_LOG"] {
+        assert!(
+            out.contains(needle),
+            "--help does not mention {needle}: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_taken_port_names_the_key_and_the_variable_that_change_it() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = holder.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(sepp_bin())
+        .current_dir(dir.path())
+        .env_remove("SEPP_CONFIG")
+        .env("SEPP_SERVER__LISTEN_ADDR", &addr)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert!(err.contains("server.listen_addr"), "{err}");
+    assert!(err.contains("SEPP_SERVER__LISTEN_ADDR"), "{err}");
 }
 
 #[test]
