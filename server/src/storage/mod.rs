@@ -104,6 +104,10 @@ pub trait Store: Send + Sync + 'static {
     async fn in_flight(&self, id: JobId) -> Result<Option<InFlight>, StorageError>;
 
     /// Acks delivery `attempt` of `id`: the job is done.
+    ///
+    /// Ack, nack and extend are fenced by the attempt and by the lease deadline: a delivery
+    /// whose `lease_expires_at <= now` is [`SettleRefusal::NotInFlight`], whether or not
+    /// [`Store::maintain`] has redelivered it yet.
     async fn ack(
         &self,
         id: JobId,

@@ -368,10 +368,13 @@ impl Shared {
         }
     }
 
-    /// Checks that `id` is in flight under `attempt`.
-    fn fence(st: &State, id: JobId, attempt: u32) -> Result<&Meta, SettleRefusal> {
+    /// Checks that `id` is in flight under `attempt` at `now`: a lease whose deadline has
+    /// passed (`expires <= now`) no longer counts as in flight, whether or not the sweeper has
+    /// redelivered the job yet, so a late ack, nack or extend is refused and an extend never
+    /// revives an expired lease.
+    fn fence(st: &State, id: JobId, attempt: u32, now: UnixMs) -> Result<&Meta, SettleRefusal> {
         match st.jobs.get(id) {
-            Some(m) if matches!(m.stage, Stage::InFlight { .. }) => {
+            Some(m) if matches!(m.stage, Stage::InFlight { expires } if expires > now) => {
                 if m.attempt == attempt {
                     Ok(m)
                 } else {
@@ -512,7 +515,7 @@ impl Store for EmbeddedStore {
         sh.commit.check_writable()?;
         let batch = {
             let mut st = sh.lock();
-            if let Err(r) = Shared::fence(&st, id, attempt) {
+            if let Err(r) = Shared::fence(&st, id, attempt, now) {
                 return Ok(Err(r));
             }
             let mut ops = Vec::with_capacity(2);
@@ -536,7 +539,7 @@ impl Store for EmbeddedStore {
         let mut ready_queue = None;
         let (batch, dead) = {
             let mut st = sh.lock();
-            if let Err(r) = Shared::fence(&st, id, attempt) {
+            if let Err(r) = Shared::fence(&st, id, attempt, now) {
                 return Ok(Err(r));
             }
             let mut ops = Vec::with_capacity(2);
@@ -589,7 +592,7 @@ impl Store for EmbeddedStore {
         let expires = now.saturating_add(to_ms(lease_ms));
         let batch = {
             let mut st = sh.lock();
-            if let Err(r) = Shared::fence(&st, id, attempt) {
+            if let Err(r) = Shared::fence(&st, id, attempt, now) {
                 return Ok(Err(r));
             }
             let Some(m) = st
@@ -1001,3 +1004,6 @@ impl EmbeddedStore {
         (st.jobs.len(), st.dedup.len())
     }
 }
+
+#[cfg(test)]
+mod tests;
