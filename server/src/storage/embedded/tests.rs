@@ -9,6 +9,7 @@ fn open(dir: &std::path::Path) -> EmbeddedStore {
             path: dir.join("data"),
             persist_mode: PersistMode::Buffer,
             dead_letter_retention_ms: 0,
+            min_free_bytes: 0,
         },
         Arc::new(ReadySignals::default()),
     )
