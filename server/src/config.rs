@@ -130,6 +130,12 @@ pub struct StorageConfig {
     /// How long an idempotency key is remembered, in milliseconds, counted from the first
     /// accepted enqueue. Default 86 400 000 (24 hours). Per-queue override in `[[queues]]`.
     pub dedup_window_ms: u64,
+    /// Free space, in bytes, kept on the data directory's filesystem: below it new writes are
+    /// refused with `UNAVAILABLE` ("no space left") before the disk is full, so that fjall's
+    /// flushes, compactions and a recovery can still run; writes resume on their own once free
+    /// space is back above it. 0 turns the check off (a full disk is still handled). Default
+    /// 268 435 456 (256 MiB).
+    pub min_free_bytes: u64,
 }
 
 impl Default for StorageConfig {
@@ -139,6 +145,7 @@ impl Default for StorageConfig {
             dead_letter_retention_ms: 0,
             sweep_interval_ms: 1000,
             dedup_window_ms: 86_400_000,
+            min_free_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -408,6 +415,7 @@ impl Config {
             0,
             3650 * DAY_MS,
         )?;
+        range("storage.min_free_bytes", st.min_free_bytes, 0, 1 << 50)?;
         range(
             "storage.sweep_interval_ms",
             st.sweep_interval_ms,

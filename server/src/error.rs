@@ -18,6 +18,9 @@ pub enum ErrorCode {
     NotFound,
     /// Storage failed (`INTERNAL`).
     Internal,
+    /// Storage refuses writes for now: no space left, a failed write (until restart), or
+    /// shutting down (`UNAVAILABLE`).
+    Unavailable,
 }
 
 impl ErrorCode {
@@ -27,6 +30,7 @@ impl ErrorCode {
         ErrorCode::FailedPrecondition,
         ErrorCode::NotFound,
         ErrorCode::Internal,
+        ErrorCode::Unavailable,
     ];
 
     /// The SCREAMING_SNAKE name.
@@ -36,6 +40,7 @@ impl ErrorCode {
             ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::Unavailable => "UNAVAILABLE",
         }
     }
 }
@@ -76,6 +81,7 @@ impl QueueError {
                 ErrorCode::FailedPrecondition
             }
             QueueError::JobNotInFlight(_) => ErrorCode::NotFound,
+            QueueError::Storage(StorageError::Unavailable(_)) => ErrorCode::Unavailable,
             QueueError::Storage(_) => ErrorCode::Internal,
         }
     }

@@ -88,6 +88,7 @@ pub async fn serve(
         path: config.server.db_path.clone(),
         persist_mode: config.storage.persist_mode,
         dead_letter_retention_ms: config.storage.dead_letter_retention_ms,
+        min_free_bytes: config.storage.min_free_bytes,
     };
     let store = {
         let signals = signals.clone();
@@ -120,6 +121,12 @@ pub async fn serve(
     ));
     let edge = api::build(&config, queue).await?;
     let health = edge.health.clone();
+    // Storage health (no space left, a failed write) drives the health service.
+    tokio::spawn(api::forward_storage_health(
+        store.health(),
+        edge.health.clone(),
+        stopping.clone(),
+    ));
 
     let incoming = accept_loop(listener);
     let stop = stopping.clone();

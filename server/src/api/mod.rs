@@ -108,3 +108,33 @@ pub async fn set_not_serving(health: &HealthReporter) {
         .set_not_serving::<QueueServiceServer<queue_service::QueueApi>>()
         .await;
 }
+
+/// Forwards the store's health to the health service (both `""` and `sepp.v1.QueueService`)
+/// until `stop`: NOT_SERVING while storage refuses writes (no space left, a failed write),
+/// SERVING again once it takes them.
+pub async fn forward_storage_health(
+    mut storage: tokio::sync::watch::Receiver<crate::storage::StorageHealth>,
+    health: HealthReporter,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use tonic::server::NamedService;
+    use tonic_health::ServingStatus;
+    const QUEUE: &str = <QueueServiceServer<queue_service::QueueApi> as NamedService>::NAME;
+    loop {
+        let serving = *storage.borrow_and_update() == crate::storage::StorageHealth::Serving;
+        if stop.is_cancelled() {
+            return;
+        }
+        let status = if serving {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        health.set_service_status("", status).await;
+        health.set_service_status(QUEUE, status).await;
+        tokio::select! {
+            changed = storage.changed() => if changed.is_err() { return },
+            _ = stop.cancelled() => return,
+        }
+    }
+}

@@ -54,6 +54,11 @@ pub async fn run(store: Arc<dyn Store>, interval_ms: u64, shutdown: Cancellation
                     .map_or(interval_ms, |d| (d - now_ms()).max(0) as u64)
                     .min(interval_ms)
             }
+            // Refused writes (no space left, a failed write) are logged by the store once.
+            Err(e @ crate::storage::StorageError::Unavailable(_)) => {
+                tracing::debug!(error = %e, "sweeper pass refused");
+                interval_ms
+            }
             Err(e) => {
                 tracing::error!(error = %e, "sweeper pass failed");
                 interval_ms
@@ -86,6 +91,7 @@ mod tests {
                     path: dir.path().join("data"),
                     persist_mode: PersistMode::Buffer,
                     dead_letter_retention_ms: 0,
+                    min_free_bytes: 0,
                 },
                 Arc::new(ReadySignals::default()),
             )

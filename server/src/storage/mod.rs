@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
-/// A storage failure. Requests that meet one get `INTERNAL`.
+/// A storage failure. Requests that meet one get `INTERNAL`, except
+/// [`StorageError::Unavailable`], which gets `UNAVAILABLE`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StorageError {
@@ -42,10 +43,25 @@ pub enum StorageError {
         /// Newest version this build reads.
         supported: u32,
     },
-    /// An earlier write failed to reach the disk, so the store refuses further writes until it
-    /// is restarted and recovers from what is on disk.
-    #[error("storage is unavailable after an earlier write failure: {0}")]
+    /// The store refuses writes: there is too little free space (until space is freed), a
+    /// write failed to reach the disk (until a restart), or the server is shutting down. The
+    /// message says which, and names the data directory.
+    #[error("{0}")]
     Unavailable(String),
+}
+
+/// Whether the store takes writes, as the health service reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StorageHealth {
+    /// Reads and writes work.
+    #[default]
+    Serving,
+    /// Writes are refused until a condition clears on its own (free space back above
+    /// `storage.min_free_bytes`); reads work.
+    Refusing(String),
+    /// Writes are refused until the server is restarted (a write or fsync failed for another
+    /// reason than a lack of space).
+    Failed(String),
 }
 
 /// The outcome of inserting one validated job.
@@ -104,6 +120,10 @@ pub trait Store: Send + Sync + 'static {
     async fn in_flight(&self, id: JobId) -> Result<Option<InFlight>, StorageError>;
 
     /// Acks delivery `attempt` of `id`: the job is done.
+    ///
+    /// Ack, nack and extend are fenced by the attempt and by the lease deadline: a delivery
+    /// whose `lease_expires_at <= now` is [`SettleRefusal::NotInFlight`], whether or not
+    /// [`Store::maintain`] has redelivered it yet.
     async fn ack(
         &self,
         id: JobId,
@@ -186,6 +206,10 @@ pub trait Store: Send + Sync + 'static {
     /// Resolves when a deadline earlier than the last reported `next_deadline` appears, so
     /// the sweeper can wake early.
     async fn deadline_changed(&self);
+
+    /// The store's health, updated whenever it starts or stops taking writes; `serve` forwards
+    /// it to the gRPC health service.
+    fn health(&self) -> tokio::sync::watch::Receiver<StorageHealth>;
 
     /// Flushes everything and makes it durable; called once at shutdown.
     async fn close(&self) -> Result<(), StorageError>;

@@ -6,16 +6,23 @@
 //! `persist_mode` says, and publishes the batch number. While it flushes, the next batch fills;
 //! so the more concurrent writers, the more writes each fsync carries.
 //!
-//! A transition replies only after [`GroupCommit::wait`] sees its batch durable. If a flush
-//! fails, the store is poisoned: every waiter and every later write gets
-//! [`StorageError::Unavailable`], because memory is now ahead of the disk and only a restart
-//! (recovery from disk) makes them agree again.
+//! A transition replies only after [`GroupCommit::wait`] sees its batch durable. If a commit
+//! fails, every waiter of that batch and of the batch filling meanwhile gets
+//! [`StorageError::Unavailable`] (never `Ok`), further writes are refused, and the in-memory
+//! index is rebuilt from what fjall committed, so that memory equals disk again. After a lack
+//! of space (`ENOSPC`) fjall is reopened in-process and writes resume once the free space is back
+//! above `storage.min_free_bytes`; after any other failure (an fsync error cannot be retried
+//! safely) writes stay refused until a restart. Below the mark, the flusher refuses new writes
+//! before the disk is full (checked with `statvfs` after commits and every 200 ms while
+//! refusing).
 
+use super::space;
 use crate::config::PersistMode;
-use crate::storage::StorageError;
+use crate::storage::{StorageError, StorageHealth};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// After this long without a write, the flusher seals fjall's memtables, so that they are
@@ -98,10 +105,62 @@ impl Keyspaces {
     }
 }
 
+/// How often the flusher looks at the free space while it refuses writes for lack of it, and
+/// at most how often it looks after commits.
+const SPACE_PROBE_EVERY: Duration = Duration::from_millis(200);
+const SPACE_PROBE_AFTER_COMMITS: Duration = Duration::from_millis(20);
+/// With the free-space mark off (`min_free_bytes = 0`), a poisoned engine (a background flush
+/// or compaction failed) is taken for a lack of space when less than this is free.
+const POISONED_LOW_SPACE: u64 = 8 * 1024 * 1024;
+
+/// What the flusher needs from the store: the current fjall handles, and a way to make the
+/// in-memory index equal what fjall holds after a failed commit.
+pub(crate) trait Engine: Sync {
+    /// The current handles; `None` while fjall is being reopened.
+    fn keyspaces(&self) -> Option<Keyspaces>;
+    /// Rebuilds the in-memory index from fjall's committed state under the store's state lock,
+    /// then calls `then` (still under that lock).
+    fn rebuild(&self, then: &mut dyn FnMut()) -> Result<(), StorageError>;
+    /// Drops every fjall handle and opens the directory again, which clears fjall's poisoned
+    /// flag (fjall refuses every write once a write failed) and replays its journal: a torn
+    /// batch at the tail is discarded.
+    fn reopen(&self) -> Result<(), StorageError>;
+}
+
+/// Why writes are refused.
+#[derive(Debug, Clone)]
+enum Refusal {
+    /// Free space is below the mark: new transitions are refused, but ops already appended
+    /// (by transitions that passed the check) are still committed, from the headroom.
+    LowSpace(String),
+    /// A commit failed: nothing more is committed until the store has resynced (after a lack
+    /// of space) or ever (another failure).
+    Failed(String),
+}
+
+impl Refusal {
+    fn message(&self) -> &str {
+        match self {
+            Refusal::LowSpace(m) | Refusal::Failed(m) => m,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Durable {
     batch: u64,
-    failed: Option<String>,
+    /// Batch ranges (inclusive) that were discarded by a failed commit, with the reason. A
+    /// waiter of one of them gets an error even once later batches are durable.
+    failed: Vec<(u64, u64, String)>,
+}
+
+impl Durable {
+    fn failure(&self, id: u64) -> Option<&str> {
+        self.failed
+            .iter()
+            .find(|(from, to, _)| (*from..=*to).contains(&id))
+            .map(|(_, _, why)| why.as_str())
+    }
 }
 
 #[derive(Debug)]
@@ -110,7 +169,15 @@ struct Filling {
     /// The number of the batch being filled; batch 0 is "already durable".
     id: u64,
     closing: bool,
-    failed: Option<String>,
+    refusal: Option<Refusal>,
+}
+
+/// Where the data lives and how much free space it keeps.
+#[derive(Debug, Clone)]
+pub(crate) struct SpaceMark {
+    pub(crate) dir: PathBuf,
+    /// Below this many free bytes new writes are refused; 0 turns the check off.
+    pub(crate) min_free_bytes: u64,
 }
 
 /// The batch being filled and the durability watermark.
@@ -122,34 +189,65 @@ pub(crate) struct GroupCommit {
     durable: watch::Sender<Durable>,
     durable_batch: AtomicU64,
     mode: PersistMode,
+    space: SpaceMark,
+    health: watch::Sender<StorageHealth>,
+}
+
+enum Next {
+    Batch(Vec<WriteOp>, u64),
+    Seal,
+    Probe,
 }
 
 impl GroupCommit {
-    pub(crate) fn new(mode: PersistMode) -> Self {
+    pub(crate) fn new(mode: PersistMode, space: SpaceMark) -> Self {
         GroupCommit {
             filling: Mutex::new(Filling {
                 ops: Vec::new(),
                 id: 1,
                 closing: false,
-                failed: None,
+                refusal: None,
             }),
             work: Condvar::new(),
             durable: watch::Sender::new(Durable::default()),
             durable_batch: AtomicU64::new(0),
             mode,
+            space,
+            health: watch::Sender::new(StorageHealth::Serving),
         }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Filling> {
+        self.filling.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The store's health.
+    pub(crate) fn health(&self) -> watch::Receiver<StorageHealth> {
+        self.health.subscribe()
+    }
+
+    fn set_health(&self, h: StorageHealth) {
+        self.health.send_if_modified(|cur| {
+            let changed = *cur != h;
+            *cur = h;
+            changed
+        });
     }
 
     /// Appends `ops` to the filling batch and returns its number (0 when `ops` is empty).
     ///
+    /// Only a failed commit or a close refuses here; a lack of space is checked by
+    /// [`GroupCommit::check_writable`] before the transition changes anything, so that a
+    /// transition that passed that check never leaves memory changed without its writes.
+    ///
     /// # Errors
-    /// [`StorageError::Unavailable`] once a flush has failed or the store is closing.
+    /// [`StorageError::Unavailable`] once a commit has failed or the store is closing.
     pub(crate) fn append(&self, ops: Vec<WriteOp>) -> Result<u64, StorageError> {
         if ops.is_empty() {
             return Ok(0);
         }
-        let mut f = self.filling.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(why) = &f.failed {
+        let mut f = self.lock();
+        if let Some(Refusal::Failed(why)) = &f.refusal {
             return Err(StorageError::Unavailable(why.clone()));
         }
         if f.closing {
@@ -171,13 +269,20 @@ impl GroupCommit {
         Ok(id)
     }
 
-    /// Fails fast when the store is poisoned.
+    /// Refuses a write transition while writes are refused (too little space, a failed commit,
+    /// shutting down). Transitions call it under the store's state lock, before they change
+    /// anything.
     pub(crate) fn check_writable(&self) -> Result<(), StorageError> {
-        let f = self.filling.lock().unwrap_or_else(|e| e.into_inner());
-        match &f.failed {
-            Some(why) => Err(StorageError::Unavailable(why.clone())),
-            None => Ok(()),
+        let f = self.lock();
+        if let Some(r) = &f.refusal {
+            return Err(StorageError::Unavailable(r.message().to_string()));
         }
+        if f.closing {
+            return Err(StorageError::Unavailable(
+                "the server is shutting down".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The newest durable batch.
@@ -188,26 +293,198 @@ impl GroupCommit {
     /// Waits until batch `id` is durable.
     ///
     /// # Errors
-    /// [`StorageError::Unavailable`] if a flush failed before it got there.
+    /// [`StorageError::Unavailable`] if the batch was discarded by a failed commit (its own or
+    /// an earlier one's): never `Ok` for a write that did not reach the disk.
     pub(crate) async fn wait(&self, id: u64) -> Result<(), StorageError> {
-        if id == 0 || self.durable_batch() >= id {
+        if id == 0 {
             return Ok(());
         }
         let mut rx = self.durable.subscribe();
         let d = rx
-            .wait_for(|d| d.batch >= id || d.failed.is_some())
+            .wait_for(|d| d.batch >= id || d.failure(id).is_some())
             .await
             .map_err(|_| StorageError::Unavailable("the flusher stopped".into()))?;
-        if d.batch >= id {
-            return Ok(());
+        match d.failure(id) {
+            Some(why) => Err(StorageError::Unavailable(why.to_string())),
+            None => Ok(()),
         }
-        Err(StorageError::Unavailable(
-            d.failed.clone().unwrap_or_default(),
-        ))
+    }
+
+    /// Looks at the free space: below the mark, new writes are refused; back above it (and
+    /// not failed), they are taken again.
+    fn probe_space(&self) {
+        let min = self.space.min_free_bytes;
+        let refusing_for_space = matches!(self.lock().refusal, Some(Refusal::LowSpace(_)));
+        if min == 0 && !refusing_for_space {
+            return;
+        }
+        // With the mark off, writes refused after an ENOSPC resume above a small floor.
+        let resume_at = if min == 0 { POISONED_LOW_SPACE } else { min };
+        let free = match space::free_bytes(&self.space.dir) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, dir = %self.space.dir.display(), "cannot read the free space");
+                return;
+            }
+        };
+        let mut f = self.lock();
+        match (&f.refusal, free >= resume_at) {
+            (None, false) if min > 0 => {
+                let why = space::no_space_message(&self.space.dir, Some(free), min);
+                tracing::error!(free, min_free_bytes = min, dir = %self.space.dir.display(), "free space below storage.min_free_bytes; refusing writes until space is freed");
+                f.refusal = Some(Refusal::LowSpace(why.clone()));
+                drop(f);
+                self.set_health(StorageHealth::Refusing(why));
+            }
+            (Some(Refusal::LowSpace(_)), true) => {
+                tracing::warn!(
+                    free,
+                    min_free_bytes = min,
+                    "free space back above storage.min_free_bytes; taking writes again"
+                );
+                f.refusal = None;
+                drop(f);
+                self.set_health(StorageHealth::Serving);
+            }
+            _ => {}
+        }
+    }
+
+    /// Waits up to `d` on the work condvar; returns true when the store is closing.
+    fn pause(&self, d: Duration) -> bool {
+        let f = self.lock();
+        if f.closing {
+            return true;
+        }
+        let (f, _) = self
+            .work
+            .wait_timeout(f, d)
+            .unwrap_or_else(|e| e.into_inner());
+        f.closing
+    }
+
+    /// After a failed commit of batch `id`: refuse, fail every waiter of this and every later
+    /// batch, make memory equal what fjall holds, and, after a lack of space, reopen fjall
+    /// and wait for the free space to come back. Returns false when the flusher must stop.
+    fn on_commit_failed(
+        &self,
+        engine: &dyn Engine,
+        id: u64,
+        e: &fjall::Error,
+        failed: Keyspaces,
+        touched: Vec<(Ks, Vec<u8>)>,
+    ) -> bool {
+        let dir = &self.space.dir;
+        let free = space::free_bytes(dir).ok();
+        let low = self.space.min_free_bytes.max(POISONED_LOW_SPACE);
+        let no_space = space::is_no_space(e)
+            || (matches!(e, fjall::Error::Poisoned) && free.is_some_and(|b| b < low));
+        let why = if no_space {
+            space::no_space_message(dir, free, self.space.min_free_bytes)
+        } else {
+            format!(
+                "storage in {} failed to write ({e}); writes are refused until the server is \
+                 restarted",
+                dir.display()
+            )
+        };
+        tracing::error!(error = %e, batch = id, no_space, dir = %dir.display(), "storage write failed; refusing writes");
+        {
+            let mut f = self.lock();
+            f.refusal = Some(Refusal::Failed(why.clone()));
+            // The batch filling meanwhile is discarded too: its transitions changed memory
+            // after the failed one, and fjall refuses every write now.
+            f.ops = Vec::new();
+            let last = f.id;
+            f.id += 1;
+            self.durable
+                .send_modify(|d| d.failed.push((id, last, why.clone())));
+        }
+        self.set_health(if no_space {
+            StorageHealth::Refusing(why.clone())
+        } else {
+            StorageHealth::Failed(why.clone())
+        });
+        // Memory equals what fjall holds (the failed batch never reached its memtables).
+        if let Err(e) = engine.rebuild(&mut || {}) {
+            tracing::error!(error = %e, "rebuilding the index after a failed write failed");
+        }
+        if !no_space {
+            return true;
+        }
+        // fjall stays poisoned until it is reopened. But its journal writer still buffers the
+        // failed batch and writes it out again whenever it flushes (a background flush, the
+        // close before the reopen) and space happens to be there: the batch may reach the disk
+        // after all. So the committed values of every key it touched are read now, from the
+        // poisoned engine (its memtables never got the failed batch), and written back after
+        // the reopen: the journal then ends with the undo, whatever came before it.
+        let mut undo = Vec::with_capacity(touched.len());
+        for (k, key) in touched {
+            match failed.get(k).get(&key) {
+                Ok(v) => undo.push((k, key, v)),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read what a failed batch touched; refusing writes until restart");
+                    let why = format!(
+                        "storage in {} failed to write and cannot be read back ({e}); writes \
+                         are refused until the server is restarted",
+                        dir.display()
+                    );
+                    self.lock().refusal = Some(Refusal::Failed(why.clone()));
+                    self.set_health(StorageHealth::Failed(why));
+                    return true;
+                }
+            }
+        }
+        // Every handle must go for the reopen.
+        drop(failed);
+        loop {
+            let undone = engine.reopen().and_then(|()| {
+                let ks = engine
+                    .keyspaces()
+                    .ok_or_else(|| StorageError::Unavailable("storage is being reopened".into()))?;
+                let mut batch = ks.db.batch().durability(Some(fjall::PersistMode::SyncAll));
+                for (k, key, v) in &undo {
+                    match v {
+                        Some(v) => batch.insert(ks.get(*k), key.clone(), v.clone()),
+                        None => batch.remove(ks.get(*k), key.clone()),
+                    }
+                }
+                batch
+                    .commit()
+                    .map_err(|e| StorageError::Io(format!("undoing the failed batch: {e}")))
+            });
+            match undone {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reopening storage after a lack of space failed; retrying");
+                    if self.pause(SPACE_PROBE_EVERY) {
+                        return false;
+                    }
+                }
+            }
+        }
+        // The reopened journal is what is on disk now; make memory equal it, then refuse only
+        // for the lack of space, which the probe clears once space is back.
+        let rebuilt = engine.rebuild(&mut || {
+            self.lock().refusal = Some(Refusal::LowSpace(why.clone()));
+        });
+        if let Err(e) = rebuilt {
+            tracing::error!(error = %e, "rebuilding the index after reopening storage failed; refusing writes until restart");
+            let why = format!(
+                "storage in {} could not be reloaded after running out of space ({e}); writes \
+                 are refused until the server is restarted",
+                dir.display()
+            );
+            self.lock().refusal = Some(Refusal::Failed(why.clone()));
+            self.set_health(StorageHealth::Failed(why));
+            return true;
+        }
+        tracing::info!(dir = %dir.display(), "storage reopened after running out of space; writes resume once free space is back above storage.min_free_bytes");
+        true
     }
 
     /// The flusher loop; runs on its own thread until [`GroupCommit::close`].
-    pub(crate) fn run_flusher(&self, ks: &Keyspaces) {
+    pub(crate) fn run_flusher(&self, engine: &dyn Engine) {
         let mode = match self.mode {
             PersistMode::SyncAll => fjall::PersistMode::SyncAll,
             PersistMode::SyncData => fjall::PersistMode::SyncData,
@@ -215,48 +492,77 @@ impl GroupCommit {
         };
         // Whether anything was written since the memtables were last sealed for idleness.
         let mut written = false;
+        let mut probed = Instant::now();
+        self.probe_space();
         loop {
             let next = {
-                let mut f = self.filling.lock().unwrap_or_else(|e| e.into_inner());
+                let mut f = self.lock();
                 loop {
                     if !f.ops.is_empty() {
                         let ops = std::mem::take(&mut f.ops);
                         let id = f.id;
                         f.id += 1;
-                        break Some((ops, id));
+                        break Next::Batch(ops, id);
                     }
                     if f.closing {
                         return;
                     }
-                    if !written {
+                    let low_space = matches!(f.refusal, Some(Refusal::LowSpace(_)));
+                    if !written && !low_space {
                         f = self.work.wait(f).unwrap_or_else(|e| e.into_inner());
                         continue;
                     }
+                    let timeout = if low_space {
+                        SPACE_PROBE_EVERY
+                    } else {
+                        IDLE_SEAL_AFTER
+                    };
                     let (g, waited) = self
                         .work
-                        .wait_timeout(f, IDLE_SEAL_AFTER)
+                        .wait_timeout(f, timeout)
                         .unwrap_or_else(|e| e.into_inner());
                     f = g;
                     if waited.timed_out() && f.ops.is_empty() && !f.closing {
-                        break None;
+                        break if low_space { Next::Probe } else { Next::Seal };
                     }
                 }
             };
-            let Some((ops, id)) = next else {
-                written = false;
-                ks.seal_idle_memtables();
-                continue;
+            let (ops, id) = match next {
+                Next::Probe => {
+                    self.probe_space();
+                    probed = Instant::now();
+                    continue;
+                }
+                Next::Seal => {
+                    written = false;
+                    if let Some(ks) = engine.keyspaces() {
+                        ks.seal_idle_memtables();
+                    }
+                    continue;
+                }
+                Next::Batch(ops, id) => (ops, id),
             };
             written = true;
+            let Some(ks) = engine.keyspaces() else {
+                // Only while reopening, when nothing can be appended; never reached.
+                self.durable.send_modify(|d| {
+                    d.failed
+                        .push((id, id, "storage is being reopened".to_string()))
+                });
+                continue;
+            };
             let mut batch = ks.db.batch().durability(Some(mode));
+            // The keys of the batch, to undo it should it fail and still reach the disk.
+            let mut touched = Vec::with_capacity(ops.len());
             for op in ops {
+                touched.push((op.ks, op.key.clone()));
                 let keyspace = ks.get(op.ks);
                 match op.value {
                     Some(v) => batch.insert(keyspace, op.key, v),
                     None => batch.remove(keyspace, op.key),
                 }
             }
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             let result = batch.commit();
             let took = started.elapsed();
             if took > SLOW_COMMIT {
@@ -270,17 +576,18 @@ impl GroupCommit {
             }
             match result {
                 Ok(()) => {
+                    drop(ks);
                     self.durable_batch.store(id, Ordering::Release);
                     self.durable.send_modify(|d| d.batch = id);
+                    if probed.elapsed() >= SPACE_PROBE_AFTER_COMMITS {
+                        self.probe_space();
+                        probed = Instant::now();
+                    }
                 }
                 Err(e) => {
-                    let why = format!("write of batch {id} failed: {e}");
-                    tracing::error!(error = %e, batch = id, "storage write failed; refusing further writes until restart");
-                    self.filling
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .failed = Some(why.clone());
-                    self.durable.send_modify(|d| d.failed = Some(why));
+                    if !self.on_commit_failed(engine, id, &e, ks, touched) {
+                        return;
+                    }
                 }
             }
         }
@@ -288,10 +595,7 @@ impl GroupCommit {
 
     /// Asks the flusher to write what is pending and stop.
     pub(crate) fn close(&self) {
-        self.filling
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .closing = true;
+        self.lock().closing = true;
         self.work.notify_all();
     }
 }
@@ -322,10 +626,29 @@ mod tests {
             queues: ks("queues"),
             db: db.clone(),
         };
-        let commit = Arc::new(GroupCommit::new(PersistMode::Buffer));
+        struct Fixed(Keyspaces);
+        impl Engine for Fixed {
+            fn keyspaces(&self) -> Option<Keyspaces> {
+                Some(self.0.clone())
+            }
+            fn rebuild(&self, then: &mut dyn FnMut()) -> Result<(), StorageError> {
+                then();
+                Ok(())
+            }
+            fn reopen(&self) -> Result<(), StorageError> {
+                Ok(())
+            }
+        }
+        let commit = Arc::new(GroupCommit::new(
+            PersistMode::Buffer,
+            SpaceMark {
+                dir: dir.path().to_path_buf(),
+                min_free_bytes: 0,
+            },
+        ));
         let flusher = {
-            let (commit, keyspaces) = (commit.clone(), keyspaces.clone());
-            std::thread::spawn(move || commit.run_flusher(&keyspaces))
+            let (commit, engine) = (commit.clone(), Fixed(keyspaces.clone()));
+            std::thread::spawn(move || commit.run_flusher(&engine))
         };
         // About 4 MiB in memtables: well over IDLE_SEAL_MIN_BYTES.
         let ops = (0u32..4096)

@@ -15,12 +15,13 @@ pub(crate) mod dedup_index;
 pub(crate) mod group_commit;
 pub(crate) mod job_index;
 mod recovery;
+mod space;
 
 use self::codec::{Body, DedupRecord, Meta, QueueRecord, Stage};
 use self::dedup_index::{DedupEntry, DedupIndex};
-use self::group_commit::{GroupCommit, Keyspaces, Ks, WriteOp};
+use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::JobIndex;
-use super::{InsertOutcome, Maintenance, ReadySignals, StorageError, Store};
+use super::{InsertOutcome, Maintenance, ReadySignals, StorageError, StorageHealth, Store};
 use crate::config::PersistMode;
 use crate::queue::dedup::record_key;
 use crate::queue::model::{
@@ -30,7 +31,7 @@ use crate::queue::model::{
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tokio::sync::Notify;
 
 /// How to open the embedded store.
@@ -42,6 +43,9 @@ pub struct EmbeddedOptions {
     pub persist_mode: PersistMode,
     /// How long dead letters are kept, in milliseconds; 0 deletes them at once.
     pub dead_letter_retention_ms: u64,
+    /// Below this many free bytes on the data directory's filesystem, writes are refused
+    /// (`UNAVAILABLE`) until space is back; 0 turns the check off.
+    pub min_free_bytes: u64,
 }
 
 /// What the recovery found, for the start-up log.
@@ -63,7 +67,9 @@ pub(crate) struct State {
 struct Shared {
     state: Mutex<State>,
     commit: GroupCommit,
-    ks: Keyspaces,
+    /// The fjall handles; `None` only while fjall is reopened after running out of space.
+    ks: RwLock<Option<Keyspaces>>,
+    path: PathBuf,
     signals: Arc<ReadySignals>,
     retention_ms: u64,
     /// The deadline the sweeper currently sleeps toward; earlier new deadlines wake it.
@@ -99,8 +105,15 @@ impl EmbeddedStore {
         let (ks, state, report) = recovery::open(&opts.path)?;
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
-            commit: GroupCommit::new(opts.persist_mode),
-            ks,
+            commit: GroupCommit::new(
+                opts.persist_mode,
+                SpaceMark {
+                    dir: opts.path.clone(),
+                    min_free_bytes: opts.min_free_bytes,
+                },
+            ),
+            ks: RwLock::new(Some(ks)),
+            path: opts.path.clone(),
             signals,
             retention_ms: opts.dead_letter_retention_ms,
             next_wake: AtomicI64::new(i64::MAX),
@@ -109,7 +122,7 @@ impl EmbeddedStore {
         let flusher_shared = shared.clone();
         let flusher = std::thread::Builder::new()
             .name("sepp-flusher".into())
-            .spawn(move || flusher_shared.commit.run_flusher(&flusher_shared.ks))
+            .spawn(move || flusher_shared.commit.run_flusher(&*flusher_shared))
             .map_err(|e| StorageError::Io(format!("cannot start the flusher thread: {e}")))?;
         Ok(EmbeddedStore {
             shared,
@@ -125,7 +138,9 @@ impl EmbeddedStore {
 
     /// Bytes on disk (journal and tables), as fjall reports them.
     pub fn disk_space(&self) -> u64 {
-        self.shared.ks.db.disk_space().unwrap_or(0)
+        self.shared
+            .keyspaces()
+            .map_or(0, |ks| ks.db.disk_space().unwrap_or(0))
     }
 }
 
@@ -142,8 +157,18 @@ impl Shared {
         }
     }
 
+    /// The current fjall handles.
+    fn ks(&self) -> Result<Keyspaces, StorageError> {
+        self.keyspaces().ok_or_else(|| {
+            StorageError::Unavailable(format!(
+                "storage in {} is being reopened after running out of space",
+                self.path.display()
+            ))
+        })
+    }
+
     fn body(&self, id: JobId) -> Result<Option<Body>, StorageError> {
-        match self.ks.jobs.get(id.to_bytes()) {
+        match self.ks()?.jobs.get(id.to_bytes()) {
             Ok(Some(v)) => Ok(Some(Body::decode(&v)?)),
             Ok(None) => Ok(None),
             Err(e) => Err(StorageError::Io(e.to_string())),
@@ -233,6 +258,8 @@ impl Shared {
         let mut earliest: Option<UnixMs> = None;
         {
             let mut st = self.lock();
+            // Under the lock, before anything changes: see `GroupCommit::check_writable`.
+            self.commit.check_writable()?;
             let durable = self.commit.durable_batch();
             // Plan: dedup lookups (index, then earlier jobs of this batch) and depth checks.
             let mut batch_keys: HashMap<&[u8], JobId> = HashMap::new();
@@ -368,10 +395,13 @@ impl Shared {
         }
     }
 
-    /// Checks that `id` is in flight under `attempt`.
-    fn fence(st: &State, id: JobId, attempt: u32) -> Result<&Meta, SettleRefusal> {
+    /// Checks that `id` is in flight under `attempt` at `now`: a lease whose deadline has
+    /// passed (`expires <= now`) no longer counts as in flight, whether or not the sweeper has
+    /// redelivered the job yet, so a late ack, nack or extend is refused and an extend never
+    /// revives an expired lease.
+    fn fence(st: &State, id: JobId, attempt: u32, now: UnixMs) -> Result<&Meta, SettleRefusal> {
         match st.jobs.get(id) {
-            Some(m) if matches!(m.stage, Stage::InFlight { .. }) => {
+            Some(m) if matches!(m.stage, Stage::InFlight { expires } if expires > now) => {
                 if m.attempt == attempt {
                     Ok(m)
                 } else {
@@ -380,6 +410,41 @@ impl Shared {
             }
             _ => Err(SettleRefusal::NotInFlight),
         }
+    }
+}
+
+impl Engine for Shared {
+    fn keyspaces(&self) -> Option<Keyspaces> {
+        self.ks.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn rebuild(&self, then: &mut dyn FnMut()) -> Result<(), StorageError> {
+        let mut st = self.lock();
+        if let Some(ks) = self.keyspaces() {
+            let (state, report) = recovery::load_state(&ks, false)?;
+            *st = state;
+            tracing::info!(
+                jobs = report.jobs,
+                dedup_records = report.dedup_records,
+                "in-memory index rebuilt from disk"
+            );
+        }
+        then();
+        drop(st);
+        // Deadlines and ready jobs may differ from what the sweeper and waiters last saw.
+        self.next_wake.store(i64::MAX, Ordering::Relaxed);
+        self.deadline.notify_one();
+        self.signals.wake_all();
+        Ok(())
+    }
+
+    fn reopen(&self) -> Result<(), StorageError> {
+        // Every handle must go before fjall can be opened again (it holds a lock file); a
+        // reader still holding a clone makes the open fail with "locked", and it is retried.
+        drop(self.ks.write().unwrap_or_else(|e| e.into_inner()).take());
+        let ks = recovery::open_db(&self.path)?;
+        *self.ks.write().unwrap_or_else(|e| e.into_inner()) = Some(ks);
+        Ok(())
     }
 }
 
@@ -412,6 +477,7 @@ impl Store for EmbeddedStore {
         now: UnixMs,
     ) -> Result<Vec<InsertOutcome>, StorageError> {
         let sh = &*self.shared;
+        // Refused early before encoding (and again under the lock).
         sh.commit.check_writable()?;
         // Encode outside the lock: bodies can be large.
         let keys: Vec<Option<Vec<u8>>> = jobs
@@ -451,6 +517,7 @@ impl Store for EmbeddedStore {
         let mut leased = Vec::new();
         let batch = {
             let mut st = sh.lock();
+            sh.commit.check_writable()?;
             let mut ops = Vec::new();
             for queue in &spec.queues {
                 if st.jobs.queue(queue).is_none_or(|q| q.paused) {
@@ -509,10 +576,10 @@ impl Store for EmbeddedStore {
         now: UnixMs,
     ) -> Result<Result<(), SettleRefusal>, StorageError> {
         let sh = &*self.shared;
-        sh.commit.check_writable()?;
         let batch = {
             let mut st = sh.lock();
-            if let Err(r) = Shared::fence(&st, id, attempt) {
+            sh.commit.check_writable()?;
+            if let Err(r) = Shared::fence(&st, id, attempt, now) {
                 return Ok(Err(r));
             }
             let mut ops = Vec::with_capacity(2);
@@ -532,11 +599,11 @@ impl Store for EmbeddedStore {
         now: UnixMs,
     ) -> Result<Result<bool, SettleRefusal>, StorageError> {
         let sh = &*self.shared;
-        sh.commit.check_writable()?;
         let mut ready_queue = None;
         let (batch, dead) = {
             let mut st = sh.lock();
-            if let Err(r) = Shared::fence(&st, id, attempt) {
+            sh.commit.check_writable()?;
+            if let Err(r) = Shared::fence(&st, id, attempt, now) {
                 return Ok(Err(r));
             }
             let mut ops = Vec::with_capacity(2);
@@ -585,11 +652,11 @@ impl Store for EmbeddedStore {
         now: UnixMs,
     ) -> Result<Result<UnixMs, SettleRefusal>, StorageError> {
         let sh = &*self.shared;
-        sh.commit.check_writable()?;
         let expires = now.saturating_add(to_ms(lease_ms));
         let batch = {
             let mut st = sh.lock();
-            if let Err(r) = Shared::fence(&st, id, attempt) {
+            sh.commit.check_writable()?;
+            if let Err(r) = Shared::fence(&st, id, attempt, now) {
                 return Ok(Err(r));
             }
             let Some(m) = st
@@ -611,11 +678,11 @@ impl Store for EmbeddedStore {
         max: u32,
     ) -> Result<Vec<DeadLetter>, StorageError> {
         let sh = &*self.shared;
-        sh.commit.check_writable()?;
         let now = crate::queue::model::now_ms();
         let mut records = Vec::new();
         let batch = {
             let mut st = sh.lock();
+            sh.commit.check_writable()?;
             let picked = Shared::select_dead(
                 &st,
                 &DeadLetterSelector::Oldest {
@@ -645,12 +712,12 @@ impl Store for EmbeddedStore {
 
     async fn maintain(&self, now: UnixMs, budget: usize) -> Result<Maintenance, StorageError> {
         let sh = &*self.shared;
-        sh.commit.check_writable()?;
         let mut report = Maintenance::default();
         let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
         let batch;
         {
             let mut st = sh.lock();
+            sh.commit.check_writable()?;
             let mut ops = Vec::new();
             let mut left = budget;
             // Expired leases: redeliver, or dead-letter on the last attempt.
@@ -878,10 +945,10 @@ impl Store for EmbeddedStore {
         now: UnixMs,
     ) -> Result<Vec<JobId>, StorageError> {
         let sh = &*self.shared;
-        sh.commit.check_writable()?;
         let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
         let (ids, batch) = {
             let mut st = sh.lock();
+            sh.commit.check_writable()?;
             let ids = Shared::select_dead(&st, selector);
             let mut ops = Vec::with_capacity(ids.len());
             for id in &ids {
@@ -917,9 +984,9 @@ impl Store for EmbeddedStore {
         now: UnixMs,
     ) -> Result<Vec<JobId>, StorageError> {
         let sh = &*self.shared;
-        sh.commit.check_writable()?;
         let (ids, batch) = {
             let mut st = sh.lock();
+            sh.commit.check_writable()?;
             let ids = Shared::select_dead(&st, selector);
             let mut ops = Vec::with_capacity(ids.len() * 2);
             for id in &ids {
@@ -938,9 +1005,9 @@ impl Store for EmbeddedStore {
 
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), StorageError> {
         let sh = &*self.shared;
-        sh.commit.check_writable()?;
         let (batch, ready) = {
             let mut st = sh.lock();
+            sh.commit.check_writable()?;
             let name = st.jobs.intern(&Arc::from(queue));
             let q = st.jobs.queue_mut(&name);
             q.paused = paused;
@@ -976,6 +1043,10 @@ impl Store for EmbeddedStore {
         self.shared.deadline.notified().await;
     }
 
+    fn health(&self) -> tokio::sync::watch::Receiver<StorageHealth> {
+        self.shared.commit.health()
+    }
+
     async fn close(&self) -> Result<(), StorageError> {
         self.shared.commit.close();
         let handle = self
@@ -986,11 +1057,13 @@ impl Store for EmbeddedStore {
         if let Some(h) = handle {
             let _ = tokio::task::spawn_blocking(move || h.join()).await;
         }
-        self.shared
-            .ks
-            .db
-            .persist(fjall::PersistMode::SyncAll)
-            .map_err(|e| StorageError::Io(e.to_string()))
+        match self.shared.keyspaces() {
+            Some(ks) => ks
+                .db
+                .persist(fjall::PersistMode::SyncAll)
+                .map_err(|e| StorageError::Io(e.to_string())),
+            None => Ok(()),
+        }
     }
 }
 
@@ -1001,3 +1074,6 @@ impl EmbeddedStore {
         (st.jobs.len(), st.dedup.len())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -33,6 +33,14 @@ const JOBS_MEMTABLE: u64 = 32 * 1024 * 1024;
 const INDEX_MEMTABLE: u64 = 16 * 1024 * 1024;
 
 pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), StorageError> {
+    let keyspaces = open_db(path)?;
+    let (state, report) = load_state(&keyspaces, true)?;
+    Ok((keyspaces, state, report))
+}
+
+/// Opens fjall at `path` (replaying its journal), checks the format version and makes sure every
+/// keyspace has its sentinel. Writes only on a new directory.
+pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
     let db = fjall::Database::builder(path)
         .manual_journal_persist(true)
         .max_journaling_size(MAX_JOURNAL)
@@ -100,6 +108,17 @@ pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), St
         }
     }
 
+    Ok(keyspaces)
+}
+
+/// Rebuilds the in-memory index from what fjall holds. With `purge_expired` (at start), expired
+/// dedup records are deleted from disk on the way; without it (an in-process rebuild after a
+/// failed write, when writing may be impossible) they are loaded and the sweeper purges them.
+pub(super) fn load_state(
+    keyspaces: &Keyspaces,
+    purge_expired: bool,
+) -> Result<(State, RecoveryReport), StorageError> {
+    let db = &keyspaces.db;
     let mut jobs = JobIndex::default();
     for guard in keyspaces.meta.iter() {
         let (k, v) = guard.into_inner().map_err(io)?;
@@ -131,7 +150,7 @@ pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), St
             continue;
         }
         let rec = DedupRecord::decode(&v)?;
-        if rec.expires_at <= now {
+        if purge_expired && rec.expires_at <= now {
             expired.push(k);
             continue;
         }
@@ -156,5 +175,5 @@ pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), St
     }
     report.jobs = jobs.len();
     report.dedup_records = dedup.len();
-    Ok((keyspaces, State { jobs, dedup }, report))
+    Ok((State { jobs, dedup }, report))
 }
