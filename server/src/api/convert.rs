@@ -6,6 +6,7 @@ use crate::queue::model::{
 use prost_types::{Duration, Timestamp};
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::job_rejection::Reason;
+use tonic::Status;
 
 /// A protobuf duration in whole milliseconds. A positive duration shorter than 1 ms counts as
 /// 1 ms, so that "positive" survives the rounding.
@@ -17,6 +18,67 @@ pub(crate) fn duration_ms(d: &Duration) -> i64 {
         nanos / 1_000_000
     };
     ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// The range of `google.protobuf.Duration`: about ±10 000 years.
+const DURATION_MAX_SECONDS: i64 = 315_576_000_000;
+/// The range of `google.protobuf.Timestamp`: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+const TIMESTAMP_MIN_SECONDS: i64 = -62_135_596_800;
+const TIMESTAMP_MAX_SECONDS: i64 = 253_402_300_799;
+
+/// Why `d` is not a valid `google.protobuf.Duration` (seconds within ±315 576 000 000, nanos
+/// within ±999 999 999 and of the sign of seconds), if it is not.
+fn duration_problem(d: &Duration) -> Option<String> {
+    if !(-DURATION_MAX_SECONDS..=DURATION_MAX_SECONDS).contains(&d.seconds) {
+        return Some(format!(
+            "seconds is {}: allowed -{DURATION_MAX_SECONDS} to {DURATION_MAX_SECONDS}",
+            d.seconds
+        ));
+    }
+    if !(-999_999_999..=999_999_999).contains(&d.nanos) {
+        return Some(format!(
+            "nanos is {}: allowed -999999999 to 999999999",
+            d.nanos
+        ));
+    }
+    if (d.seconds > 0 && d.nanos < 0) || (d.seconds < 0 && d.nanos > 0) {
+        return Some(format!(
+            "nanos is {} and seconds {}: they must have the same sign",
+            d.nanos, d.seconds
+        ));
+    }
+    None
+}
+
+/// A request's duration field in milliseconds ([`duration_ms`]), refused with
+/// `INVALID_ARGUMENT` naming `field` when its encoding is not a valid Duration.
+pub(crate) fn duration_arg(field: &str, d: Option<&Duration>) -> Result<Option<i64>, Status> {
+    d.map(|d| match duration_problem(d) {
+        Some(why) => Err(Status::invalid_argument(format!(
+            "{field} is not a valid google.protobuf.Duration: {why}"
+        ))),
+        None => Ok(duration_ms(d)),
+    })
+    .transpose()
+}
+
+/// A timestamp in milliseconds, or why its encoding is not a valid `google.protobuf.Timestamp`
+/// (seconds from year 1 to year 9999, nanos 0 to 999 999 999).
+pub(crate) fn timestamp_checked(t: &Timestamp) -> Result<UnixMs, String> {
+    if !(TIMESTAMP_MIN_SECONDS..=TIMESTAMP_MAX_SECONDS).contains(&t.seconds) {
+        return Err(format!(
+            "not a valid google.protobuf.Timestamp: seconds is {}: allowed \
+             {TIMESTAMP_MIN_SECONDS} to {TIMESTAMP_MAX_SECONDS}",
+            t.seconds
+        ));
+    }
+    if !(0..=999_999_999).contains(&t.nanos) {
+        return Err(format!(
+            "not a valid google.protobuf.Timestamp: nanos is {}: allowed 0 to 999999999",
+            t.nanos
+        ));
+    }
+    Ok(timestamp_ms(t))
 }
 
 pub(crate) fn ms_duration(ms: u64) -> Duration {
@@ -83,7 +145,7 @@ pub(crate) fn enqueue_in(r: pb::EnqueueRequest) -> EnqueueInput {
             tracestate: t.tracestate,
         }),
         custom,
-        scheduled_at: r.scheduled_at.as_ref().map(timestamp_ms),
+        scheduled_at: r.scheduled_at.as_ref().map(timestamp_checked),
     }
 }
 
