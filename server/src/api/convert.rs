@@ -278,6 +278,132 @@ mod tests {
         );
     }
 
+    fn extreme_job(len: usize, custom: usize, value: fn(usize) -> Value) -> Job {
+        use crate::queue::model::JobId;
+        Job {
+            id: JobId(u128::MAX),
+            queue: "q".repeat(len),
+            job_type: "t".repeat(len),
+            payload: Some(Payload {
+                data: vec![0xff; len],
+                encoding: "e".repeat(len),
+            }),
+            priority: 9,
+            trace_context: Some(TraceContext {
+                traceparent: "p".repeat(len),
+                tracestate: Some("s".repeat(len)),
+            }),
+            enqueued_at: i64::MIN,
+            attempt: u32::MAX,
+            max_attempts: u32::MAX,
+            lease_expires_at: Some(i64::MAX),
+            custom: (0..custom).map(|i| (format!("k{i}"), value(i))).collect(),
+            scheduled_at: Some(-1),
+        }
+    }
+
+    #[test]
+    fn the_reply_bound_is_at_least_the_real_encoding_of_extreme_jobs() {
+        use crate::queue::reply::{JobBounds, job_bytes};
+        use prost::Message;
+        let values: [fn(usize) -> Value; 5] = [
+            |_| Value::Int(i64::MIN),
+            |_| Value::Bool(true),
+            |_| Value::Double(f64::MAX),
+            |_| Value::String(String::new()),
+            |i| Value::String("v".repeat(i * 37)),
+        ];
+        // Lengths around the varint steps (127/128, 16 383/16 384, 2 097 151/2 097 152).
+        for len in [0, 1, 127, 128, 16_383, 16_384, 2_097_152] {
+            for (v, value) in values.iter().enumerate() {
+                for custom in [0, 1, 64, 300] {
+                    let job = extreme_job(len, custom, *value);
+                    let bound = job_bytes(&job);
+                    let reply = pb::ReserveResponse {
+                        jobs: vec![job_out(job)],
+                    };
+                    let real = reply.encoded_len() as u64;
+                    assert!(
+                        bound >= real,
+                        "len {len}, value kind {v}, {custom} entries: bound {bound} < {real}"
+                    );
+                }
+            }
+        }
+        // And the bound of the largest job the limits accept covers such a job.
+        let job = extreme_job(4096, 64, |_| Value::Int(-1));
+        let custom_total = job
+            .custom
+            .iter()
+            .map(|(k, v)| k.len() as u64 + v.counted_bytes())
+            .sum();
+        let b = JobBounds {
+            queue_name: 4096,
+            job_type: 4096,
+            payload: 4096,
+            encoding: 4096,
+            trace_context: 4096,
+            custom_entries: 64,
+            custom_total,
+        };
+        let reply = pb::ReserveResponse {
+            jobs: vec![job_out(job)],
+        };
+        assert!(b.reply_bytes() >= reply.encoded_len() as u64);
+    }
+
+    #[test]
+    fn invalid_well_known_type_encodings_name_what_is_wrong() {
+        let bad = [
+            (1, 1_000_000_000, "nanos is 1000000000"),
+            (1, -1, "same sign"),
+            (-1, 1, "same sign"),
+            (315_576_000_001, 0, "seconds is 315576000001"),
+        ];
+        for (seconds, nanos, says) in bad {
+            let e = duration_arg("lease_duration", Some(&Duration { seconds, nanos })).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(
+                e.message().starts_with("lease_duration is not a valid"),
+                "{}",
+                e.message()
+            );
+            assert!(e.message().contains(says), "{}", e.message());
+        }
+        assert_eq!(
+            duration_arg(
+                "d",
+                Some(&Duration {
+                    seconds: -2,
+                    nanos: -5
+                })
+            )
+            .unwrap(),
+            Some(-2000)
+        );
+        assert!(
+            timestamp_checked(&Timestamp {
+                seconds: 0,
+                nanos: -1
+            })
+            .is_err()
+        );
+        assert!(
+            timestamp_checked(&Timestamp {
+                seconds: 253_402_300_800,
+                nanos: 0
+            })
+            .is_err()
+        );
+        assert_eq!(
+            timestamp_checked(&Timestamp {
+                seconds: 1,
+                nanos: 5_000_000
+            }),
+            Ok(1005)
+        );
+    }
+
     #[test]
     fn timestamps_round_trip_at_millisecond_precision() {
         for ms in [0, 1, 999, 1_700_000_000_123, -1] {
