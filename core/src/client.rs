@@ -22,6 +22,11 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 /// The key limit assumed until the server says otherwise (the protocol's default).
 pub const DEFAULT_MAX_IDEMPOTENCY_KEY_BYTES: u32 = 256;
 
+/// The default receive limit, in bytes: at least the largest Reserve reply a sepp server
+/// sends by default (`limits.max_reserve_reply_bytes`, 4 MiB), with room for servers that
+/// raise it. Change it with [`SeppClientBuilder::max_receive_bytes`].
+pub const DEFAULT_MAX_RECEIVE_BYTES: usize = 16 * 1024 * 1024;
+
 /// TLS settings for `https://` addresses.
 #[derive(Debug, Clone, Default)]
 pub struct TlsOptions {
@@ -168,6 +173,7 @@ impl SeppClientBuilder {
                 retry: self.retry,
                 max_key_bytes: AtomicU32::new(DEFAULT_MAX_IDEMPOTENCY_KEY_BYTES),
                 max_enqueue_batch: AtomicU32::new(0),
+                max_reason_bytes: AtomicU32::new(0),
             }),
         })
     }
@@ -296,6 +302,9 @@ pub(crate) struct Inner {
     max_key_bytes: AtomicU32,
     /// The server's `max_enqueue_batch` (0 until known: not checked).
     max_enqueue_batch: AtomicU32,
+    /// The server's `max_reason_bytes` (0 until known, or from a server that does not
+    /// advertise it: not truncated).
+    max_reason_bytes: AtomicU32,
 }
 
 /// A client of a `sepp.v1` server.
@@ -336,7 +345,7 @@ impl SeppClient {
             tls: None,
             rpc_timeout: Some(Duration::from_secs(30)),
             connect_timeout: Duration::from_secs(10),
-            max_receive_bytes: 16 * 1024 * 1024,
+            max_receive_bytes: DEFAULT_MAX_RECEIVE_BYTES,
             retry: Some(RetryPolicy::default()),
         }
     }
@@ -357,6 +366,12 @@ impl SeppClient {
     /// The idempotency key limit requests are checked against, in UTF-8 bytes.
     pub fn max_idempotency_key_bytes(&self) -> u32 {
         self.inner.max_key_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The nack reason length the server keeps, in UTF-8 bytes, as it advertised it (0 until
+    /// known, or when it does not): longer reasons are cut to it before they are sent.
+    pub fn max_reason_bytes(&self) -> u32 {
+        self.inner.max_reason_bytes.load(Ordering::Relaxed)
     }
 
     pub(crate) fn request<T>(&self, msg: T, extra: Option<Duration>) -> tonic::Request<T> {
@@ -672,6 +687,13 @@ impl SeppClient {
             NackRetry::Delay(d) => Strategy::Delay(duration_to_proto(d)),
             NackRetry::DeadLetter => Strategy::DeadLetter(()),
         };
+        // The server keeps at most max_reason_bytes of a reason; cut it here to the same
+        // length (at a character boundary) rather than send what would not be kept.
+        let max = self.inner.max_reason_bytes.load(Ordering::Relaxed);
+        let reason = match reason {
+            Some(r) if max > 0 => Some(truncate_utf8(r, max as usize)),
+            r => r,
+        };
         let msg = pb::NackRequest {
             job_id: job_id.to_string(),
             attempt,
@@ -786,8 +808,23 @@ impl SeppClient {
         self.inner
             .max_enqueue_batch
             .store(info.max_enqueue_batch, Ordering::Relaxed);
+        self.inner
+            .max_reason_bytes
+            .store(info.max_reason_bytes, Ordering::Relaxed);
         Ok(info)
     }
+}
+
+/// `s` cut to at most `max` bytes at a UTF-8 character boundary.
+pub(crate) fn truncate_utf8(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
 }
 
 /// Decodes a wire rejection into the client's [`Rejection`].
@@ -869,5 +906,14 @@ mod tests {
         );
         assert!(normalize_addr("ftp://h:1").is_err());
         assert!(normalize_addr("").is_err());
+    }
+
+    #[test]
+    fn reasons_are_cut_at_a_character_boundary() {
+        assert_eq!(truncate_utf8("abc".into(), 5), "abc");
+        assert_eq!(truncate_utf8("abcdef".into(), 3), "abc");
+        // "é" is 2 bytes: a cut at 2 falls inside the second character of "aé".
+        assert_eq!(truncate_utf8("aéé".into(), 2), "a");
+        assert_eq!(truncate_utf8("é".into(), 0), "");
     }
 }

@@ -259,6 +259,16 @@ pub struct ServerInfo {
     pub dead_letter_retention_enabled: bool,
     /// Server-wide default dedup window (sepp servers only; `None` from others).
     pub dedup_window: Option<Duration>,
+    /// Longest nack reason kept, bytes; longer reasons are truncated (0: not advertised).
+    pub max_reason_bytes: u32,
+    /// Largest Reserve reply, bytes (0: not advertised).
+    pub max_reserve_reply_bytes: u64,
+    /// Longest traceparent and longest tracestate, each, bytes (0: not advertised).
+    pub max_trace_context_bytes: u32,
+    /// Longest Reserve worker id, bytes (0: not advertised).
+    pub max_worker_id_bytes: u32,
+    /// Longest payload encoding, bytes (0: not advertised).
+    pub max_encoding_bytes: u32,
 }
 
 impl ServerInfo {
@@ -285,6 +295,11 @@ impl ServerInfo {
             strict_queues: r.strict_queues,
             dead_letter_retention_enabled: r.dead_letter_retention_enabled,
             dedup_window: r.dedup_window.as_ref().and_then(proto_to_duration),
+            max_reason_bytes: r.max_reason_bytes,
+            max_reserve_reply_bytes: r.max_reserve_reply_bytes,
+            max_trace_context_bytes: r.max_trace_context_bytes,
+            max_worker_id_bytes: r.max_worker_id_bytes,
+            max_encoding_bytes: r.max_encoding_bytes,
         }
     }
 }

@@ -218,6 +218,26 @@ async fn lease_errors_say_the_lease_is_lost() {
 }
 
 #[tokio::test]
+async fn nack_reasons_are_cut_to_the_length_the_server_advertises() {
+    let server = TestServer::start(|c| c.limits.max_reason_bytes = 10).await;
+    let c = SeppClient::connect(server.url()).await.unwrap();
+    assert_eq!(c.max_reason_bytes(), 10);
+    c.enqueue(EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .unwrap();
+    let j = c
+        .reserve(ReserveOptions::new(["q"], Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .remove(0);
+    c.nack(&j.id, 1, NackRetry::Default, Some("abcdefghi€€".into()))
+        .await
+        .unwrap();
+    let info = c.get_job(&j.id).await.unwrap();
+    assert_eq!(info.last_reason.as_deref(), Some("abcdefghi"));
+}
+
+#[tokio::test]
 async fn strict_mode_reserve_failures_are_failed_precondition() {
     let server = TestServer::start(|c| c.server.strict_queues = true).await;
     let c = SeppClient::connect(server.url()).await.unwrap();

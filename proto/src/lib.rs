@@ -9,6 +9,7 @@
 /// `sepp.v1`: messages and the `QueueService` stubs.
 pub mod v1 {
     tonic::include_proto!("sepp.v1");
+    include!(concat!(env!("OUT_DIR"), "/server/sepp.v1.rs"));
 }
 
 /// `sepp.admin.*`: the operator API.
@@ -16,8 +17,12 @@ pub mod admin {
     /// `sepp.admin.v1`: messages and the `AdminService` stubs.
     pub mod v1 {
         tonic::include_proto!("sepp.admin.v1");
+        include!(concat!(env!("OUT_DIR"), "/server/sepp.admin.v1.rs"));
     }
 }
+
+#[cfg(feature = "server")]
+pub mod codec;
 
 /// The encoded `FileDescriptorSet` of every sepp proto file, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

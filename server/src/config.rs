@@ -7,6 +7,7 @@
 //! allowed ([`ConfigError`]).
 
 use crate::queue::limits::QueuePolicy;
+use crate::queue::validate::{NameUse, queue_name_shape};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -201,6 +202,21 @@ pub struct LimitsConfig {
     pub max_custom_key_bytes: u32,
     /// Most jobs (ready + scheduled + in flight) a queue holds. Unset: unlimited.
     pub max_queue_depth: Option<u64>,
+
+    // Field sizes and the reply budget (global only; docs/security.md).
+    /// Largest Reserve reply, in bytes (an upper bound of its protobuf encoding): Reserve stops
+    /// adding jobs before a reply would pass it. Default 4 194 304 (4 MiB, the smallest default
+    /// receive limit among the clients in use).
+    pub max_reserve_reply_bytes: u64,
+    /// Longest `trace_context.traceparent` and longest `trace_context.tracestate`, each, in
+    /// bytes. Default 4096.
+    pub max_trace_context_bytes: u32,
+    /// Longest `payload.encoding`, in bytes. Default 256.
+    pub max_encoding_bytes: u32,
+    /// Longest Reserve `worker_id`, in bytes. Default 256.
+    pub max_worker_id_bytes: u32,
+    /// Longest nack `reason` kept, in bytes; longer reasons are truncated. Default 4096.
+    pub max_reason_bytes: u32,
 }
 
 impl Default for LimitsConfig {
@@ -228,6 +244,11 @@ impl Default for LimitsConfig {
             max_custom_total_bytes: 16_384,
             max_custom_key_bytes: 256,
             max_queue_depth: None,
+            max_reserve_reply_bytes: 4_194_304,
+            max_trace_context_bytes: 4096,
+            max_encoding_bytes: 256,
+            max_worker_id_bytes: 256,
+            max_reason_bytes: 4096,
         }
     }
 }
@@ -458,6 +479,21 @@ impl Config {
             4096,
         )?;
         range("limits.max_job_type_bytes", l.max_job_type_bytes, 1, 4096)?;
+        range(
+            "limits.max_reserve_reply_bytes",
+            l.max_reserve_reply_bytes,
+            65_536,
+            1 << 30,
+        )?;
+        range(
+            "limits.max_trace_context_bytes",
+            l.max_trace_context_bytes,
+            55,
+            1 << 20,
+        )?;
+        range("limits.max_encoding_bytes", l.max_encoding_bytes, 1, 4096)?;
+        range("limits.max_worker_id_bytes", l.max_worker_id_bytes, 1, 4096)?;
+        range("limits.max_reason_bytes", l.max_reason_bytes, 1, 1 << 20)?;
         let defaults = QueuePolicy::defaults(self);
         validate_policy(
             &defaults,
@@ -465,6 +501,7 @@ impl Config {
             "storage.dedup_window_ms",
             l.max_message_bytes,
         )?;
+        check_reply_budget(&defaults, "limits.", l)?;
 
         let mut names = HashSet::new();
         for (i, q) in self.queues.iter().enumerate() {
@@ -474,7 +511,7 @@ impl Config {
                     "config key {at}.name is empty: every [[queues]] entry needs a unique name"
                 )));
             }
-            if let Err(why) = check_queue_name_shape(&q.name) {
+            if let Err(why) = queue_name_shape(&q.name, NameUse::Write) {
                 return Err(ConfigError(format!(
                     "config key {at}.name = {:?}: {why}",
                     q.name
@@ -500,6 +537,7 @@ impl Config {
                 &format!("{at}.dedup_window_ms"),
                 l.max_message_bytes,
             )?;
+            check_reply_budget(&merged, &format!("{at}."), l)?;
         }
         Ok(())
     }
@@ -511,6 +549,31 @@ impl Config {
     pub fn to_toml(&self) -> Result<String, ConfigError> {
         toml::to_string(self).map_err(|e| ConfigError(e.to_string()))
     }
+}
+
+/// One job at the largest sizes `p` and the global limits allow must fit one Reserve reply, so
+/// that every job can be delivered. `at` prefixes the per-queue key names.
+fn check_reply_budget(p: &QueuePolicy, at: &str, l: &LimitsConfig) -> Result<(), ConfigError> {
+    let need = p.job_bounds(l).reply_bytes();
+    if need > l.max_reserve_reply_bytes {
+        return Err(ConfigError(format!(
+            "config key limits.max_reserve_reply_bytes = {} cannot hold one job at the largest \
+             sizes allowed, which takes up to {need} bytes in a Reserve reply \
+             ({at}max_payload_bytes = {}, {at}max_custom_total_bytes = {}, \
+             {at}max_custom_entries = {}, limits.max_trace_context_bytes = {} (twice), \
+             limits.max_encoding_bytes = {}, limits.max_queue_name_bytes = {}, \
+             limits.max_job_type_bytes = {}, plus framing): raise the budget or lower those",
+            l.max_reserve_reply_bytes,
+            p.max_payload_bytes,
+            p.max_custom_total_bytes,
+            p.max_custom_entries,
+            l.max_trace_context_bytes,
+            l.max_encoding_bytes,
+            l.max_queue_name_bytes,
+            l.max_job_type_bytes,
+        )));
+    }
+    Ok(())
 }
 
 /// Range and consistency checks of one resolved per-queue policy. `at` prefixes the key names
@@ -609,24 +672,6 @@ fn range<T: PartialOrd + std::fmt::Display + Copy>(
         return Err(ConfigError(format!(
             "config key {key} = {v} is out of range: allowed {lo} to {hi}"
         )));
-    }
-    Ok(())
-}
-
-/// Checks the shape rules of a queue name (not its length): non-empty, not `.` or `..`, no `/`,
-/// no control characters. Returns why the name is not allowed.
-pub fn check_queue_name_shape(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("queue name is empty");
-    }
-    if name == "." || name == ".." {
-        return Err("queue name must not be \".\" or \"..\"");
-    }
-    if name.contains('/') {
-        return Err("queue name must not contain '/'");
-    }
-    if name.chars().any(char::is_control) {
-        return Err("queue name must not contain control characters");
     }
     Ok(())
 }

@@ -100,6 +100,25 @@ fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
             &["queues[1].name", "duplicate"],
         ),
         (
+            "[limits]\nmax_reserve_reply_bytes = 1000000\n",
+            &[
+                "limits.max_reserve_reply_bytes = 1000000",
+                "limits.max_payload_bytes = 1048576",
+                "cannot hold one job",
+            ],
+        ),
+        (
+            "[[queues]]\nname = \"big\"\nmax_payload_bytes = 8000000\n",
+            &[
+                "limits.max_reserve_reply_bytes = 4194304",
+                "queues[0].max_payload_bytes = 8000000",
+            ],
+        ),
+        (
+            "[[queues]]\nname = \"a\\u200Bb\"\n",
+            &["queues[0].name", "U+200B", "Cf"],
+        ),
+        (
             "[storage]\npersist_mode = \"sometimes\"\n",
             &["storage.persist_mode", "sometimes"],
         ),

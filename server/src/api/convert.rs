@@ -6,6 +6,7 @@ use crate::queue::model::{
 use prost_types::{Duration, Timestamp};
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::job_rejection::Reason;
+use tonic::Status;
 
 /// A protobuf duration in whole milliseconds. A positive duration shorter than 1 ms counts as
 /// 1 ms, so that "positive" survives the rounding.
@@ -17,6 +18,67 @@ pub(crate) fn duration_ms(d: &Duration) -> i64 {
         nanos / 1_000_000
     };
     ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// The range of `google.protobuf.Duration`: about ±10 000 years.
+const DURATION_MAX_SECONDS: i64 = 315_576_000_000;
+/// The range of `google.protobuf.Timestamp`: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+const TIMESTAMP_MIN_SECONDS: i64 = -62_135_596_800;
+const TIMESTAMP_MAX_SECONDS: i64 = 253_402_300_799;
+
+/// Why `d` is not a valid `google.protobuf.Duration` (seconds within ±315 576 000 000, nanos
+/// within ±999 999 999 and of the sign of seconds), if it is not.
+fn duration_problem(d: &Duration) -> Option<String> {
+    if !(-DURATION_MAX_SECONDS..=DURATION_MAX_SECONDS).contains(&d.seconds) {
+        return Some(format!(
+            "seconds is {}: allowed -{DURATION_MAX_SECONDS} to {DURATION_MAX_SECONDS}",
+            d.seconds
+        ));
+    }
+    if !(-999_999_999..=999_999_999).contains(&d.nanos) {
+        return Some(format!(
+            "nanos is {}: allowed -999999999 to 999999999",
+            d.nanos
+        ));
+    }
+    if (d.seconds > 0 && d.nanos < 0) || (d.seconds < 0 && d.nanos > 0) {
+        return Some(format!(
+            "nanos is {} and seconds {}: they must have the same sign",
+            d.nanos, d.seconds
+        ));
+    }
+    None
+}
+
+/// A request's duration field in milliseconds ([`duration_ms`]), refused with
+/// `INVALID_ARGUMENT` naming `field` when its encoding is not a valid Duration.
+pub(crate) fn duration_arg(field: &str, d: Option<&Duration>) -> Result<Option<i64>, Status> {
+    d.map(|d| match duration_problem(d) {
+        Some(why) => Err(Status::invalid_argument(format!(
+            "{field} is not a valid google.protobuf.Duration: {why}"
+        ))),
+        None => Ok(duration_ms(d)),
+    })
+    .transpose()
+}
+
+/// A timestamp in milliseconds, or why its encoding is not a valid `google.protobuf.Timestamp`
+/// (seconds from year 1 to year 9999, nanos 0 to 999 999 999).
+pub(crate) fn timestamp_checked(t: &Timestamp) -> Result<UnixMs, String> {
+    if !(TIMESTAMP_MIN_SECONDS..=TIMESTAMP_MAX_SECONDS).contains(&t.seconds) {
+        return Err(format!(
+            "not a valid google.protobuf.Timestamp: seconds is {}: allowed \
+             {TIMESTAMP_MIN_SECONDS} to {TIMESTAMP_MAX_SECONDS}",
+            t.seconds
+        ));
+    }
+    if !(0..=999_999_999).contains(&t.nanos) {
+        return Err(format!(
+            "not a valid google.protobuf.Timestamp: nanos is {}: allowed 0 to 999999999",
+            t.nanos
+        ));
+    }
+    Ok(timestamp_ms(t))
 }
 
 pub(crate) fn ms_duration(ms: u64) -> Duration {
@@ -83,7 +145,7 @@ pub(crate) fn enqueue_in(r: pb::EnqueueRequest) -> EnqueueInput {
             tracestate: t.tracestate,
         }),
         custom,
-        scheduled_at: r.scheduled_at.as_ref().map(timestamp_ms),
+        scheduled_at: r.scheduled_at.as_ref().map(timestamp_checked),
     }
 }
 
@@ -213,6 +275,132 @@ mod tests {
                 nanos: 500_000_000
             }),
             2500
+        );
+    }
+
+    fn extreme_job(len: usize, custom: usize, value: fn(usize) -> Value) -> Job {
+        use crate::queue::model::JobId;
+        Job {
+            id: JobId(u128::MAX),
+            queue: "q".repeat(len),
+            job_type: "t".repeat(len),
+            payload: Some(Payload {
+                data: vec![0xff; len],
+                encoding: "e".repeat(len),
+            }),
+            priority: 9,
+            trace_context: Some(TraceContext {
+                traceparent: "p".repeat(len),
+                tracestate: Some("s".repeat(len)),
+            }),
+            enqueued_at: i64::MIN,
+            attempt: u32::MAX,
+            max_attempts: u32::MAX,
+            lease_expires_at: Some(i64::MAX),
+            custom: (0..custom).map(|i| (format!("k{i}"), value(i))).collect(),
+            scheduled_at: Some(-1),
+        }
+    }
+
+    #[test]
+    fn the_reply_bound_is_at_least_the_real_encoding_of_extreme_jobs() {
+        use crate::queue::reply::{JobBounds, job_bytes};
+        use prost::Message;
+        let values: [fn(usize) -> Value; 5] = [
+            |_| Value::Int(i64::MIN),
+            |_| Value::Bool(true),
+            |_| Value::Double(f64::MAX),
+            |_| Value::String(String::new()),
+            |i| Value::String("v".repeat(i * 37)),
+        ];
+        // Lengths around the varint steps (127/128, 16 383/16 384, 2 097 151/2 097 152).
+        for len in [0, 1, 127, 128, 16_383, 16_384, 2_097_152] {
+            for (v, value) in values.iter().enumerate() {
+                for custom in [0, 1, 64, 300] {
+                    let job = extreme_job(len, custom, *value);
+                    let bound = job_bytes(&job);
+                    let reply = pb::ReserveResponse {
+                        jobs: vec![job_out(job)],
+                    };
+                    let real = reply.encoded_len() as u64;
+                    assert!(
+                        bound >= real,
+                        "len {len}, value kind {v}, {custom} entries: bound {bound} < {real}"
+                    );
+                }
+            }
+        }
+        // And the bound of the largest job the limits accept covers such a job.
+        let job = extreme_job(4096, 64, |_| Value::Int(-1));
+        let custom_total = job
+            .custom
+            .iter()
+            .map(|(k, v)| k.len() as u64 + v.counted_bytes())
+            .sum();
+        let b = JobBounds {
+            queue_name: 4096,
+            job_type: 4096,
+            payload: 4096,
+            encoding: 4096,
+            trace_context: 4096,
+            custom_entries: 64,
+            custom_total,
+        };
+        let reply = pb::ReserveResponse {
+            jobs: vec![job_out(job)],
+        };
+        assert!(b.reply_bytes() >= reply.encoded_len() as u64);
+    }
+
+    #[test]
+    fn invalid_well_known_type_encodings_name_what_is_wrong() {
+        let bad = [
+            (1, 1_000_000_000, "nanos is 1000000000"),
+            (1, -1, "same sign"),
+            (-1, 1, "same sign"),
+            (315_576_000_001, 0, "seconds is 315576000001"),
+        ];
+        for (seconds, nanos, says) in bad {
+            let e = duration_arg("lease_duration", Some(&Duration { seconds, nanos })).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(
+                e.message().starts_with("lease_duration is not a valid"),
+                "{}",
+                e.message()
+            );
+            assert!(e.message().contains(says), "{}", e.message());
+        }
+        assert_eq!(
+            duration_arg(
+                "d",
+                Some(&Duration {
+                    seconds: -2,
+                    nanos: -5
+                })
+            )
+            .unwrap(),
+            Some(-2000)
+        );
+        assert!(
+            timestamp_checked(&Timestamp {
+                seconds: 0,
+                nanos: -1
+            })
+            .is_err()
+        );
+        assert!(
+            timestamp_checked(&Timestamp {
+                seconds: 253_402_300_800,
+                nanos: 0
+            })
+            .is_err()
+        );
+        assert_eq!(
+            timestamp_checked(&Timestamp {
+                seconds: 1,
+                nanos: 5_000_000
+            }),
+            Ok(1005)
         );
     }
 

@@ -2,9 +2,10 @@
 //! the error.
 
 use super::convert::{
-    dead_letter_out, duration_ms, enqueue_in, job_out, ms_duration, ms_timestamp, rejection_out,
+    dead_letter_out, duration_arg, enqueue_in, job_out, ms_duration, ms_timestamp, rejection_out,
 };
 use crate::queue::{NackStrategy, Queue, ReserveInput};
+use prost::Message;
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::queue_service_server::QueueService;
 use std::sync::Arc;
@@ -78,15 +79,27 @@ impl QueueService for QueueApi {
         let r = req.into_inner();
         let input = ReserveInput {
             queues: r.queues,
-            wait_timeout_ms: r.wait_timeout.as_ref().map(duration_ms),
-            lease_ms: r.lease_duration.as_ref().map(duration_ms),
+            wait_timeout_ms: duration_arg("wait_timeout", r.wait_timeout.as_ref())?,
+            lease_ms: duration_arg("lease_duration", r.lease_duration.as_ref())?,
             worker_id: r.worker_id,
             max_jobs: r.max_jobs,
         };
         let jobs = self.queue.reserve(input).await?;
-        Ok(Response::new(pb::ReserveResponse {
+        let reply = pb::ReserveResponse {
             jobs: jobs.into_iter().map(job_out).collect(),
-        }))
+        };
+        // The store filled the reply by `queue::reply`'s bound; the real encoding must not
+        // pass the budget (a single job is sent whatever its size).
+        let budget = self.queue.limits().max_reserve_reply_bytes;
+        let len = reply.encoded_len() as u64;
+        if reply.jobs.len() > 1 && len > budget {
+            debug_assert!(
+                false,
+                "reserve reply of {len} bytes passes the budget {budget}"
+            );
+            tracing::error!(len, budget, "reserve reply passes max_reserve_reply_bytes");
+        }
+        Ok(Response::new(reply))
     }
 
     #[tracing::instrument(name = "sepp.ack", skip_all)]
@@ -105,7 +118,9 @@ impl QueueService for QueueApi {
         let r = req.into_inner();
         let strategy = match r.retry.and_then(|x| x.strategy) {
             None | Some(Strategy::Default(_)) => NackStrategy::Default,
-            Some(Strategy::Delay(d)) => NackStrategy::Delay(duration_ms(&d)),
+            Some(Strategy::Delay(d)) => {
+                NackStrategy::Delay(duration_arg("retry.delay", Some(&d))?.unwrap_or_default())
+            }
             Some(Strategy::DeadLetter(_)) => NackStrategy::DeadLetter,
         };
         let dead_lettered = self
@@ -129,7 +144,7 @@ impl QueueService for QueueApi {
             .extend(
                 &r.job_id,
                 r.attempt,
-                r.lease_duration.as_ref().map(duration_ms),
+                duration_arg("lease_duration", r.lease_duration.as_ref())?,
             )
             .await?;
         Ok(Response::new(pb::ExtendResponse {
@@ -180,6 +195,11 @@ impl QueueService for QueueApi {
             strict_queues: l.strict_queues,
             dead_letter_retention_enabled: l.dead_letter_retention_enabled,
             dedup_window: Some(ms_duration(d.dedup_window_ms)),
+            max_reason_bytes: l.max_reason_bytes,
+            max_reserve_reply_bytes: l.max_reserve_reply_bytes,
+            max_trace_context_bytes: l.max_trace_context_bytes,
+            max_worker_id_bytes: l.max_worker_id_bytes,
+            max_encoding_bytes: l.max_encoding_bytes,
         }))
     }
 }

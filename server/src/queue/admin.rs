@@ -6,6 +6,7 @@ use super::Queue;
 use super::model::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, JobId, JobInfo, KeyRecord, QueueStats, now_ms,
 };
+use super::validate::{NameUse, check_length, check_queue_name};
 use crate::error::QueueError;
 
 /// Default and largest page of `list_dead_letters`.
@@ -42,9 +43,14 @@ fn decode_cursor(token: &str) -> Result<Option<DeadLetterCursor>, QueueError> {
         return Ok(None);
     }
     let bad = || {
-        QueueError::InvalidArgument(format!(
-            "page_token {token:?} is not a token this server issued"
-        ))
+        QueueError::InvalidArgument(if token.len() <= 64 {
+            format!("page_token {token:?} is not a token this server issued")
+        } else {
+            format!(
+                "page_token ({} bytes) is not a token this server issued",
+                token.len()
+            )
+        })
     };
     if token.len() != 48 {
         return Err(bad());
@@ -55,9 +61,8 @@ fn decode_cursor(token: &str) -> Result<Option<DeadLetterCursor>, QueueError> {
 }
 
 impl Queue {
-    fn check_queue_name(&self, field: &str, queue: &str) -> Result<(), QueueError> {
-        crate::config::check_queue_name_shape(queue)
-            .map_err(|why| QueueError::InvalidArgument(format!("{field}: {why}")))?;
+    fn check_queue_name(&self, field: &str, queue: &str, use_: NameUse) -> Result<(), QueueError> {
+        check_queue_name(field, queue, &self.limits, use_)?;
         if self.limits.strict_queues && !self.limits.is_declared(queue) {
             return Err(QueueError::UnknownQueues(vec![queue.to_string()]));
         }
@@ -84,12 +89,18 @@ impl Queue {
         queue: &str,
         key: &str,
     ) -> Result<Option<KeyRecord>, QueueError> {
-        self.check_queue_name("queue", queue)?;
+        self.check_queue_name("queue", queue, NameUse::Read)?;
         if key.is_empty() {
             return Err(QueueError::InvalidArgument(
                 "idempotency_key is empty".into(),
             ));
         }
+        check_length(
+            "idempotency_key",
+            key,
+            "max_idempotency_key_bytes",
+            self.limits.max_idempotency_key_bytes,
+        )?;
         Ok(self.store.lookup_key(queue, key, now_ms()).await?)
     }
 
@@ -104,7 +115,7 @@ impl Queue {
         page_token: &str,
     ) -> Result<DeadLetterPage, QueueError> {
         if let Some(q) = &queue {
-            self.check_queue_name("queue", q)?;
+            self.check_queue_name("queue", q, NameUse::Read)?;
         }
         let limit = match page_size {
             Some(0) => {
@@ -141,7 +152,7 @@ impl Queue {
             ));
         }
         if let Some(q) = &s.queue {
-            self.check_queue_name("selector.queue", q)?;
+            self.check_queue_name("selector.queue", q, NameUse::Read)?;
         }
         let max = match s.max {
             Some(0) => {
@@ -182,7 +193,14 @@ impl Queue {
     /// [`QueueError::InvalidArgument`] for a malformed name; [`QueueError::UnknownQueues`] in
     /// strict mode; [`QueueError::Storage`].
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), QueueError> {
-        self.check_queue_name("queue", queue)?;
+        // Pausing can create a queue record, so it is a write; resuming only lets out what is
+        // stored, so a queue paused under a name the rule now refuses can still be resumed.
+        let use_ = if paused {
+            NameUse::Write
+        } else {
+            NameUse::Read
+        };
+        self.check_queue_name("queue", queue, use_)?;
         Ok(self.store.set_paused(queue, paused).await?)
     }
 
@@ -191,7 +209,7 @@ impl Queue {
     /// # Errors
     /// As [`Queue::set_paused`].
     pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, QueueError> {
-        self.check_queue_name("queue", queue)?;
+        self.check_queue_name("queue", queue, NameUse::Read)?;
         Ok(self.store.queue_stats(queue).await?)
     }
 }

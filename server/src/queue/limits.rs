@@ -1,7 +1,8 @@
 //! Limits and per-queue policies: the global `[limits]` / `[storage]` defaults merged with each
 //! `[[queues]]` entry. An undeclared queue uses the defaults.
 
-use crate::config::{Config, QueueConfig, RetryBackoff};
+use super::reply::JobBounds;
+use crate::config::{Config, LimitsConfig, QueueConfig, RetryBackoff};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -66,6 +67,19 @@ impl QueuePolicy {
         }
     }
 
+    /// The largest job this policy and the global `[limits]` accept, field by field.
+    pub fn job_bounds(&self, l: &LimitsConfig) -> JobBounds {
+        JobBounds {
+            queue_name: u64::from(l.max_queue_name_bytes),
+            job_type: u64::from(l.max_job_type_bytes),
+            payload: self.max_payload_bytes,
+            encoding: u64::from(l.max_encoding_bytes),
+            trace_context: u64::from(l.max_trace_context_bytes),
+            custom_entries: u64::from(self.max_custom_entries),
+            custom_total: self.max_custom_total_bytes,
+        }
+    }
+
     /// These defaults with a `[[queues]]` entry's overrides applied.
     pub fn with_overrides(&self, q: &QueueConfig) -> Self {
         QueuePolicy {
@@ -117,6 +131,16 @@ pub struct Limits {
     pub max_queue_name_bytes: u32,
     /// Longest job type, in UTF-8 bytes.
     pub max_job_type_bytes: u32,
+    /// Largest Reserve reply, in bytes (upper bound of its encoding).
+    pub max_reserve_reply_bytes: u64,
+    /// Longest traceparent and longest tracestate, each, in bytes.
+    pub max_trace_context_bytes: u32,
+    /// Longest payload encoding, in bytes.
+    pub max_encoding_bytes: u32,
+    /// Longest Reserve worker id, in bytes.
+    pub max_worker_id_bytes: u32,
+    /// Longest nack reason kept, in bytes (longer ones are truncated).
+    pub max_reason_bytes: u32,
     /// Only declared queues exist.
     pub strict_queues: bool,
     /// Dead letters are kept (retention > 0).
@@ -145,6 +169,11 @@ impl Limits {
             max_message_bytes: l.max_message_bytes,
             max_queue_name_bytes: l.max_queue_name_bytes,
             max_job_type_bytes: l.max_job_type_bytes,
+            max_reserve_reply_bytes: l.max_reserve_reply_bytes,
+            max_trace_context_bytes: l.max_trace_context_bytes,
+            max_encoding_bytes: l.max_encoding_bytes,
+            max_worker_id_bytes: l.max_worker_id_bytes,
+            max_reason_bytes: l.max_reason_bytes,
             strict_queues: config.server.strict_queues,
             dead_letter_retention_enabled: config.storage.dead_letter_retention_ms > 0,
             defaults: Arc::new(defaults),

@@ -11,6 +11,7 @@ pub mod dedup;
 pub mod lease;
 pub mod limits;
 pub mod model;
+pub mod reply;
 pub mod reserve;
 pub mod sweeper;
 pub mod validate;
@@ -20,6 +21,7 @@ use self::model::{
     Accepted, DeadLetter, DeadLetterCause, EnqueueInput, Job, JobId, JobOutcome, NackPlan,
     Rejection, ReserveSpec, SettleRefusal, UnixMs, now_ms,
 };
+use self::validate::NameUse;
 use crate::error::QueueError;
 use crate::storage::{InsertOutcome, ReadySignals, Store};
 use std::sync::Arc;
@@ -204,10 +206,11 @@ impl Queue {
                 l.max_reserve_queues
             )));
         }
-        for q in &input.queues {
-            if let Err(why) = crate::config::check_queue_name_shape(q) {
-                return Err(QueueError::InvalidArgument(format!("queues: {why}")));
-            }
+        for (i, q) in input.queues.iter().enumerate() {
+            validate::check_queue_name(&format!("queues[{i}]"), q, l, NameUse::Read)?;
+        }
+        if let Some(w) = &input.worker_id {
+            validate::check_length("worker_id", w, "max_worker_id_bytes", l.max_worker_id_bytes)?;
         }
         let lease_ms = match input.lease_ms {
             None => {
@@ -256,6 +259,7 @@ impl Queue {
             queues: input.queues,
             max_jobs,
             worker_id: input.worker_id,
+            max_reply_bytes: l.max_reserve_reply_bytes,
         };
         Ok(
             reserve::reserve_with_wait(&*self.store, &self.signals, &spec, wait_ms, &self.shutdown)
@@ -264,7 +268,14 @@ impl Queue {
     }
 
     fn parse_id(job_id: &str) -> Result<JobId, QueueError> {
-        JobId::parse(job_id).ok_or_else(|| QueueError::JobNotInFlight(job_id.to_string()))
+        JobId::parse(job_id).ok_or_else(|| {
+            // Not a UUID, so never a job: name it in the error, but not at any length.
+            QueueError::JobNotInFlight(if job_id.len() <= 64 {
+                job_id.to_string()
+            } else {
+                format!("({} bytes, not a job id)", job_id.len())
+            })
+        })
     }
 
     fn refusal(job_id: &str, sent: u32, r: SettleRefusal) -> QueueError {
@@ -293,7 +304,8 @@ impl Queue {
     /// Nacks delivery `attempt` of `job_id`; returns whether it was dead-lettered.
     ///
     /// A retry on the last attempt (attempt ≥ max_attempts) dead-letters the job with cause
-    /// `ATTEMPTS_EXHAUSTED`; `dead_letter` dead-letters it with cause `REJECTED`.
+    /// `ATTEMPTS_EXHAUSTED`; `dead_letter` dead-letters it with cause `REJECTED`. A reason
+    /// longer than `max_reason_bytes` is kept truncated to it (at a character boundary).
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for a negative delay; otherwise as [`Queue::ack`].
@@ -337,6 +349,7 @@ impl Queue {
                     .saturating_add((ms as u64).min(policy.max_schedule_horizon_ms) as i64),
             },
         };
+        let reason = reason.map(|r| validate::truncate_utf8(r, self.limits.max_reason_bytes));
         self.store
             .nack(id, attempt, plan, reason, now)
             .await?
@@ -398,6 +411,9 @@ impl Queue {
             Some(n) => n.min(MAX_DRAIN),
             None => 1,
         };
+        if let Some(q) = &queue {
+            validate::check_queue_name("queue", q, &self.limits, NameUse::Read)?;
+        }
         Ok(self.store.drain_dead_letters(queue.as_deref(), max).await?)
     }
 

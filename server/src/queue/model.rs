@@ -112,8 +112,9 @@ pub struct EnqueueInput {
     pub trace_context: Option<TraceContext>,
     /// Custom entries in request order; `None` values are entries whose oneof was left unset.
     pub custom: Vec<(String, Option<Value>)>,
-    /// When the job becomes ready; `None` or a past time means at once.
-    pub scheduled_at: Option<UnixMs>,
+    /// When the job becomes ready; `None` or a past time means at once. `Err` holds why the
+    /// wire encoding was not a valid timestamp (rejected as `InvalidRequest`).
+    pub scheduled_at: Option<Result<UnixMs, String>>,
 }
 
 /// The claim a keyed job makes on the dedup index.
@@ -342,6 +343,9 @@ pub struct ReserveSpec {
     pub lease_ms: u64,
     /// Optional worker label, kept with the lease for inspection.
     pub worker_id: Option<String>,
+    /// The reply budget: the jobs leased take at most this many bytes in the reply
+    /// ([`super::reply::job_bytes`] each), except that the first job is always taken.
+    pub max_reply_bytes: u64,
 }
 
 /// What to do with a nacked job, decided by the queue layer.

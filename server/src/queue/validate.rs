@@ -10,9 +10,112 @@
 use super::dedup;
 use super::limits::Limits;
 use super::model::{EnqueueInput, JobId, NewJob, Rejection, UnixMs, Value};
-use crate::config::check_queue_name_shape;
+use crate::error::QueueError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+
+/// What a call does with a queue name, for [`queue_name_shape`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameUse {
+    /// Creates jobs or queue records under the name (enqueue, pause, `[[queues]]`): the whole
+    /// rule applies.
+    Write,
+    /// Reads or drains what is stored under the name (Reserve, stats, dead letters, key
+    /// lookup, resume): invisible and bidirectional characters are let through, so that a
+    /// queue stored under such a name before the rule existed stays reachable.
+    Read,
+}
+
+/// The one queue-name rule, for every call that takes a queue name: not empty, not `.` or
+/// `..`, no `/`, no control characters, and for writes no character of the Unicode general
+/// categories Cf (format: zero-width and bidirectional controls such as U+200B, U+202A–202E,
+/// U+2066–2069), Zl or Zp (line and paragraph separators). The length limit is checked apart
+/// ([`check_queue_name`]), because an enqueue reports it later, in the protocol's order.
+///
+/// # Errors
+/// Why the name is not allowed, starting with "queue name".
+pub fn queue_name_shape(name: &str, use_: NameUse) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("queue name is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err("queue name must not be \".\" or \"..\"".into());
+    }
+    if name.contains('/') {
+        return Err("queue name must not contain '/'".into());
+    }
+    if name.chars().any(char::is_control) {
+        return Err("queue name must not contain control characters".into());
+    }
+    if use_ == NameUse::Write
+        && let Some((i, c)) = name.char_indices().find(|(_, c)| {
+            matches!(
+                c.general_category(),
+                GeneralCategory::Format
+                    | GeneralCategory::LineSeparator
+                    | GeneralCategory::ParagraphSeparator
+            )
+        })
+    {
+        return Err(format!(
+            "queue name has U+{:04X} at byte {i}: invisible, bidirectional-control and separator \
+             characters (Unicode categories Cf, Zl, Zp) are not allowed",
+            u32::from(c)
+        ));
+    }
+    Ok(())
+}
+
+/// [`queue_name_shape`] and the length limit, for the calls that take queue names as request
+/// arguments (everything but enqueue, whose jobs report rejections instead).
+///
+/// # Errors
+/// [`QueueError::InvalidArgument`] naming `field`, and the limit when the name is too long.
+pub fn check_queue_name(
+    field: &str,
+    name: &str,
+    limits: &Limits,
+    use_: NameUse,
+) -> Result<(), QueueError> {
+    if name.len() > limits.max_queue_name_bytes as usize {
+        return Err(QueueError::InvalidArgument(format!(
+            "{field} is {} bytes: max_queue_name_bytes is {}",
+            name.len(),
+            limits.max_queue_name_bytes
+        )));
+    }
+    queue_name_shape(name, use_)
+        .map_err(|why| QueueError::InvalidArgument(format!("{field}: {why}")))
+}
+
+/// A request-level string's length against its limit, in bytes.
+///
+/// # Errors
+/// [`QueueError::InvalidArgument`] naming `field` and the limit key.
+pub fn check_length(field: &str, value: &str, key: &str, limit: u32) -> Result<(), QueueError> {
+    if value.len() > limit as usize {
+        return Err(QueueError::InvalidArgument(format!(
+            "{field} is {} bytes: {key} is {limit}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// `s` cut to at most `max` bytes at a UTF-8 character boundary (a nack reason: it is kept
+/// shortened rather than refused, since refusing a nack would strand its job).
+pub fn truncate_utf8(mut s: String, max: u32) -> String {
+    let max = max as usize;
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
 
 /// Validates `input` and resolves it into a [`NewJob`] with a fresh id.
 ///
@@ -92,7 +195,7 @@ pub fn validate_job(
         });
     }
     let scheduled_at = match input.scheduled_at {
-        Some(at) if at > now => {
+        Some(Ok(at)) if at > now => {
             let horizon = i64::try_from(policy.max_schedule_horizon_ms).unwrap_or(i64::MAX);
             if at - now > horizon {
                 return Err(Rejection::ScheduledTooFar {
@@ -104,6 +207,7 @@ pub fn validate_job(
         }
         _ => None,
     };
+    check_field_sizes(&input, limits)?;
 
     let priority = input.priority.unwrap_or(policy.default_priority) as u8;
     let max_attempts = input
@@ -134,9 +238,48 @@ pub fn validate_job(
     })
 }
 
+/// The sizes of the fields without a rejection variant of their own (after the protocol's
+/// ordered checks), reported as `InvalidRequest` naming the field and the limit.
+fn check_field_sizes(input: &EnqueueInput, limits: &Limits) -> Result<(), Rejection> {
+    let over = |field: &str, len: usize, key: &str, limit: u32| {
+        (len > limit as usize)
+            .then(|| Rejection::invalid(format!("{field} is {len} bytes: {key} is {limit}")))
+    };
+    let checks = [
+        input.payload.as_ref().and_then(|p| {
+            over(
+                "payload.encoding",
+                p.encoding.len(),
+                "max_encoding_bytes",
+                limits.max_encoding_bytes,
+            )
+        }),
+        input.trace_context.as_ref().and_then(|t| {
+            over(
+                "trace_context.traceparent",
+                t.traceparent.len(),
+                "max_trace_context_bytes",
+                limits.max_trace_context_bytes,
+            )
+        }),
+        input.trace_context.as_ref().and_then(|t| {
+            over(
+                "trace_context.tracestate",
+                t.tracestate.as_ref().map_or(0, String::len),
+                "max_trace_context_bytes",
+                limits.max_trace_context_bytes,
+            )
+        }),
+    ];
+    match checks.into_iter().flatten().next() {
+        Some(r) => Err(r),
+        None => Ok(()),
+    }
+}
+
 /// The structural checks, all reported as `InvalidRequest` naming the field.
 fn check_structure(input: &EnqueueInput) -> Result<(), Rejection> {
-    if let Err(why) = check_queue_name_shape(&input.queue) {
+    if let Err(why) = queue_name_shape(&input.queue, NameUse::Write) {
         return Err(Rejection::invalid(format!("queue: {why}")));
     }
     if input.job_type.is_empty() {
@@ -169,6 +312,9 @@ fn check_structure(input: &EnqueueInput) -> Result<(), Rejection> {
         && t.traceparent.is_empty()
     {
         return Err(Rejection::invalid("trace_context.traceparent is empty"));
+    }
+    if let Some(Err(why)) = &input.scheduled_at {
+        return Err(Rejection::invalid(format!("scheduled_at: {why}")));
     }
     for (k, v) in &input.custom {
         if k.is_empty() {
@@ -289,13 +435,13 @@ mod tests {
     #[test]
     fn schedule_horizon_is_enforced_and_past_times_are_immediate() {
         let mut j = job("q");
-        j.scheduled_at = Some(1_000 + 2_592_000_001);
+        j.scheduled_at = Some(Ok(1_000 + 2_592_000_001));
         assert!(matches!(
             validate_job(j, &limits(false), 1_000),
             Err(Rejection::ScheduledTooFar { .. })
         ));
         let mut j = job("q");
-        j.scheduled_at = Some(10);
+        j.scheduled_at = Some(Ok(10));
         assert_eq!(
             validate_job(j, &limits(false), 1_000).unwrap().scheduled_at,
             None

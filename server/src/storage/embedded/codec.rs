@@ -75,6 +75,10 @@ pub(crate) struct Meta {
     pub(crate) last_reason: Option<String>,
     /// Expiry of the dedup record naming this job, if it was keyed.
     pub(crate) dedup_until: Option<UnixMs>,
+    /// The job's size in a Reserve reply, at most ([`crate::queue::reply`]); 0 when unknown (a
+    /// record written before this field existed). Stored after `dedup_until`; a record that
+    /// ends before it is such an older record.
+    pub(crate) reply_bytes: u32,
 }
 
 /// The value of a dedup record.
@@ -361,6 +365,7 @@ impl Meta {
         w.opt_str(self.worker_id.as_deref());
         w.opt_str(self.last_reason.as_deref());
         w.opt_i64(self.dedup_until);
+        w.u32(self.reply_bytes);
         w.0
     }
 
@@ -400,6 +405,7 @@ impl Meta {
         let worker_id = r.opt_string()?;
         let last_reason = r.opt_string()?;
         let dedup_until = r.opt_i64()?;
+        let reply_bytes = if r.buf.is_empty() { 0 } else { r.u32()? };
         Ok(Meta {
             queue,
             job_type,
@@ -412,6 +418,7 @@ impl Meta {
             worker_id,
             last_reason,
             dedup_until,
+            reply_bytes,
         })
     }
 }
@@ -513,6 +520,7 @@ mod tests {
                 worker_id: Some("w".into()),
                 last_reason: None,
                 dedup_until: Some(10),
+                reply_bytes: 1234,
             };
             assert_eq!(Meta::decode(&meta.encode()).unwrap(), meta);
         }
@@ -538,10 +546,16 @@ mod tests {
             worker_id: None,
             last_reason: None,
             dedup_until: None,
+            reply_bytes: 99,
         };
         let bytes = meta.encode();
-        for n in 0..bytes.len() {
+        // A record that ends right before `reply_bytes` is one written before that field.
+        let older = bytes.len() - 4;
+        for n in (0..bytes.len()).filter(|n| *n != older) {
             assert!(Meta::decode(&bytes[..n]).is_err());
         }
+        let m = Meta::decode(&bytes[..older]).unwrap();
+        assert_eq!(m.reply_bytes, 0);
+        assert_eq!(m.stage, Stage::Ready);
     }
 }

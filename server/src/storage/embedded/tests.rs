@@ -39,6 +39,7 @@ fn spec(lease_ms: u64) -> ReserveSpec {
         max_jobs: 1,
         lease_ms,
         worker_id: None,
+        max_reply_bytes: u64::MAX,
     }
 }
 

@@ -1,0 +1,124 @@
+//! The reply budget: how many bytes a job takes in a Reserve reply, as an upper bound of its
+//! protobuf encoding computed from the domain job, so that the store can fill a reply up to
+//! `max_reserve_reply_bytes` without encoding anything and never lease a job it does not send.
+//!
+//! The bound counts every field at its worst: each length-delimited field as a 1-byte tag plus
+//! a 5-byte length (every job is far below 2^35 bytes), each integer as a tag plus a 10-byte
+//! varint, and every timestamp as present. `api/convert.rs` tests it against prost's
+//! `encoded_len` for extreme jobs, and the Reserve handler checks each reply against it.
+
+use super::model::{Job, NewJob, Payload, TraceContext, Value};
+
+/// A length-delimited field's header: tag (field numbers below 16 take 1 byte) + length.
+const FIELD: u64 = 1 + 5;
+/// An integer field: tag + the longest varint.
+const SCALAR: u64 = 1 + 10;
+/// A `google.protobuf.Timestamp` field: header + seconds + nanos.
+const TIMESTAMP: u64 = FIELD + 2 * SCALAR;
+/// What a custom entry adds to its counted bytes (key bytes + value bytes): the headers of the
+/// map entry, its key, its value and the value's variant. An int counts 8 bytes and encodes
+/// in up to 11 (tag + varint), a bool 1 and 2, a double 8 and 9, a string its length plus a
+/// header: the variant's `FIELD` covers each difference.
+const CUSTOM_ENTRY: u64 = 4 * FIELD;
+/// Everything a job carries whatever its content: its own header in the reply, the id (36
+/// characters), the headers of `job_type` and `queue`, priority, attempt, max_attempts, and
+/// the three timestamps (enqueued, lease expiry, scheduled).
+const JOB_FIXED: u64 = FIELD + (FIELD + 36) + 2 * FIELD + 3 * SCALAR + 3 * TIMESTAMP;
+
+fn payload_bytes(p: Option<&Payload>) -> u64 {
+    p.map_or(0, |p| {
+        3 * FIELD + p.data.len() as u64 + p.encoding.len() as u64
+    })
+}
+
+fn trace_bytes(t: Option<&TraceContext>) -> u64 {
+    t.map_or(0, |t| {
+        3 * FIELD + t.traceparent.len() as u64 + t.tracestate.as_ref().map_or(0, |s| s.len() as u64)
+    })
+}
+
+fn custom_bytes<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>) -> u64 {
+    entries
+        .map(|(k, v)| CUSTOM_ENTRY + k.len() as u64 + v.counted_bytes())
+        .sum()
+}
+
+/// The bytes `job` takes in a Reserve reply, at most.
+pub fn job_bytes(job: &Job) -> u64 {
+    JOB_FIXED
+        + job.queue.len() as u64
+        + job.job_type.len() as u64
+        + payload_bytes(job.payload.as_ref())
+        + trace_bytes(job.trace_context.as_ref())
+        + custom_bytes(job.custom.iter())
+}
+
+/// The bytes a validated job will take in a Reserve reply, at most: [`job_bytes`] of the job
+/// it becomes. Saturates at `u32::MAX` (far above any accepted job).
+pub fn new_job_bytes(job: &NewJob) -> u32 {
+    let n = JOB_FIXED
+        + job.queue.len() as u64
+        + job.job_type.len() as u64
+        + payload_bytes(job.payload.as_ref())
+        + trace_bytes(job.trace_context.as_ref())
+        + custom_bytes(job.custom.iter());
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The largest sizes a queue accepts, field by field, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobBounds {
+    /// `max_queue_name_bytes`.
+    pub queue_name: u64,
+    /// `max_job_type_bytes`.
+    pub job_type: u64,
+    /// `max_payload_bytes`.
+    pub payload: u64,
+    /// `max_encoding_bytes`.
+    pub encoding: u64,
+    /// `max_trace_context_bytes` (traceparent and tracestate each).
+    pub trace_context: u64,
+    /// `max_custom_entries`.
+    pub custom_entries: u64,
+    /// `max_custom_total_bytes`.
+    pub custom_total: u64,
+}
+
+impl JobBounds {
+    /// The bytes the largest job these bounds accept takes in a Reserve reply, at most. Every
+    /// custom key has at least one byte, so there are no more entries than counted bytes.
+    pub fn reply_bytes(&self) -> u64 {
+        let entries = self.custom_entries.min(self.custom_total);
+        JOB_FIXED
+            + self.queue_name
+            + self.job_type
+            + (3 * FIELD + self.payload + self.encoding)
+            + (3 * FIELD + 2 * self.trace_context)
+            + entries * CUSTOM_ENTRY
+            + self.custom_total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_job_of_the_defaults_fits_the_default_budget_with_room() {
+        let b = JobBounds {
+            queue_name: 512,
+            job_type: 256,
+            payload: 1_048_576,
+            encoding: 256,
+            trace_context: 4096,
+            custom_entries: 64,
+            custom_total: 16_384,
+        };
+        let n = b.reply_bytes();
+        assert!(n > 1_048_576 + 16_384 + 8192, "{n}");
+        assert!(
+            n < 4_194_304 / 3,
+            "{n}: three max-size jobs fit one default reply"
+        );
+    }
+}
