@@ -288,7 +288,8 @@ fn sigterm_with_idle_and_half_open_sockets_exits_within_the_grace_period() {
     let mut p = start_logged(dir.path(), &toml);
     let silent = std::net::TcpStream::connect(p.addr).unwrap();
     let mut half = std::net::TcpStream::connect(p.addr).unwrap();
-    half.write_all(&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..12]).unwrap();
+    half.write_all(&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..12])
+        .unwrap();
     let mut idle = std::net::TcpStream::connect(p.addr).unwrap();
     idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
         .unwrap();
@@ -334,6 +335,9 @@ fn the_process_exits_soon_after_storage_flushed() {
     eprintln!("exited {after:?} after \"storage flushed; stopped\"");
     // The figure is 200 ms (measured: a few ms); the bound leaves room for a loaded CI
     // machine while the old 1.7–2.1 s still fails.
-    assert!(after < Duration::from_millis(1000), "exited {after:?} after the line");
+    assert!(
+        after < Duration::from_millis(1000),
+        "exited {after:?} after the line"
+    );
     drop(client);
 }
