@@ -5,7 +5,7 @@
 //!   when a slot frees, so it waits in the listen backlog.
 //! - A new connection has `server.handshake_timeout_ms` to finish TLS and send the HTTP/2
 //!   preface and its first SETTINGS frame, else it is dropped.
-//! - Every request message is read by [`ConnService`] chunk by chunk, under the same timeout
+//! - Every request message is read by `ConnService` chunk by chunk, under the same timeout
 //!   and its path's size limit, before tonic sees it: tonic reserves the length a gRPC frame
 //!   header announces, so a stream that announces 16 MiB and sends nothing would cost 16 MiB.
 //!   Here it costs what it sent. The timeout runs from the request's headers to the end of its
