@@ -4,13 +4,15 @@ SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
 CI_TARGETS := lint test-rust check-example-errors
+# Checks longer than a minute (not in CI); each owner adds its target to SOAK_TARGETS.
+SOAK_TARGETS := soak-streams
 .DEFAULT_GOAL := ci
 
 -include python/python.mk
 -include js/js.mk
 -include tests/interop/interop.mk
 
-.PHONY: ci lint test-rust build release fmt no-tonic-in-core check-example-errors
+.PHONY: ci lint test-rust build release fmt no-tonic-in-core check-example-errors soak soak-streams
 
 ci: $(CI_TARGETS)
 	@echo "make ci: all checks passed"
@@ -46,3 +48,14 @@ check-example-errors:
 	if [ $$rc -eq 0 ]; then echo "check-example-errors: expected a failure"; exit 1; fi; \
 	if ! grep -q '^checksum_producer: TRANSPORT: ' <<<"$$out" || grep -q 'ClientError {' <<<"$$out"; then \
 		echo "check-example-errors: the error is not printed as its text with its code"; exit 1; fi
+
+soak: $(SOAK_TARGETS)
+	@echo "make soak: all soak checks passed"
+
+# 2,000 stalled HTTP/2 streams against a release server: its RSS stays under 256 MiB and a
+# normal client's enqueues keep working (bench/src/bin/soak_streams.rs).
+SOAK_STREAMS ?= 2000
+SOAK_HOLD_SECS ?= 60
+soak-streams:
+	cargo build --release --bin sepp --bin soak-streams
+	target/release/soak-streams target/release/sepp $(SOAK_STREAMS) $(SOAK_HOLD_SECS)

@@ -48,6 +48,24 @@ pub struct ServerConfig {
     pub tls_key_path: Option<PathBuf>,
     /// When true, only queues declared in `[[queues]]` exist. Default false.
     pub strict_queues: bool,
+    // Connection hardening (issue 11): see docs/security.md, "Connections and streams".
+    /// Most HTTP/2 streams (concurrent calls) one connection may have open; more are refused
+    /// with `REFUSED_STREAM`. 1–10 000, default 256.
+    pub max_concurrent_streams: u32,
+    /// Most client connections served at once; further ones wait in the listen backlog until
+    /// a slot frees. 1–1 000 000, default 4096.
+    pub max_connections: u32,
+    /// Time a new connection has to finish TLS and send the HTTP/2 preface, and a request to
+    /// deliver its whole message after its headers, in milliseconds. 100–600 000, default
+    /// 10 000.
+    pub handshake_timeout_ms: u64,
+    /// A connection with no call in flight for this long is closed with GOAWAY, in
+    /// milliseconds; HTTP/2 keepalive pings (every half of it, at most 60 s) close dead peers
+    /// sooner. 1 000–86 400 000, default 300 000.
+    pub idle_timeout_ms: u64,
+    /// After SIGTERM, how long calls in flight may still finish before every connection is
+    /// dropped, in milliseconds. 0–3 600 000, default 5 000.
+    pub shutdown_grace_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +76,11 @@ impl Default for ServerConfig {
             tls_cert_path: None,
             tls_key_path: None,
             strict_queues: false,
+            max_concurrent_streams: 256,
+            max_connections: 4096,
+            handshake_timeout_ms: 10_000,
+            idle_timeout_ms: 300_000,
+            shutdown_grace_ms: 5_000,
         }
     }
 }
@@ -413,6 +436,26 @@ impl Config {
                 "config key server.db_path is empty: expected a directory path".into(),
             ));
         }
+        range(
+            "server.max_concurrent_streams",
+            s.max_concurrent_streams,
+            1,
+            10_000,
+        )?;
+        range("server.max_connections", s.max_connections, 1, 1_000_000)?;
+        range(
+            "server.handshake_timeout_ms",
+            s.handshake_timeout_ms,
+            100,
+            600_000,
+        )?;
+        range("server.idle_timeout_ms", s.idle_timeout_ms, 1_000, DAY_MS)?;
+        range(
+            "server.shutdown_grace_ms",
+            s.shutdown_grace_ms,
+            0,
+            3_600_000,
+        )?;
         if let Some(keys) = &self.auth.api_keys {
             let mut seen = HashSet::new();
             for (i, k) in keys.iter().enumerate() {

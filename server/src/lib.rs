@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`config`] | defaults ← `sepp.toml` ← `SEPP_*` environment |
 //! | [`api`] | one short handler per RPC, status mapping, API keys |
+//! | [`net`] | accepting, TLS, HTTP/2, connection limits and timeouts, bounded shutdown |
 //! | [`queue::validate`] | the per-job validation order |
 //! | [`queue::dedup`] | idempotency key and dedup window rules |
 //! | [`queue::lease`], [`queue::backoff`] | lease clamping, retry delays |
@@ -18,6 +19,7 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod net;
 pub mod queue;
 pub mod storage;
 pub mod testing;
@@ -128,57 +130,39 @@ pub async fn serve(
         stopping.clone(),
     ));
 
-    let incoming = accept_loop(listener);
+    let net_stop = CancellationToken::new();
     let stop = stopping.clone();
-    let signal = async move {
-        shutdown.await;
-        tracing::info!("shutting down: no new connections; waiting requests get empty results");
-        api::set_not_serving(&health).await;
-        stop.cancel();
-        signals.wake_all();
-    };
+    {
+        let net_stop = net_stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = net_stop.cancelled() => return,
+            }
+            tracing::info!("shutting down: no new connections; waiting requests get empty results");
+            api::set_not_serving(&health).await;
+            stop.cancel();
+            signals.wake_all();
+            net_stop.cancel();
+        });
+    }
+    let max_message = usize::try_from(config.limits.max_message_bytes).unwrap_or(usize::MAX);
+    let limit: net::LimitFn = Arc::new(move |path| api::message_limit(path, max_message));
     on_ready(addr);
-    let served = edge
-        .router
-        .serve_with_incoming_shutdown(incoming, signal)
-        .await;
+    net::serve(
+        listener,
+        edge.tls,
+        edge.routes,
+        limit,
+        net::NetOptions::from_config(&config),
+        net_stop,
+    )
+    .await;
     stopping.cancel();
     let _ = sweeper.await;
     store.close().await?;
     tracing::info!("storage flushed; stopped");
-    served.map_err(|e| ServeError::Transport(e.to_string()))
-}
-
-/// Accepted connections, for tonic. Unlike a plain listener stream, an accept error (most
-/// often EMFILE: out of file descriptors) is logged once per second at most and followed by a
-/// short pause, instead of being retried at once in a busy loop while the connection waits in
-/// the backlog.
-fn accept_loop(
-    listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    futures_util::stream::unfold(
-        (listener, None::<std::time::Instant>),
-        |(listener, mut last_warned)| async move {
-            loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        // Small request/response messages: do not wait to coalesce them.
-                        let _ = stream.set_nodelay(true);
-                        return Some((Ok(stream), (listener, last_warned)));
-                    }
-                    Err(e) => {
-                        if last_warned
-                            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1))
-                        {
-                            tracing::warn!(error = %e, "cannot accept a connection; pausing accepts");
-                            last_warned = Some(std::time::Instant::now());
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        },
-    )
+    Ok(())
 }
 
 /// Raises the soft limit on open files to the hard limit, so that many client connections do

@@ -118,7 +118,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let config = loaded.config;
         let listener = match sepp_server::bind(&config).await {
             Ok(l) => l,
@@ -144,7 +144,12 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    // Storage is flushed and every connection closed: do not wait for what is left (a
+    // handler still running past the grace period, a blocking task), so the process exits
+    // right after "storage flushed; stopped".
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).

@@ -18,7 +18,6 @@ use sepp_proto::admin::v1::admin_service_server::AdminServiceServer;
 use sepp_proto::v1::queue_service_server::QueueServiceServer;
 use std::sync::Arc;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 pub use tonic_health::server::HealthReporter;
 
@@ -33,23 +32,59 @@ pub enum ApiError {
     Reflection(String),
 }
 
-/// The assembled router plus the health reporter (to flip to NOT_SERVING at shutdown).
+/// The assembled routes, TLS and health reporter; [`crate::net`] serves them.
 pub struct Edge {
-    /// The tonic router, ready to serve.
-    pub router: tonic::transport::server::Router,
+    /// Every gRPC service, routed by path.
+    pub routes: tonic::service::Routes,
+    /// The TLS acceptor when `server.tls_cert_path` is set.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Health status of `sepp.v1.QueueService`.
     pub health: HealthReporter,
 }
 
-fn tls_config(s: &ServerConfig) -> Result<Option<ServerTlsConfig>, ApiError> {
+/// Largest request message the health service reads, in bytes: its requests name a service
+/// and nothing else. Open to everyone (probes carry no API key), so its budget is small.
+pub const HEALTH_MAX_MESSAGE_BYTES: usize = 4096;
+
+/// The largest request message a call on `path` may send: [`HEALTH_MAX_MESSAGE_BYTES`] for
+/// the health service, `max_message` (`limits.max_message_bytes`) for every other.
+pub fn message_limit(path: &str, max_message: usize) -> usize {
+    if path.starts_with("/grpc.health.v1.Health/") {
+        HEALTH_MAX_MESSAGE_BYTES
+    } else {
+        max_message
+    }
+}
+
+fn tls_config(s: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ApiError> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
     let (Some(cert), Some(key)) = (&s.tls_cert_path, &s.tls_key_path) else {
         return Ok(None);
     };
     let read = |p: &std::path::Path| {
         std::fs::read(p).map_err(|e| ApiError::Tls(format!("cannot read {}: {e}", p.display())))
     };
-    let identity = Identity::from_pem(read(cert)?, read(key)?);
-    Ok(Some(ServerTlsConfig::new().identity(identity)))
+    let certs = CertificateDer::pem_slice_iter(&read(cert)?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            ApiError::Tls(format!(
+                "{}: not a PEM certificate chain: {e}",
+                cert.display()
+            ))
+        })?;
+    let private = PrivateKeyDer::from_pem_slice(&read(key)?)
+        .map_err(|e| ApiError::Tls(format!("{}: not a PEM private key: {e}", key.display())))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| ApiError::Tls(e.to_string()))?
+    .with_no_client_auth()
+    .with_single_cert(certs, private)
+    .map_err(|e| ApiError::Tls(e.to_string()))?;
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(tls))))
 }
 
 /// Builds the services for `queue` under `config`.
@@ -68,6 +103,7 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(usize::MAX);
     let (health, health_svc) = tonic_health::server::health_reporter();
+    let health_svc = health_svc.max_decoding_message_size(HEALTH_MAX_MESSAGE_BYTES);
     health
         .set_serving::<QueueServiceServer<queue_service::QueueApi>>()
         .await;
@@ -82,24 +118,18 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         .build_v1alpha()
         .map_err(|e| ApiError::Reflection(e.to_string()))?;
 
-    // Generous fixed HTTP/2 windows: many small concurrent calls per connection are the
-    // normal load of a job queue.
-    let mut builder = Server::builder()
-        .initial_connection_window_size(16 * 1024 * 1024)
-        .initial_stream_window_size(2 * 1024 * 1024)
-        .tcp_nodelay(true);
-    if let Some(tls) = tls_config(&config.server)? {
-        builder = builder
-            .tls_config(tls)
-            .map_err(|e| ApiError::Tls(e.to_string()))?;
-    }
-    let router = builder
-        .add_service(health_svc)
+    let tls = tls_config(&config.server)?;
+    let routes = tonic::service::Routes::new(health_svc)
         .add_service(InterceptedService::new(queue_svc, auth.clone()))
         .add_service(InterceptedService::new(admin_svc, auth.clone()))
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))
-        .add_service(InterceptedService::new(reflection_v1alpha, auth));
-    Ok(Edge { router, health })
+        .add_service(InterceptedService::new(reflection_v1alpha, auth))
+        .prepare();
+    Ok(Edge {
+        routes,
+        tls,
+        health,
+    })
 }
 
 /// Flips the health status to NOT_SERVING (at shutdown).

@@ -1,0 +1,252 @@
+//! The connection layer against raw sockets on 127.0.0.1: handshake timeout, connection cap,
+//! idle GOAWAY, the stream limit and the request receive timeout (docs/security.md).
+
+mod common;
+
+use common::{Clients, TestServer};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const SETTINGS: u8 = 4;
+const HEADERS: u8 = 1;
+const DATA: u8 = 0;
+const RST_STREAM: u8 = 3;
+const GOAWAY: u8 = 7;
+
+/// A short grace period, so that stopping a server with the test's sockets open is quick.
+fn quick(c: &mut sepp_server::config::Config) {
+    c.server.shutdown_grace_ms = 100;
+}
+
+struct Frame {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    payload: Vec<u8>,
+}
+
+/// The next frame, or `None` when the server closed the connection. Panics after `within`.
+async fn next_frame(s: &mut TcpStream, within: Duration) -> Option<Frame> {
+    let read = async {
+        let mut h = [0u8; 9];
+        s.read_exact(&mut h).await.ok()?;
+        let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).await.ok()?;
+        Some(Frame {
+            kind: h[3],
+            flags: h[4],
+            stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+            payload,
+        })
+    };
+    tokio::time::timeout(within, read)
+        .await
+        .expect("the server neither sent a frame nor closed in time")
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = (payload.len() as u32).to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Connects and sends the client preface and an empty SETTINGS frame.
+async fn handshake(addr: std::net::SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(PREFACE).await.unwrap();
+    s.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+    s
+}
+
+/// The request headers of a health check, HPACK literals without indexing.
+fn health_headers() -> Vec<u8> {
+    let mut block = Vec::new();
+    for (k, v) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/grpc.health.v1.Health/Check"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        block.push(0);
+        block.push(k.len() as u8);
+        block.extend_from_slice(k.as_bytes());
+        block.push(v.len() as u8);
+        block.extend_from_slice(v.as_bytes());
+    }
+    block
+}
+
+/// Reads until the server closes; panics if it does not within `within`.
+async fn wait_closed(s: &mut TcpStream, within: Duration) -> Vec<Frame> {
+    let deadline = Instant::now() + within;
+    let mut frames = Vec::new();
+    while let Some(f) = next_frame(s, deadline.saturating_duration_since(Instant::now())).await {
+        frames.push(f);
+    }
+    frames
+}
+
+#[tokio::test]
+async fn silent_and_half_preface_sockets_are_closed_within_the_handshake_timeout() {
+    let server = TestServer::start(|c| {
+        quick(c);
+        c.server.handshake_timeout_ms = 300;
+    })
+    .await;
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    let mut half = TcpStream::connect(server.addr).await.unwrap();
+    half.write_all(&PREFACE[..12]).await.unwrap();
+    let t0 = Instant::now();
+    wait_closed(&mut silent, Duration::from_secs(5)).await;
+    wait_closed(&mut half, Duration::from_secs(5)).await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t0.elapsed()
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_connection_cap_holds_the_next_connection_until_a_stalled_one_times_out() {
+    let server = TestServer::start(|c| {
+        quick(c);
+        c.server.max_connections = 2;
+        c.server.handshake_timeout_ms = 1500;
+    })
+    .await;
+    let _a = TcpStream::connect(server.addr).await.unwrap();
+    let _b = TcpStream::connect(server.addr).await.unwrap();
+    let mut third = handshake(server.addr).await;
+    let t0 = Instant::now();
+    // Held in the backlog while both slots are taken: no SETTINGS yet.
+    let early = tokio::time::timeout(Duration::from_millis(500), third.read_u8()).await;
+    assert!(early.is_err(), "the third connection was served at once");
+    // Served once a stalled socket is dropped at its handshake timeout.
+    let f = next_frame(&mut third, Duration::from_secs(10))
+        .await
+        .expect("served");
+    assert_eq!(f.kind, SETTINGS);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_gets_goaway_after_the_idle_timeout() {
+    let server = TestServer::start(|c| {
+        quick(c);
+        c.server.idle_timeout_ms = 1000;
+    })
+    .await;
+    let mut s = handshake(server.addr).await;
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(10);
+    let mut kinds = Vec::new();
+    loop {
+        let f = next_frame(&mut s, deadline.saturating_duration_since(Instant::now())).await;
+        let Some(f) = f else {
+            panic!("closed without GOAWAY; frames {kinds:?}")
+        };
+        if f.kind == GOAWAY {
+            break;
+        }
+        kinds.push(f.kind);
+    }
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn max_concurrent_streams_is_advertised_and_enforced_and_stalled_streams_block_no_one() {
+    let server = TestServer::start(|c| {
+        quick(c);
+        c.server.max_concurrent_streams = 3;
+        c.server.handshake_timeout_ms = 60_000;
+    })
+    .await;
+    let mut s = handshake(server.addr).await;
+    let settings = next_frame(&mut s, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(settings.kind, SETTINGS);
+    let advertised = settings
+        .payload
+        .chunks(6)
+        .find(|p| p[..2] == [0, 3])
+        .map(|p| u32::from_be_bytes([p[2], p[3], p[4], p[5]]));
+    assert_eq!(advertised, Some(3));
+    s.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap();
+    // Four streams that announce a 16 MiB message and send two bytes of it.
+    for id in [1u32, 3, 5, 7] {
+        s.write_all(&frame(HEADERS, 0x4, id, &health_headers()))
+            .await
+            .unwrap();
+        s.write_all(&frame(DATA, 0, id, &[0, 1, 0, 0, 0, 8, 8]))
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let f = next_frame(&mut s, deadline.saturating_duration_since(Instant::now()))
+            .await
+            .expect("connection open");
+        if f.kind == RST_STREAM {
+            assert_eq!(f.stream, 7, "only the stream over the limit is refused");
+            assert_eq!(f.payload, 7u32.to_be_bytes(), "REFUSED_STREAM");
+            break;
+        }
+    }
+    // Meanwhile a normal client works.
+    let client = server.client().await;
+    client
+        .enqueue(sepp_rs::EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .expect("enqueue while streams stall");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_that_stalls_its_message_is_answered_after_the_handshake_timeout() {
+    let server = TestServer::start(|c| {
+        quick(c);
+        c.server.handshake_timeout_ms = 500;
+    })
+    .await;
+    let mut s = handshake(server.addr).await;
+    s.write_all(&frame(HEADERS, 0x4, 1, &health_headers()))
+        .await
+        .unwrap();
+    s.write_all(&frame(DATA, 0, 1, &[0, 0, 0, 0, 100, 1]))
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(5);
+    loop {
+        let f = next_frame(&mut s, deadline.saturating_duration_since(Instant::now()))
+            .await
+            .expect("connection open");
+        // The answer: a trailers-only HEADERS frame ending stream 1 (DEADLINE_EXCEEDED).
+        if f.kind == HEADERS && f.stream == 1 && f.flags & 0x1 != 0 {
+            break;
+        }
+    }
+    assert!(
+        t0.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t0.elapsed()
+    );
+    server.stop().await;
+}
