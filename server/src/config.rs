@@ -6,6 +6,7 @@
 //! means the same thing here. Loading fails with one line naming the key, the value and what is
 //! allowed ([`ConfigError`]).
 
+pub use crate::domain::PersistMode;
 use crate::queue::limits::QueuePolicy;
 use crate::queue::validate::{NameUse, queue_name_shape};
 use serde::{Deserialize, Serialize};
@@ -102,30 +103,6 @@ pub struct ApiKey {
     pub name: String,
     /// The secret the client sends.
     pub key: String,
-}
-
-/// How durable a write is before the server answers "accepted".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PersistMode {
-    /// `fsync` before replying (data and metadata). The default.
-    #[default]
-    SyncAll,
-    /// `fdatasync` before replying.
-    SyncData,
-    /// Written to the OS before replying; survives a process crash, not a power loss.
-    Buffer,
-}
-
-impl PersistMode {
-    /// The config spelling (`sync_all`, `sync_data`, `buffer`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PersistMode::SyncAll => "sync_all",
-            PersistMode::SyncData => "sync_data",
-            PersistMode::Buffer => "buffer",
-        }
-    }
 }
 
 /// The delay curve of the default retry policy.

@@ -18,6 +18,7 @@
 
 pub mod api;
 pub mod config;
+pub mod domain;
 pub mod error;
 pub mod net;
 pub mod queue;

@@ -8,7 +8,7 @@ use common::{Clients, TestServer};
 use sepp_proto::admin::v1 as admin;
 use sepp_proto::v1 as pb;
 use sepp_server::config::PersistMode;
-use sepp_server::queue::model::{JobId, NewJob};
+use sepp_server::domain::{JobId, NewJob};
 use sepp_server::storage::embedded::{EmbeddedOptions, EmbeddedStore};
 use sepp_server::storage::{ReadySignals, Store};
 use std::sync::Arc;
@@ -261,6 +261,7 @@ async fn a_queue_stored_under_a_name_now_refused_stays_readable_and_drainable() 
             scheduled_at: None,
             dedup: None,
             max_queue_depth: None,
+            reply_bytes: 200,
         };
         store.enqueue(vec![job], false, 1).await.unwrap();
         store.close().await.unwrap();

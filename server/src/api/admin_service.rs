@@ -2,9 +2,9 @@
 //! queue stats. One short method per RPC.
 
 use super::convert::{cause_out, dead_letter_out, ms_timestamp};
+use crate::domain::{JobInfo, JobState};
 use crate::queue::Queue;
 use crate::queue::admin::SelectorInput;
-use crate::queue::model::{JobInfo, JobState};
 use sepp_proto::admin::v1 as pb;
 use sepp_proto::admin::v1::admin_service_server::AdminService;
 use std::sync::Arc;
@@ -21,7 +21,8 @@ fn state_out(s: JobState) -> pb::JobState {
         JobState::Ready => pb::JobState::Ready,
         JobState::InFlight => pb::JobState::InFlight,
         JobState::DeadLettered => pb::JobState::DeadLettered,
-        JobState::Completed => pb::JobState::Completed,
+        // The wire name predates the glossary; the number (6) is what counts.
+        JobState::Acked => pb::JobState::Completed,
     }
 }
 

@@ -1,8 +1,7 @@
 //! Conversions between the `sepp.v1` messages and the domain types. No policy here.
 
-use crate::queue::model::{
-    DeadLetter, DeadLetterCause, EnqueueInput, Job, Payload, Rejection, TraceContext, UnixMs, Value,
-};
+use crate::domain::{DeadLetter, DeadLetterCause, Job, Payload, TraceContext, UnixMs, Value};
+use crate::queue::model::{EnqueueInput, Rejection};
 use prost_types::{Duration, Timestamp};
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::job_rejection::Reason;
@@ -279,7 +278,7 @@ mod tests {
     }
 
     fn extreme_job(len: usize, custom: usize, value: fn(usize) -> Value) -> Job {
-        use crate::queue::model::JobId;
+        use crate::domain::JobId;
         Job {
             id: JobId(u128::MAX),
             queue: "q".repeat(len),

@@ -3,10 +3,11 @@
 //! read-only key lookup.
 
 use super::Queue;
-use super::model::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, JobId, JobInfo, KeyRecord, QueueStats, now_ms,
-};
+use super::model::now_ms;
 use super::validate::{NameUse, check_length, check_queue_name};
+use crate::domain::{
+    DeadLetter, DeadLetterCursor, DeadLetterSelector, JobId, JobInfo, KeyRecord, QueueStats,
+};
 use crate::error::QueueError;
 
 /// Default and largest page of `list_dead_letters`.

@@ -6,8 +6,8 @@
 //! a hash of (job id, n) so that the same nack always gets the same delay.
 
 use super::limits::QueuePolicy;
-use super::model::JobId;
 use crate::config::RetryBackoff;
+use crate::domain::JobId;
 
 /// The retry delay in milliseconds for the nack of delivery `attempt` of job `id`.
 pub fn retry_delay_ms(policy: &QueuePolicy, id: JobId, attempt: u32) -> u64 {

@@ -7,7 +7,8 @@
 //! sweeper removes it. The lookup itself happens atomically with the insert, in storage
 //! ([`crate::storage::Store::enqueue`]).
 
-use super::model::{DedupClaim, Rejection, UnixMs};
+use super::model::Rejection;
+use crate::domain::{DedupClaim, UnixMs};
 
 /// Rejects an empty key (`InvalidRequest`, a structural error).
 ///
@@ -49,48 +50,9 @@ pub fn is_live(expires_at: UnixMs, now: UnixMs) -> bool {
     now < expires_at
 }
 
-/// The storage key of a dedup record: the queue name, a NUL byte, then the key bytes. Queue
-/// names cannot contain control characters, so the NUL separates the two unambiguously and
-/// the same key on two queues never collides.
-pub fn record_key(queue: &str, key: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(queue.len() + 1 + key.len());
-    k.extend_from_slice(queue.as_bytes());
-    k.push(0);
-    k.extend_from_slice(key.as_bytes());
-    k
-}
-
-/// Splits a [`record_key`] back into queue and key.
-pub fn split_record_key(k: &[u8]) -> Option<(&str, &str)> {
-    let nul = k.iter().position(|b| *b == 0)?;
-    let queue = std::str::from_utf8(&k[..nul]).ok()?;
-    let key = std::str::from_utf8(&k[nul + 1..]).ok()?;
-    Some((queue, key))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_compared_byte_for_byte() {
-        let nfc = "\u{e9}";
-        let nfd = "e\u{301}";
-        let keys = ["abc", "ABC", " abc", nfc, nfd];
-        let mut records: Vec<Vec<u8>> = keys.iter().map(|k| record_key("q", k)).collect();
-        records.sort();
-        records.dedup();
-        assert_eq!(records.len(), 5);
-    }
-
-    #[test]
-    fn the_same_key_on_two_queues_is_two_records() {
-        assert_ne!(record_key("a", "k"), record_key("b", "k"));
-        assert_eq!(
-            split_record_key(&record_key("a", "k\0x")),
-            Some(("a", "k\0x"))
-        );
-    }
 
     #[test]
     fn a_record_is_live_until_its_expiry() {

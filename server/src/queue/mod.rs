@@ -17,11 +17,11 @@ pub mod sweeper;
 pub mod validate;
 
 use self::limits::Limits;
-use self::model::{
-    Accepted, DeadLetter, DeadLetterCause, EnqueueInput, Job, JobId, JobOutcome, NackPlan,
-    Rejection, ReserveSpec, SettleRefusal, UnixMs, now_ms,
-};
+use self::model::{Accepted, EnqueueInput, JobOutcome, Rejection, now_ms};
 use self::validate::NameUse;
+use crate::domain::{
+    DeadLetter, DeadLetterCause, Job, JobId, NackPlan, ReserveSpec, SettleRefusal, UnixMs,
+};
 use crate::error::QueueError;
 use crate::storage::{InsertOutcome, ReadySignals, Store};
 use std::sync::Arc;

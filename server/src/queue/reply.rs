@@ -7,7 +7,7 @@
 //! varint, and every timestamp as present. `api/convert.rs` tests it against prost's
 //! `encoded_len` for extreme jobs, and the Reserve handler checks each reply against it.
 
-use super::model::{Job, NewJob, Payload, TraceContext, Value};
+use crate::domain::{Job, NewJob, Payload, TraceContext, Value};
 
 /// A length-delimited field's header: tag (field numbers below 16 take 1 byte) + length.
 const FIELD: u64 = 1 + 5;

@@ -6,7 +6,8 @@
 //! A Reserve whose client goes away is dropped by the gRPC stack while it waits; the lease is
 //! only taken inside one storage transition, so a cancelled wait leases nothing.
 
-use super::model::{Job, ReserveSpec, now_ms};
+use super::model::now_ms;
+use crate::domain::{Job, ReserveSpec};
 use crate::storage::{ReadySignals, StorageError, Store};
 use futures_util::future::select_all;
 use std::time::Duration;

@@ -75,8 +75,8 @@ pub async fn run(store: Arc<dyn Store>, interval_ms: u64, shutdown: Cancellation
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PersistMode;
-    use crate::queue::model::{DedupClaim, JobId, NewJob};
+    use crate::domain::PersistMode;
+    use crate::domain::{DedupClaim, JobId, NewJob};
     use crate::storage::ReadySignals;
     use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
     use std::time::Instant;
@@ -118,6 +118,7 @@ mod tests {
                         expires_at: now + 50,
                     }),
                     max_queue_depth: None,
+                    reply_bytes: 200,
                 })
                 .collect();
             store.enqueue(jobs, false, now).await.unwrap();

@@ -9,7 +9,8 @@
 
 use super::dedup;
 use super::limits::Limits;
-use super::model::{EnqueueInput, JobId, NewJob, Rejection, UnixMs, Value};
+use super::model::{EnqueueInput, Rejection};
+use crate::domain::{JobId, NewJob, UnixMs, Value};
 use crate::error::QueueError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -222,7 +223,7 @@ pub fn validate_job(
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k, v)))
         .collect();
-    Ok(NewJob {
+    let mut job = NewJob {
         id: JobId::new_v4(),
         queue: Arc::from(input.queue),
         job_type: input.job_type,
@@ -235,7 +236,10 @@ pub fn validate_job(
         scheduled_at,
         dedup,
         max_queue_depth: policy.max_queue_depth,
-    })
+        reply_bytes: 0,
+    };
+    job.reply_bytes = super::reply::new_job_bytes(&job);
+    Ok(job)
 }
 
 /// The sizes of the fields without a rejection variant of their own (after the protocol's
@@ -334,7 +338,7 @@ fn check_structure(input: &EnqueueInput) -> Result<(), Rejection> {
 mod tests {
     use super::*;
     use crate::config::{Config, QueueConfig};
-    use crate::queue::model::Payload;
+    use crate::domain::Payload;
 
     fn limits(strict: bool) -> Limits {
         let mut c = Config::default();

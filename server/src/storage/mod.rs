@@ -9,7 +9,7 @@
 
 pub mod embedded;
 
-use crate::queue::model::{
+use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, InFlight, Job, JobId, JobInfo, KeyRecord,
     NackPlan, NewJob, QueueStats, ReserveSpec, SettleRefusal, UnixMs,
 };

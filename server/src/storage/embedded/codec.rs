@@ -13,7 +13,7 @@
 //! Every value starts with a version byte. Integers are little endian; strings and byte strings
 //! are a u32 length then the bytes; an optional value is a 0/1 byte then the value.
 
-use crate::queue::model::{DeadLetterCause, JobId, Payload, TraceContext, UnixMs, Value};
+use crate::domain::{DeadLetterCause, JobId, Payload, TraceContext, UnixMs, Value};
 use crate::storage::StorageError;
 use std::collections::BTreeMap;
 
@@ -75,8 +75,8 @@ pub(crate) struct Meta {
     pub(crate) last_reason: Option<String>,
     /// Expiry of the dedup record naming this job, if it was keyed.
     pub(crate) dedup_until: Option<UnixMs>,
-    /// The job's size in a Reserve reply, at most ([`crate::queue::reply`]); 0 when unknown (a
-    /// record written before this field existed). Stored after `dedup_until`; a record that
+    /// The job's size in a Reserve reply, at most ([`crate::domain::NewJob::reply_bytes`]); 0 when
+    /// unknown (a record written before this field existed: such a job is sent alone). Stored after `dedup_until`; a record that
     /// ends before it is such an older record.
     pub(crate) reply_bytes: u32,
 }
@@ -93,6 +93,26 @@ pub(crate) struct DedupRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct QueueRecord {
     pub(crate) paused: bool,
+}
+
+/// The key of a dedup record in the `dedup` keyspace: the queue name, a NUL byte, then the
+/// idempotency key's bytes. Queue names cannot contain control characters, so the NUL
+/// separates the two unambiguously and the same key on two queues never collides; keys are
+/// compared byte for byte (no trimming, case folding or Unicode normalisation).
+pub(crate) fn record_key(queue: &str, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(queue.len() + 1 + key.len());
+    k.extend_from_slice(queue.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+/// Splits a [`record_key`] back into queue and key.
+pub(crate) fn split_record_key(k: &[u8]) -> Option<(&str, &str)> {
+    let nul = k.iter().position(|b| *b == 0)?;
+    let queue = std::str::from_utf8(&k[..nul]).ok()?;
+    let key = std::str::from_utf8(&k[nul + 1..]).ok()?;
+    Some((queue, key))
 }
 
 struct W(Vec<u8>);
@@ -471,6 +491,26 @@ pub(crate) fn decode_id(key: &[u8]) -> Result<JobId, StorageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_compared_byte_for_byte() {
+        let nfc = "\u{e9}";
+        let nfd = "e\u{301}";
+        let keys = ["abc", "ABC", " abc", nfc, nfd];
+        let mut records: Vec<Vec<u8>> = keys.iter().map(|k| record_key("q", k)).collect();
+        records.sort();
+        records.dedup();
+        assert_eq!(records.len(), 5);
+    }
+
+    #[test]
+    fn the_same_key_on_two_queues_is_two_records() {
+        assert_ne!(record_key("a", "k"), record_key("b", "k"));
+        assert_eq!(
+            split_record_key(&record_key("a", "k\0x")),
+            Some(("a", "k\0x"))
+        );
+    }
 
     #[test]
     fn records_round_trip() {

@@ -2,12 +2,13 @@
 //! hit is answered without touching the disk, mirrored in the `dedup` keyspace so it survives
 //! restarts. Rebuilt from that keyspace at start-up.
 //!
-//! Records are keyed by [`crate::queue::dedup::record_key`] (queue, NUL, key). Each remembers
+//! Records are keyed by [`super::codec::record_key`] (queue, NUL, key). Each remembers
 //! the group-commit batch that wrote it, so a hit on a record that is not yet durable waits for
 //! that batch before answering.
 
-use crate::queue::dedup::{is_live, split_record_key};
-use crate::queue::model::{JobId, UnixMs};
+use super::codec::split_record_key;
+use crate::domain::{JobId, UnixMs};
+use crate::queue::dedup::is_live;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -106,7 +107,7 @@ impl DedupIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::dedup::record_key;
+    use crate::storage::embedded::codec::record_key;
 
     fn entry(expires_at: UnixMs) -> DedupEntry {
         DedupEntry {

@@ -17,7 +17,7 @@
 //! refusing).
 
 use super::space;
-use crate::config::PersistMode;
+use crate::domain::PersistMode;
 use crate::storage::{StorageError, StorageHealth};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

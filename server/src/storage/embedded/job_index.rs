@@ -4,7 +4,7 @@
 //! Payloads are not held here; they stay on disk.
 
 use super::codec::{Meta, Stage};
-use crate::queue::model::{JobId, UnixMs};
+use crate::domain::{JobId, UnixMs};
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;

@@ -17,16 +17,16 @@ pub(crate) mod job_index;
 mod recovery;
 mod space;
 
+use self::codec::record_key;
 use self::codec::{Body, DedupRecord, Meta, QueueRecord, Stage};
 use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::JobIndex;
 use super::{InsertOutcome, Maintenance, ReadySignals, StorageError, StorageHealth, Store};
-use crate::config::PersistMode;
-use crate::queue::dedup::record_key;
-use crate::queue::model::{
+use crate::domain::{
     DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, InFlight, Job, JobId,
-    JobInfo, JobState, KeyRecord, NackPlan, NewJob, QueueStats, ReserveSpec, SettleRefusal, UnixMs,
+    JobInfo, JobState, KeyRecord, NackPlan, NewJob, PersistMode, QueueStats, ReserveSpec,
+    SettleRefusal, UnixMs,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -175,16 +175,6 @@ impl Shared {
         }
     }
 
-    /// The reply size of a job whose meta record predates `reply_bytes`, from its body. Such a
-    /// record was read at start-up, so its body is durable and can be read under the lock.
-    fn reply_bytes_of_older_record(&self, st: &State, id: JobId) -> Result<u32, StorageError> {
-        let (Some(meta), Some(body)) = (st.jobs.get(id), self.body(id)?) else {
-            return Ok(0);
-        };
-        let job = assemble(id, meta, body);
-        Ok(u32::try_from(crate::queue::reply::job_bytes(&job)).unwrap_or(u32::MAX))
-    }
-
     /// A job leaves the live set (acked, or dead-lettered): kept as a dead letter when
     /// `dead` is set and retention is on; otherwise its body goes and, while a dedup record may
     /// still name it, a tombstone stays.
@@ -331,7 +321,6 @@ impl Shared {
                         Stage::Ready
                     }
                 };
-                let reply_bytes = crate::queue::reply::new_job_bytes(&job);
                 let meta = Meta {
                     queue: job.queue,
                     job_type: st.jobs.intern_job_type(&job.job_type),
@@ -344,7 +333,7 @@ impl Shared {
                     worker_id: None,
                     last_reason: None,
                     dedup_until: job.dedup.as_ref().map(|d| d.expires_at),
-                    reply_bytes,
+                    reply_bytes: job.reply_bytes,
                 };
                 ops.push(WriteOp::put(Ks::Jobs, job.id.to_bytes(), body));
                 ops.push(meta_put(job.id, &meta));
@@ -533,7 +522,9 @@ impl Store for EmbeddedStore {
             let mut ops = Vec::new();
             // The reply budget: stop before the reply would pass it, so that every job leased
             // is also sent. The first job is always taken, whatever its size (a job larger
-            // than the budget exists only if the limits were lowered after it was stored).
+            // than the budget exists only if the limits were lowered after it was stored). A
+            // record written before sizes were stored (`reply_bytes` 0, size unknown) is only
+            // ever sent alone, as the first job of a reply.
             let mut reply_bytes = 0u64;
             'queues: for queue in &spec.queues {
                 if st.jobs.queue(queue).is_none_or(|q| q.paused) {
@@ -543,20 +534,24 @@ impl Store for EmbeddedStore {
                     let Some(id) = st.jobs.first_ready(queue) else {
                         break;
                     };
-                    let size = match st.jobs.get(id).map(|m| m.reply_bytes) {
-                        None => break,
-                        Some(0) => sh.reply_bytes_of_older_record(&st, id)?,
-                        Some(n) => n,
+                    let Some(size) = st.jobs.get(id).map(|m| m.reply_bytes) else {
+                        break;
                     };
-                    if !leased.is_empty() && reply_bytes + u64::from(size) > spec.max_reply_bytes {
+                    if !leased.is_empty()
+                        && (size == 0
+                            || reply_bytes.saturating_add(u64::from(size)) > spec.max_reply_bytes)
+                    {
                         break 'queues;
                     }
-                    reply_bytes += u64::from(size);
+                    reply_bytes = match size {
+                        // Unknown size: nothing goes after it either.
+                        0 => u64::MAX,
+                        n => reply_bytes + u64::from(n),
+                    };
                     let Some(meta) = st.jobs.update(id, |m| {
                         m.attempt += 1;
                         m.stage = Stage::InFlight { expires };
                         m.worker_id.clone_from(&spec.worker_id);
-                        m.reply_bytes = size;
                     }) else {
                         break;
                     };
@@ -891,7 +886,7 @@ impl Store for EmbeddedStore {
                     Some(finished_at),
                     Some(c),
                 ),
-                None => (JobState::Completed, None, None, Some(finished_at), None),
+                None => (JobState::Acked, None, None, Some(finished_at), None),
             },
         };
         Ok(Some(JobInfo {

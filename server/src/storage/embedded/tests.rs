@@ -1,7 +1,7 @@
 //! Store-level tests of the embedded backend with explicit times.
 
 use super::*;
-use crate::queue::model::{DeadLetterCause, NewJob};
+use crate::domain::{DeadLetterCause, NewJob};
 
 fn open(dir: &std::path::Path) -> EmbeddedStore {
     EmbeddedStore::open(
@@ -30,6 +30,7 @@ fn job(now: UnixMs, max_attempts: u32) -> NewJob {
         scheduled_at: None,
         dedup: None,
         max_queue_depth: None,
+        reply_bytes: 200,
     }
 }
 

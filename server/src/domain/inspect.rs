@@ -1,0 +1,113 @@
+//! What inspection reads: dead letters, job states, queue counts, dedup records.
+
+use super::{DeadLetterCause, Job, JobId, UnixMs};
+
+/// A dead-lettered job and how it got there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// The job as last delivered.
+    pub job: Job,
+    /// Why.
+    pub cause: DeadLetterCause,
+    /// When.
+    pub failed_at: UnixMs,
+    /// The attempt that failed last.
+    pub final_attempt: u32,
+    /// The reason given by the last nack, if any.
+    pub last_reason: Option<String>,
+}
+
+/// Where a job is, as job inspection reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting for its scheduled time (or a retry delay).
+    Scheduled,
+    /// Ready to be reserved.
+    Ready,
+    /// Leased to a worker.
+    InFlight,
+    /// Dead-lettered (kept while retention lasts; after that, while a dedup record names it).
+    DeadLettered,
+    /// Acked; a tombstone kept while a dedup record may name it.
+    Acked,
+}
+
+/// Everything job inspection reports about one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobInfo {
+    /// Its id.
+    pub id: JobId,
+    /// Its state.
+    pub state: JobState,
+    /// Its queue.
+    pub queue: String,
+    /// Its type.
+    pub job_type: String,
+    /// The attempt in flight, or the last one made (0 before the first delivery).
+    pub attempt: u32,
+    /// Deliveries allowed.
+    pub max_attempts: u32,
+    /// 0–9.
+    pub priority: u8,
+    /// Enqueue time (requeue time for a requeued dead letter).
+    pub enqueued_at: UnixMs,
+    /// When it becomes ready, while scheduled.
+    pub scheduled_at: Option<UnixMs>,
+    /// When its lease ends, while in flight.
+    pub lease_expires_at: Option<UnixMs>,
+    /// The reason of the last nack.
+    pub last_reason: Option<String>,
+    /// When it was acked or dead-lettered.
+    pub finished_at: Option<UnixMs>,
+    /// Why it was dead-lettered.
+    pub dead_letter_cause: Option<DeadLetterCause>,
+    /// Its idempotency key, while its body is kept.
+    pub idempotency_key: Option<String>,
+    /// The worker label of the current lease.
+    pub worker_id: Option<String>,
+}
+
+/// Counts of one queue's jobs by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Ready jobs.
+    pub ready: u64,
+    /// Scheduled jobs (including retry delays).
+    pub scheduled: u64,
+    /// Leased jobs.
+    pub in_flight: u64,
+    /// Dead letters kept.
+    pub dead_lettered: u64,
+    /// Dedup records (live, or expired and not yet swept).
+    pub dedup_records: u64,
+    /// Whether Reserve skips the queue.
+    pub paused: bool,
+}
+
+/// A live dedup record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRecord {
+    /// The job the key names.
+    pub job_id: JobId,
+    /// When the record was written (the first accepted enqueue).
+    pub created_at: UnixMs,
+    /// When it stops deduplicating.
+    pub expires_at: UnixMs,
+}
+
+/// Which dead letters an operator action applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetterSelector {
+    /// Exactly these jobs (ids that are not dead letters are skipped).
+    Ids(Vec<JobId>),
+    /// The oldest `max`, of one queue or all.
+    Oldest {
+        /// One queue, or all.
+        queue: Option<String>,
+        /// How many.
+        max: u32,
+    },
+}
+
+/// A position in the dead-letter order, for paging: (failed_at, job id).
+pub type DeadLetterCursor = (UnixMs, JobId);

@@ -1,0 +1,151 @@
+//! Jobs as the queue and every storage backend see them: ids, contents, a validated new job
+//! and a delivered job.
+
+use super::UnixMs;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// A job id: a UUID v4 assigned by the server, kept as its 128-bit value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(pub u128);
+
+impl JobId {
+    /// A fresh random (v4) id.
+    pub fn new_v4() -> Self {
+        JobId(uuid::Uuid::new_v4().as_u128())
+    }
+
+    /// Parses the hyphenated (or simple) UUID text form. Returns `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        uuid::Uuid::try_parse(s).ok().map(|u| JobId(u.as_u128()))
+    }
+
+    /// The 16 big-endian bytes, used as a storage key.
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+
+    /// The inverse of [`JobId::to_bytes`].
+    pub fn from_bytes(b: [u8; 16]) -> Self {
+        JobId(u128::from_be_bytes(b))
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        uuid::Uuid::from_u128(self.0).hyphenated().fmt(f)
+    }
+}
+
+/// A value in a job's custom map.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// UTF-8 text; counts its length in bytes toward `max_custom_total_bytes`.
+    String(String),
+    /// A double; counts 8 bytes.
+    Double(f64),
+    /// A signed 64-bit integer; counts 8 bytes.
+    Int(i64),
+    /// A boolean; counts 1 byte.
+    Bool(bool),
+}
+
+impl Value {
+    /// The bytes this value counts toward `max_custom_total_bytes`.
+    pub fn counted_bytes(&self) -> u64 {
+        match self {
+            Value::String(s) => s.len() as u64,
+            Value::Double(_) | Value::Int(_) => 8,
+            Value::Bool(_) => 1,
+        }
+    }
+}
+
+/// A job's data and the hint for reading it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Payload {
+    /// The bytes; never empty in a stored job.
+    pub data: Vec<u8>,
+    /// A non-empty hint such as a MIME type.
+    pub encoding: String,
+}
+
+/// W3C trace context carried with a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceContext {
+    /// The `traceparent` header value; non-empty.
+    pub traceparent: String,
+    /// The `tracestate` header value.
+    pub tracestate: Option<String>,
+}
+
+/// The claim a keyed job makes on the dedup index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DedupClaim {
+    /// The idempotency key, exactly as sent.
+    pub key: String,
+    /// When the record stops deduplicating (first accepted enqueue + the queue's window).
+    pub expires_at: UnixMs,
+}
+
+/// A validated job, with every default resolved, ready to be written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// The id it gets if it is created (not used on a dedup hit).
+    pub id: JobId,
+    /// Queue name.
+    pub queue: Arc<str>,
+    /// Job type.
+    pub job_type: String,
+    /// Optional data.
+    pub payload: Option<Payload>,
+    /// 0–9.
+    pub priority: u8,
+    /// At least 1.
+    pub max_attempts: u32,
+    /// Optional trace context.
+    pub trace_context: Option<TraceContext>,
+    /// Custom entries.
+    pub custom: BTreeMap<String, Value>,
+    /// The enqueue time.
+    pub enqueued_at: UnixMs,
+    /// Set when the job is not ready before this time (strictly in the future at enqueue).
+    pub scheduled_at: Option<UnixMs>,
+    /// Set for a keyed enqueue.
+    pub dedup: Option<DedupClaim>,
+    /// The queue's `max_queue_depth`, checked when the job is committed.
+    pub max_queue_depth: Option<u64>,
+    /// The bytes the job takes in a Reserve reply, at most (computed by the queue layer,
+    /// `queue::reply`), so that a store can fill a reply up to its budget without encoding.
+    pub reply_bytes: u32,
+}
+
+/// A job as delivered to a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// Its id.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its type.
+    pub job_type: String,
+    /// Its data.
+    pub payload: Option<Payload>,
+    /// 0–9.
+    pub priority: u8,
+    /// Trace context.
+    pub trace_context: Option<TraceContext>,
+    /// First enqueue time (a requeued dead letter: its requeue time).
+    pub enqueued_at: UnixMs,
+    /// Which delivery this is, 1-based.
+    pub attempt: u32,
+    /// Deliveries allowed.
+    pub max_attempts: u32,
+    /// When the current lease ends (unset outside a delivery).
+    pub lease_expires_at: Option<UnixMs>,
+    /// Custom entries.
+    pub custom: BTreeMap<String, Value>,
+    /// When the job was scheduled to become ready, if it was scheduled.
+    pub scheduled_at: Option<UnixMs>,
+}
