@@ -5,10 +5,14 @@
 //! `sepp config example`; the defaults match the public sepp so that a config file written for it
 //! means the same thing here. Loading fails with one line naming the key, the value and what is
 //! allowed ([`ConfigError`]).
+//!
+//! This module is plain data: serde structs, the file/environment overlay, and the checks of
+//! the sections the queue layer does not own (`[server]`, `[auth]`, the durability keys of
+//! `[storage]`). It imports nothing of `queue/`: the checks of `[limits]`, the per-queue
+//! policies and `[[queues]]` live with the rules they feed, in
+//! [`crate::queue::limits::Limits::from_config`]; [`crate::load_config`] runs both.
 
 pub use crate::domain::PersistMode;
-use crate::queue::limits::QueuePolicy;
-use crate::queue::validate::{NameUse, queue_name_shape};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -326,7 +330,8 @@ pub struct Loaded {
     pub ignored_sections: Vec<String>,
 }
 
-const DAY_MS: u64 = 86_400_000;
+/// A day in milliseconds, for the ranges of time keys.
+pub const DAY_MS: u64 = 86_400_000;
 
 impl Config {
     /// Loads the configuration: `path` if given, else `$SEPP_CONFIG`, else `./sepp.toml` if it
@@ -392,7 +397,8 @@ impl Config {
         })
     }
 
-    /// Checks ranges and consistency.
+    /// Checks the ranges and consistency of `[server]`, `[auth]` and the durability keys of
+    /// `[storage]` (the rest: [`crate::queue::limits::Limits::from_config`]).
     ///
     /// # Errors
     /// [`ConfigError`] naming the first offending key, its value and the allowed range.
@@ -413,21 +419,21 @@ impl Config {
                 "config key server.db_path is empty: expected a directory path".into(),
             ));
         }
-        range(
+        check_range(
             "server.max_concurrent_streams",
             s.max_concurrent_streams,
             1,
             10_000,
         )?;
-        range("server.max_connections", s.max_connections, 1, 1_000_000)?;
-        range(
+        check_range("server.max_connections", s.max_connections, 1, 1_000_000)?;
+        check_range(
             "server.handshake_timeout_ms",
             s.handshake_timeout_ms,
             100,
             600_000,
         )?;
-        range("server.idle_timeout_ms", s.idle_timeout_ms, 1_000, DAY_MS)?;
-        range(
+        check_range("server.idle_timeout_ms", s.idle_timeout_ms, 1_000, DAY_MS)?;
+        check_range(
             "server.shutdown_grace_ms",
             s.shutdown_grace_ms,
             0,
@@ -450,115 +456,20 @@ impl Config {
             }
         }
         let st = &self.storage;
-        range(
+        check_range(
             "storage.dead_letter_retention_ms",
             st.dead_letter_retention_ms,
             0,
             3650 * DAY_MS,
         )?;
-        range("storage.min_free_bytes", st.min_free_bytes, 0, 1 << 50)?;
-        range(
+        check_range("storage.min_free_bytes", st.min_free_bytes, 0, 1 << 50)?;
+        check_range(
             "storage.sweep_interval_ms",
             st.sweep_interval_ms,
             10,
             3_600_000,
         )?;
-        range(
-            "storage.dedup_window_ms",
-            st.dedup_window_ms,
-            1,
-            3650 * DAY_MS,
-        )?;
 
-        let l = &self.limits;
-        range(
-            "limits.max_idempotency_key_bytes",
-            l.max_idempotency_key_bytes,
-            1,
-            4096,
-        )?;
-        range("limits.max_enqueue_batch", l.max_enqueue_batch, 1, 100_000)?;
-        range("limits.max_reserve_batch", l.max_reserve_batch, 1, 100_000)?;
-        range("limits.max_reserve_queues", l.max_reserve_queues, 1, 1024)?;
-        range(
-            "limits.max_wait_timeout_ms",
-            l.max_wait_timeout_ms,
-            0,
-            3_600_000,
-        )?;
-        range(
-            "limits.max_message_bytes",
-            l.max_message_bytes,
-            1024,
-            1 << 30,
-        )?;
-        range(
-            "limits.max_queue_name_bytes",
-            l.max_queue_name_bytes,
-            1,
-            4096,
-        )?;
-        range("limits.max_job_type_bytes", l.max_job_type_bytes, 1, 4096)?;
-        range(
-            "limits.max_reserve_reply_bytes",
-            l.max_reserve_reply_bytes,
-            65_536,
-            1 << 30,
-        )?;
-        range(
-            "limits.max_trace_context_bytes",
-            l.max_trace_context_bytes,
-            55,
-            1 << 20,
-        )?;
-        range("limits.max_encoding_bytes", l.max_encoding_bytes, 1, 4096)?;
-        range("limits.max_worker_id_bytes", l.max_worker_id_bytes, 1, 4096)?;
-        range("limits.max_reason_bytes", l.max_reason_bytes, 1, 1 << 20)?;
-        let defaults = QueuePolicy::defaults(self);
-        validate_policy(
-            &defaults,
-            "limits.",
-            "storage.dedup_window_ms",
-            l.max_message_bytes,
-        )?;
-        check_reply_budget(&defaults, "limits.", l)?;
-
-        let mut names = HashSet::new();
-        for (i, q) in self.queues.iter().enumerate() {
-            let at = format!("queues[{i}]");
-            if q.name.is_empty() {
-                return Err(ConfigError(format!(
-                    "config key {at}.name is empty: every [[queues]] entry needs a unique name"
-                )));
-            }
-            if let Err(why) = queue_name_shape(&q.name, NameUse::Write) {
-                return Err(ConfigError(format!(
-                    "config key {at}.name = {:?}: {why}",
-                    q.name
-                )));
-            }
-            if q.name.len() > l.max_queue_name_bytes as usize {
-                return Err(ConfigError(format!(
-                    "config key {at}.name is {} bytes: limits.max_queue_name_bytes is {}",
-                    q.name.len(),
-                    l.max_queue_name_bytes
-                )));
-            }
-            if !names.insert(q.name.as_str()) {
-                return Err(ConfigError(format!(
-                    "config key {at}.name = {:?} is a duplicate: queue names must be unique",
-                    q.name
-                )));
-            }
-            let merged = defaults.with_overrides(q);
-            validate_policy(
-                &merged,
-                &format!("{at}."),
-                &format!("{at}.dedup_window_ms"),
-                l.max_message_bytes,
-            )?;
-            check_reply_budget(&merged, &format!("{at}."), l)?;
-        }
         Ok(())
     }
 
@@ -571,118 +482,11 @@ impl Config {
     }
 }
 
-/// One job at the largest sizes `p` and the global limits allow must fit one Reserve reply, so
-/// that every job can be delivered. `at` prefixes the per-queue key names.
-fn check_reply_budget(p: &QueuePolicy, at: &str, l: &LimitsConfig) -> Result<(), ConfigError> {
-    let need = p.job_bounds(l).reply_bytes();
-    if need > l.max_reserve_reply_bytes {
-        return Err(ConfigError(format!(
-            "config key limits.max_reserve_reply_bytes = {} cannot hold one job at the largest \
-             sizes allowed, which takes up to {need} bytes in a Reserve reply \
-             ({at}max_payload_bytes = {}, {at}max_custom_total_bytes = {}, \
-             {at}max_custom_entries = {}, limits.max_trace_context_bytes = {} (twice), \
-             limits.max_encoding_bytes = {}, limits.max_queue_name_bytes = {}, \
-             limits.max_job_type_bytes = {}, plus framing): raise the budget or lower those",
-            l.max_reserve_reply_bytes,
-            p.max_payload_bytes,
-            p.max_custom_total_bytes,
-            p.max_custom_entries,
-            l.max_trace_context_bytes,
-            l.max_encoding_bytes,
-            l.max_queue_name_bytes,
-            l.max_job_type_bytes,
-        )));
-    }
-    Ok(())
-}
-
-/// Range and consistency checks of one resolved per-queue policy. `at` prefixes the key names
-/// (`limits.` for the defaults, `queues[i].` for an entry).
-fn validate_policy(
-    p: &QueuePolicy,
-    at: &str,
-    window_key: &str,
-    max_message_bytes: u64,
-) -> Result<(), ConfigError> {
-    let k = |name: &str| format!("{at}{name}");
-    if let Some(types) = &p.allowed_job_types
-        && types.is_empty()
-    {
-        return Err(ConfigError(format!(
-            "config key {} is an empty list: leave it unset to allow every job type",
-            k("allowed_job_types")
-        )));
-    }
-    range(window_key, p.dedup_window_ms, 1, 3650 * DAY_MS)?;
-    range(
-        &k("max_lease_duration_ms"),
-        p.max_lease_duration_ms,
-        1,
-        7 * DAY_MS,
-    )?;
-    range(
-        &k("max_attempts_ceiling"),
-        p.max_attempts_ceiling,
-        1,
-        1_000_000,
-    )?;
-    range(
-        &k("default_max_attempts"),
-        p.default_max_attempts,
-        1,
-        p.max_attempts_ceiling,
-    )?;
-    range(&k("default_priority"), p.default_priority, 0, 9)?;
-    range(&k("retry_delay_ms"), p.retry_delay_ms, 0, 3650 * DAY_MS)?;
-    if p.retry_delay_max_ms < p.retry_delay_ms {
-        return Err(ConfigError(format!(
-            "config key {} = {} is below {} = {}: the cap must be at least the base delay",
-            k("retry_delay_max_ms"),
-            p.retry_delay_max_ms,
-            k("retry_delay_ms"),
-            p.retry_delay_ms
-        )));
-    }
-    range(
-        &k("retry_delay_max_ms"),
-        p.retry_delay_max_ms,
-        0,
-        3650 * DAY_MS,
-    )?;
-    range(
-        &k("max_payload_bytes"),
-        p.max_payload_bytes,
-        0,
-        max_message_bytes,
-    )
-    .map_err(|e| ConfigError(format!("{} (limits.max_message_bytes)", e.0)))?;
-    range(
-        &k("max_schedule_horizon_ms"),
-        p.max_schedule_horizon_ms,
-        0,
-        3650 * DAY_MS,
-    )?;
-    range(&k("max_custom_entries"), p.max_custom_entries, 0, 1_000_000)?;
-    range(
-        &k("max_custom_total_bytes"),
-        p.max_custom_total_bytes,
-        0,
-        max_message_bytes,
-    )
-    .map_err(|e| ConfigError(format!("{} (limits.max_message_bytes)", e.0)))?;
-    range(
-        &k("max_custom_key_bytes"),
-        p.max_custom_key_bytes,
-        1,
-        65_536,
-    )?;
-    if let Some(d) = p.max_queue_depth {
-        range(&k("max_queue_depth"), d, 1, u64::MAX)?;
-    }
-    Ok(())
-}
-
-fn range<T: PartialOrd + std::fmt::Display + Copy>(
+/// Refuses `v` outside `lo..=hi`, naming the key, the value and the range.
+///
+/// # Errors
+/// [`ConfigError`]: `config key KEY = V is out of range: allowed LO to HI`.
+pub fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
     key: &str,
     v: T,
     lo: T,
@@ -788,38 +592,9 @@ mod tests {
     }
 
     #[test]
-    fn out_of_range_value_names_range() {
-        let err = load("[limits]\ndefault_priority = 12\n").unwrap_err();
-        assert_eq!(
-            err,
-            "config key limits.default_priority = 12 is out of range: allowed 0 to 9"
-        );
-    }
-
-    #[test]
-    fn retry_cap_below_base_is_rejected() {
-        let err = load("[limits]\nretry_delay_ms = 5000\nretry_delay_max_ms = 100\n").unwrap_err();
-        assert!(err.contains("retry_delay_max_ms = 100"), "{err}");
-        assert!(err.contains("retry_delay_ms = 5000"), "{err}");
-    }
-
-    #[test]
     fn tls_cert_without_key_is_rejected() {
         let err = load("[server]\ntls_cert_path = \"/tmp/c.pem\"\n").unwrap_err();
         assert!(err.contains("server.tls_key_path"), "{err}");
-    }
-
-    #[test]
-    fn duplicate_queue_name_is_rejected() {
-        let err = load("[[queues]]\nname = \"a\"\n[[queues]]\nname = \"a\"\n").unwrap_err();
-        assert!(err.contains("queues[1].name"), "{err}");
-        assert!(err.contains("duplicate"), "{err}");
-    }
-
-    #[test]
-    fn per_queue_override_is_range_checked() {
-        let err = load("[[queues]]\nname = \"a\"\ndefault_priority = 10\n").unwrap_err();
-        assert!(err.contains("queues[0].default_priority = 10"), "{err}");
     }
 
     #[test]

@@ -48,6 +48,24 @@ pub enum ServeError {
     /// The transport failed.
     #[error("transport: {0}")]
     Transport(String),
+    /// The configuration's limits are out of range or inconsistent.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+}
+
+/// Loads the configuration ([`Config::load`]: defaults, file, environment) and checks what the
+/// queue layer resolves from it ([`Limits::from_config`]), so that a bad value fails start-up
+/// (and `sepp config check`) with one line naming the key, the value and the rule.
+///
+/// # Errors
+/// The first [`config::ConfigError`].
+pub fn load_config(
+    path: Option<&std::path::Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<config::Loaded, config::ConfigError> {
+    let loaded = Config::load(path, env)?;
+    Limits::from_config(&loaded.config)?;
+    Ok(loaded)
 }
 
 /// Binds `config.server.listen_addr`.
@@ -86,6 +104,7 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Transport(e.to_string()))?;
+    let limits = Arc::new(Limits::from_config(&config)?);
     let signals = Arc::new(ReadySignals::default());
     let opts = EmbeddedOptions {
         path: config.server.db_path.clone(),
@@ -110,7 +129,6 @@ pub async fn serve(
     );
     let store: Arc<dyn Store> = Arc::new(store);
     let stopping = CancellationToken::new();
-    let limits = Arc::new(Limits::from_config(&config));
     let queue = Arc::new(Queue::new(
         store.clone(),
         limits,

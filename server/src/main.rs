@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use sepp_server::config::{self, Config};
+use sepp_server::config;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         Some(Command::Config {
             command: ConfigCommand::Check,
         }) => {
-            return match Config::load(cli.config.as_deref(), env) {
+            return match sepp_server::load_config(cli.config.as_deref(), env) {
                 Ok(l) => match l.config.to_toml() {
                     Ok(t) => {
                         print!("{t}");
@@ -95,7 +95,7 @@ fn main() -> ExitCode {
         )
         .init();
 
-    let loaded = match Config::load(cli.config.as_deref(), env) {
+    let loaded = match sepp_server::load_config(cli.config.as_deref(), env) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("sepp: {e}");

@@ -76,6 +76,7 @@ impl TestServer {
         config.storage.persist_mode = PersistMode::Buffer;
         tweak(&mut config);
         config.validate().expect("test config is valid");
+        crate::queue::limits::Limits::from_config(&config).expect("test limits are valid");
         let listener = crate::bind(&config).await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel::<()>();

@@ -30,7 +30,7 @@ mod tests {
             max_lease_duration_ms: Some(1_000),
             ..Default::default()
         });
-        let l = Limits::from_config(&c);
+        let l = Limits::from_config(&c).unwrap();
         assert_eq!(clamp_lease_ms(&l, ["a", "short"], 60_000), 1_000);
         assert_eq!(clamp_lease_ms(&l, ["a"], 600_000), 300_000);
         assert_eq!(clamp_lease_ms(&l, ["a"], 5), 5);

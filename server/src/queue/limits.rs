@@ -2,8 +2,11 @@
 //! `[[queues]]` entry. An undeclared queue uses the defaults.
 
 use super::reply::JobBounds;
-use crate::config::{Config, LimitsConfig, QueueConfig, RetryBackoff};
-use std::collections::HashMap;
+use super::validate::{NameUse, queue_name_shape};
+use crate::config::{
+    Config, ConfigError, DAY_MS, LimitsConfig, QueueConfig, RetryBackoff, check_range,
+};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The effective settings of one queue.
@@ -151,8 +154,14 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Resolves the limits of a (validated) configuration.
-    pub fn from_config(config: &Config) -> Self {
+    /// Checks and resolves the limits of a configuration: every `[limits]` key, the per-queue
+    /// defaults and each `[[queues]]` entry merged with them.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first offending key, its value and the allowed range or rule
+    /// (`config key limits.default_priority = 12 is out of range: allowed 0 to 9`).
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        check(config)?;
         let defaults = QueuePolicy::defaults(config);
         let declared = config
             .queues
@@ -160,7 +169,7 @@ impl Limits {
             .map(|q| (q.name.clone(), Arc::new(defaults.with_overrides(q))))
             .collect();
         let l = &config.limits;
-        Limits {
+        Ok(Limits {
             max_idempotency_key_bytes: l.max_idempotency_key_bytes,
             max_enqueue_batch: l.max_enqueue_batch,
             max_reserve_batch: l.max_reserve_batch,
@@ -178,7 +187,7 @@ impl Limits {
             dead_letter_retention_enabled: config.storage.dead_letter_retention_ms > 0,
             defaults: Arc::new(defaults),
             declared,
-        }
+        })
     }
 
     /// The policy of `queue`: its `[[queues]]` entry, else the defaults.
@@ -189,5 +198,266 @@ impl Limits {
     /// Whether `queue` has a `[[queues]]` entry.
     pub fn is_declared(&self, queue: &str) -> bool {
         self.declared.contains_key(queue)
+    }
+}
+
+/// Range and consistency checks of `[limits]`, the per-queue defaults (including
+/// `storage.dedup_window_ms`) and every `[[queues]]` entry merged with them.
+fn check(config: &Config) -> Result<(), ConfigError> {
+    let l = &config.limits;
+    check_range(
+        "limits.max_idempotency_key_bytes",
+        l.max_idempotency_key_bytes,
+        1,
+        4096,
+    )?;
+    check_range("limits.max_enqueue_batch", l.max_enqueue_batch, 1, 100_000)?;
+    check_range("limits.max_reserve_batch", l.max_reserve_batch, 1, 100_000)?;
+    check_range("limits.max_reserve_queues", l.max_reserve_queues, 1, 1024)?;
+    check_range(
+        "limits.max_wait_timeout_ms",
+        l.max_wait_timeout_ms,
+        0,
+        3_600_000,
+    )?;
+    check_range(
+        "limits.max_message_bytes",
+        l.max_message_bytes,
+        1024,
+        1 << 30,
+    )?;
+    check_range(
+        "limits.max_queue_name_bytes",
+        l.max_queue_name_bytes,
+        1,
+        4096,
+    )?;
+    check_range("limits.max_job_type_bytes", l.max_job_type_bytes, 1, 4096)?;
+    check_range(
+        "limits.max_reserve_reply_bytes",
+        l.max_reserve_reply_bytes,
+        65_536,
+        1 << 30,
+    )?;
+    check_range(
+        "limits.max_trace_context_bytes",
+        l.max_trace_context_bytes,
+        55,
+        1 << 20,
+    )?;
+    check_range("limits.max_encoding_bytes", l.max_encoding_bytes, 1, 4096)?;
+    check_range("limits.max_worker_id_bytes", l.max_worker_id_bytes, 1, 4096)?;
+    check_range("limits.max_reason_bytes", l.max_reason_bytes, 1, 1 << 20)?;
+    let defaults = QueuePolicy::defaults(config);
+    validate_policy(
+        &defaults,
+        "limits.",
+        "storage.dedup_window_ms",
+        l.max_message_bytes,
+    )?;
+    check_reply_budget(&defaults, "limits.", l)?;
+
+    let mut names = HashSet::new();
+    for (i, q) in config.queues.iter().enumerate() {
+        let at = format!("queues[{i}]");
+        if q.name.is_empty() {
+            return Err(ConfigError(format!(
+                "config key {at}.name is empty: every [[queues]] entry needs a unique name"
+            )));
+        }
+        if let Err(why) = queue_name_shape(&q.name, NameUse::Write) {
+            return Err(ConfigError(format!(
+                "config key {at}.name = {:?}: {why}",
+                q.name
+            )));
+        }
+        if q.name.len() > l.max_queue_name_bytes as usize {
+            return Err(ConfigError(format!(
+                "config key {at}.name is {} bytes: limits.max_queue_name_bytes is {}",
+                q.name.len(),
+                l.max_queue_name_bytes
+            )));
+        }
+        if !names.insert(q.name.as_str()) {
+            return Err(ConfigError(format!(
+                "config key {at}.name = {:?} is a duplicate: queue names must be unique",
+                q.name
+            )));
+        }
+        let merged = defaults.with_overrides(q);
+        validate_policy(
+            &merged,
+            &format!("{at}."),
+            &format!("{at}.dedup_window_ms"),
+            l.max_message_bytes,
+        )?;
+        check_reply_budget(&merged, &format!("{at}."), l)?;
+    }
+    Ok(())
+}
+
+/// One job at the largest sizes `p` and the global limits allow must fit one Reserve reply, so
+/// that every job can be delivered. `at` prefixes the per-queue key names.
+fn check_reply_budget(p: &QueuePolicy, at: &str, l: &LimitsConfig) -> Result<(), ConfigError> {
+    let need = p.job_bounds(l).reply_bytes();
+    if need > l.max_reserve_reply_bytes {
+        return Err(ConfigError(format!(
+            "config key limits.max_reserve_reply_bytes = {} cannot hold one job at the largest \
+             sizes allowed, which takes up to {need} bytes in a Reserve reply \
+             ({at}max_payload_bytes = {}, {at}max_custom_total_bytes = {}, \
+             {at}max_custom_entries = {}, limits.max_trace_context_bytes = {} (twice), \
+             limits.max_encoding_bytes = {}, limits.max_queue_name_bytes = {}, \
+             limits.max_job_type_bytes = {}, plus framing): raise the budget or lower those",
+            l.max_reserve_reply_bytes,
+            p.max_payload_bytes,
+            p.max_custom_total_bytes,
+            p.max_custom_entries,
+            l.max_trace_context_bytes,
+            l.max_encoding_bytes,
+            l.max_queue_name_bytes,
+            l.max_job_type_bytes,
+        )));
+    }
+    Ok(())
+}
+
+/// Range and consistency checks of one resolved per-queue policy. `at` prefixes the key names
+/// (`limits.` for the defaults, `queues[i].` for an entry).
+fn validate_policy(
+    p: &QueuePolicy,
+    at: &str,
+    window_key: &str,
+    max_message_bytes: u64,
+) -> Result<(), ConfigError> {
+    let k = |name: &str| format!("{at}{name}");
+    if let Some(types) = &p.allowed_job_types
+        && types.is_empty()
+    {
+        return Err(ConfigError(format!(
+            "config key {} is an empty list: leave it unset to allow every job type",
+            k("allowed_job_types")
+        )));
+    }
+    check_range(window_key, p.dedup_window_ms, 1, 3650 * DAY_MS)?;
+    check_range(
+        &k("max_lease_duration_ms"),
+        p.max_lease_duration_ms,
+        1,
+        7 * DAY_MS,
+    )?;
+    check_range(
+        &k("max_attempts_ceiling"),
+        p.max_attempts_ceiling,
+        1,
+        1_000_000,
+    )?;
+    check_range(
+        &k("default_max_attempts"),
+        p.default_max_attempts,
+        1,
+        p.max_attempts_ceiling,
+    )?;
+    check_range(&k("default_priority"), p.default_priority, 0, 9)?;
+    check_range(&k("retry_delay_ms"), p.retry_delay_ms, 0, 3650 * DAY_MS)?;
+    if p.retry_delay_max_ms < p.retry_delay_ms {
+        return Err(ConfigError(format!(
+            "config key {} = {} is below {} = {}: the cap must be at least the base delay",
+            k("retry_delay_max_ms"),
+            p.retry_delay_max_ms,
+            k("retry_delay_ms"),
+            p.retry_delay_ms
+        )));
+    }
+    check_range(
+        &k("retry_delay_max_ms"),
+        p.retry_delay_max_ms,
+        0,
+        3650 * DAY_MS,
+    )?;
+    check_range(
+        &k("max_payload_bytes"),
+        p.max_payload_bytes,
+        0,
+        max_message_bytes,
+    )
+    .map_err(|e| ConfigError(format!("{} (limits.max_message_bytes)", e.0)))?;
+    check_range(
+        &k("max_schedule_horizon_ms"),
+        p.max_schedule_horizon_ms,
+        0,
+        3650 * DAY_MS,
+    )?;
+    check_range(&k("max_custom_entries"), p.max_custom_entries, 0, 1_000_000)?;
+    check_range(
+        &k("max_custom_total_bytes"),
+        p.max_custom_total_bytes,
+        0,
+        max_message_bytes,
+    )
+    .map_err(|e| ConfigError(format!("{} (limits.max_message_bytes)", e.0)))?;
+    check_range(
+        &k("max_custom_key_bytes"),
+        p.max_custom_key_bytes,
+        1,
+        65_536,
+    )?;
+    if let Some(d) = p.max_queue_depth {
+        check_range(&k("max_queue_depth"), d, 1, u64::MAX)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loads `text` and resolves its limits; the error message when either fails.
+    fn load(text: &str) -> Result<Limits, String> {
+        let config = Config::from_toml_with_env(text, &[])
+            .map_err(|e| e.0)?
+            .config;
+        Limits::from_config(&config).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn out_of_range_value_names_range() {
+        let err = load("[limits]\ndefault_priority = 12\n").unwrap_err();
+        assert_eq!(
+            err,
+            "config key limits.default_priority = 12 is out of range: allowed 0 to 9"
+        );
+    }
+
+    #[test]
+    fn retry_cap_below_base_is_rejected() {
+        let err = load("[limits]\nretry_delay_ms = 5000\nretry_delay_max_ms = 100\n").unwrap_err();
+        assert!(err.contains("retry_delay_max_ms = 100"), "{err}");
+        assert!(err.contains("retry_delay_ms = 5000"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_queue_name_is_rejected() {
+        let err = load("[[queues]]\nname = \"a\"\n[[queues]]\nname = \"a\"\n").unwrap_err();
+        assert!(err.contains("queues[1].name"), "{err}");
+        assert!(err.contains("duplicate"), "{err}");
+    }
+
+    #[test]
+    fn per_queue_override_is_range_checked() {
+        let err = load("[[queues]]\nname = \"a\"\ndefault_priority = 10\n").unwrap_err();
+        assert!(err.contains("queues[0].default_priority = 10"), "{err}");
+    }
+
+    #[test]
+    fn the_defaults_and_the_example_resolve() {
+        assert!(load("").is_ok());
+        assert!(load(crate::config::EXAMPLE).is_ok());
+    }
+
+    #[test]
+    fn a_queue_name_the_name_rule_refuses_is_named() {
+        let err = load("[[queues]]\nname = \"a/b\"\n").unwrap_err();
+        assert!(err.contains("queues[0].name"), "{err}");
+        assert!(err.contains("'/'"), "{err}");
     }
 }

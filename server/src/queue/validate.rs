@@ -348,7 +348,7 @@ mod tests {
             allowed_job_types: Some(vec!["a".into()]),
             ..Default::default()
         });
-        Limits::from_config(&c)
+        Limits::from_config(&c).unwrap()
     }
 
     fn job(queue: &str) -> EnqueueInput {
@@ -420,7 +420,7 @@ mod tests {
     fn custom_bytes_count_keys_and_values() {
         let mut c = Config::default();
         c.limits.max_custom_total_bytes = 10;
-        let l = Limits::from_config(&c);
+        let l = Limits::from_config(&c).unwrap();
         let mut j = job("q");
         j.custom = vec![
             ("ab".into(), Some(Value::Int(1))),
@@ -456,7 +456,7 @@ mod tests {
     fn empty_allowed_encodings_forbid_every_payload() {
         let mut c = Config::default();
         c.limits.allowed_encodings = Some(vec![]);
-        let l = Limits::from_config(&c);
+        let l = Limits::from_config(&c).unwrap();
         let mut j = job("q");
         j.payload = Some(Payload {
             data: vec![1],
