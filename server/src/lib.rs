@@ -27,6 +27,7 @@ pub mod testing;
 
 use crate::config::Config;
 use crate::queue::Queue;
+use crate::queue::clock::{Clock, SystemClock};
 use crate::queue::limits::Limits;
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::storage::{ReadySignals, Store};
@@ -105,6 +106,7 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| ServeError::Transport(e.to_string()))?;
     let limits = Arc::new(Limits::from_config(&config)?);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let signals = Arc::new(ReadySignals::default());
     let opts = EmbeddedOptions {
         path: config.server.db_path.clone(),
@@ -114,7 +116,8 @@ pub async fn serve(
     };
     let store = {
         let signals = signals.clone();
-        tokio::task::spawn_blocking(move || EmbeddedStore::open(opts, signals))
+        let now = clock.now();
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(opts, signals, now))
             .await
             .map_err(|e| ServeError::Transport(e.to_string()))??
     };
@@ -133,10 +136,12 @@ pub async fn serve(
         store.clone(),
         limits,
         signals.clone(),
+        clock.clone(),
         stopping.clone(),
     ));
     let sweeper = tokio::spawn(queue::sweeper::run(
         store.clone(),
+        clock,
         config.storage.sweep_interval_ms,
         stopping.clone(),
     ));

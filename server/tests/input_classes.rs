@@ -246,6 +246,7 @@ async fn a_queue_stored_under_a_name_now_refused_stays_readable_and_drainable() 
                 min_free_bytes: 0,
             },
             Arc::new(ReadySignals::default()),
+            1,
         )
         .unwrap();
         let job = NewJob {

@@ -3,7 +3,6 @@
 //! read-only key lookup.
 
 use super::Queue;
-use super::model::now_ms;
 use super::validate::{NameUse, check_length, check_queue_name};
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, JobId, JobInfo, KeyRecord, QueueStats,
@@ -102,7 +101,7 @@ impl Queue {
             "max_idempotency_key_bytes",
             self.limits.max_idempotency_key_bytes,
         )?;
-        Ok(self.store.lookup_key(queue, key, now_ms()).await?)
+        Ok(self.store.lookup_key(queue, key, self.clock.now()).await?)
     }
 
     /// One page of dead letters, oldest first, not removed.
@@ -176,7 +175,10 @@ impl Queue {
     /// [`QueueError::InvalidArgument`] for a bad selector; [`QueueError::Storage`].
     pub async fn requeue_dead_letters(&self, s: SelectorInput) -> Result<Vec<JobId>, QueueError> {
         let sel = self.selector(s)?;
-        Ok(self.store.requeue_dead_letters(&sel, now_ms()).await?)
+        Ok(self
+            .store
+            .requeue_dead_letters(&sel, self.clock.now())
+            .await?)
     }
 
     /// Deletes dead letters. Returns the ids deleted.
@@ -185,7 +187,10 @@ impl Queue {
     /// As [`Queue::requeue_dead_letters`].
     pub async fn delete_dead_letters(&self, s: SelectorInput) -> Result<Vec<JobId>, QueueError> {
         let sel = self.selector(s)?;
-        Ok(self.store.delete_dead_letters(&sel, now_ms()).await?)
+        Ok(self
+            .store
+            .delete_dead_letters(&sel, self.clock.now())
+            .await?)
     }
 
     /// Pauses or resumes `queue`.

@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod backoff;
+pub mod clock;
 pub mod dedup;
 pub mod lease;
 pub mod limits;
@@ -16,8 +17,9 @@ pub mod reserve;
 pub mod sweeper;
 pub mod validate;
 
+use self::clock::Clock;
 use self::limits::Limits;
-use self::model::{Accepted, EnqueueInput, JobOutcome, Rejection, now_ms};
+use self::model::{Accepted, EnqueueInput, JobOutcome, Rejection};
 use self::validate::NameUse;
 use crate::domain::{
     DeadLetter, DeadLetterCause, Job, JobId, NackPlan, ReserveSpec, SettleRefusal, UnixMs,
@@ -72,24 +74,33 @@ pub struct Queue {
     store: Arc<dyn Store>,
     limits: Arc<Limits>,
     signals: Arc<ReadySignals>,
+    /// The time of every transition.
+    clock: Arc<dyn Clock>,
     /// Cancelled at shutdown: waiting Reserves return empty.
     shutdown: CancellationToken,
 }
 
 impl Queue {
-    /// A queue over `store`.
+    /// A queue over `store`, whose transitions take their time from `clock`.
     pub fn new(
         store: Arc<dyn Store>,
         limits: Arc<Limits>,
         signals: Arc<ReadySignals>,
+        clock: Arc<dyn Clock>,
         shutdown: CancellationToken,
     ) -> Self {
         Queue {
             store,
             limits,
             signals,
+            clock,
             shutdown,
         }
+    }
+
+    /// The clock every transition reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The limits in force.
@@ -122,7 +133,7 @@ impl Queue {
         inputs: Vec<EnqueueInput>,
     ) -> Result<Vec<JobOutcome>, QueueError> {
         self.check_batch_size(inputs.len())?;
-        let now = now_ms();
+        let now = self.clock.now();
         let mut outcomes: Vec<Option<JobOutcome>> = Vec::with_capacity(inputs.len());
         let mut valid = Vec::with_capacity(inputs.len());
         let mut slots = Vec::with_capacity(inputs.len());
@@ -158,7 +169,7 @@ impl Queue {
         inputs: Vec<EnqueueInput>,
     ) -> Result<Result<Vec<Accepted>, Vec<(u32, Rejection)>>, QueueError> {
         self.check_batch_size(inputs.len())?;
-        let now = now_ms();
+        let now = self.clock.now();
         let mut valid = Vec::with_capacity(inputs.len());
         let mut failures = Vec::new();
         for (i, input) in inputs.into_iter().enumerate() {
@@ -261,10 +272,15 @@ impl Queue {
             worker_id: input.worker_id,
             max_reply_bytes: l.max_reserve_reply_bytes,
         };
-        Ok(
-            reserve::reserve_with_wait(&*self.store, &self.signals, &spec, wait_ms, &self.shutdown)
-                .await?,
+        Ok(reserve::reserve_with_wait(
+            &*self.store,
+            &*self.clock,
+            &self.signals,
+            &spec,
+            wait_ms,
+            &self.shutdown,
         )
+        .await?)
     }
 
     fn parse_id(job_id: &str) -> Result<JobId, QueueError> {
@@ -296,7 +312,7 @@ impl Queue {
     pub async fn ack(&self, job_id: &str, attempt: u32) -> Result<(), QueueError> {
         let id = Self::parse_id(job_id)?;
         self.store
-            .ack(id, attempt, now_ms())
+            .ack(id, attempt, self.clock.now())
             .await?
             .map_err(|r| Self::refusal(job_id, attempt, r))
     }
@@ -324,7 +340,7 @@ impl Queue {
                 "retry.delay is {ms} ms: it must not be negative"
             )));
         }
-        let now = now_ms();
+        let now = self.clock.now();
         let Some(f) = self.store.in_flight(id).await? else {
             return Err(QueueError::JobNotInFlight(job_id.to_string()));
         };
@@ -387,7 +403,7 @@ impl Queue {
         };
         let ms = ms.min(self.limits.policy(&f.queue).max_lease_duration_ms);
         self.store
-            .extend(id, attempt, ms, now_ms())
+            .extend(id, attempt, ms, self.clock.now())
             .await?
             .map_err(|r| Self::refusal(job_id, attempt, r))
     }
@@ -414,14 +430,17 @@ impl Queue {
         if let Some(q) = &queue {
             validate::check_queue_name("queue", q, &self.limits, NameUse::Read)?;
         }
-        Ok(self.store.drain_dead_letters(queue.as_deref(), max).await?)
+        Ok(self
+            .store
+            .drain_dead_letters(queue.as_deref(), max, self.clock.now())
+            .await?)
     }
 
     /// Version, time and limits.
     pub fn server_info(&self) -> ServerInfo {
         ServerInfo {
             version: env!("CARGO_PKG_VERSION"),
-            server_time: now_ms(),
+            server_time: self.clock.now(),
             limits: self.limits.clone(),
         }
     }

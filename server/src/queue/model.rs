@@ -2,15 +2,6 @@
 //! enqueue. The types the [`crate::storage::Store`] trait speaks live in [`crate::domain`].
 
 use crate::domain::{JobId, Payload, TraceContext, UnixMs, Value};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The current wall-clock time in milliseconds since the Unix epoch.
-pub fn now_ms() -> UnixMs {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// An enqueue as received, before validation.
 #[derive(Debug, Clone, PartialEq, Default)]

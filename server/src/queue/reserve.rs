@@ -6,7 +6,7 @@
 //! A Reserve whose client goes away is dropped by the gRPC stack while it waits; the lease is
 //! only taken inside one storage transition, so a cancelled wait leases nothing.
 
-use super::model::now_ms;
+use super::clock::Clock;
 use crate::domain::{Job, ReserveSpec};
 use crate::storage::{ReadySignals, StorageError, Store};
 use futures_util::future::select_all;
@@ -20,13 +20,14 @@ use tokio_util::sync::CancellationToken;
 /// [`StorageError`] from the store.
 pub async fn reserve_with_wait(
     store: &dyn Store,
+    clock: &dyn Clock,
     signals: &ReadySignals,
     spec: &ReserveSpec,
     wait_ms: u64,
     shutdown: &CancellationToken,
 ) -> Result<Vec<Job>, StorageError> {
     if wait_ms == 0 {
-        return store.reserve(spec, now_ms()).await;
+        return store.reserve(spec, clock.now()).await;
     }
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let signals: Vec<_> = spec.queues.iter().map(|q| signals.subscribe(q)).collect();
@@ -35,7 +36,7 @@ pub async fn reserve_with_wait(
         for w in &mut wakeups {
             w.as_mut().enable();
         }
-        let jobs = store.reserve(spec, now_ms()).await?;
+        let jobs = store.reserve(spec, clock.now()).await?;
         if !jobs.is_empty() || shutdown.is_cancelled() || Instant::now() >= deadline {
             return Ok(jobs);
         }

@@ -8,7 +8,7 @@
 //! again after [`PASS_PAUSE`]. So a mass expiry proceeds at most one pass per group commit,
 //! never fills the batches that client calls wait for, and spreads its deletes over time.
 
-use super::model::now_ms;
+use super::clock::Clock;
 use crate::storage::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,9 +22,14 @@ pub const PASS_PAUSE: Duration = Duration::from_millis(5);
 
 /// Runs until `shutdown` is cancelled. The caller owns the task handle and awaits it at
 /// shutdown.
-pub async fn run(store: Arc<dyn Store>, interval_ms: u64, shutdown: CancellationToken) {
+pub async fn run(
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    interval_ms: u64,
+    shutdown: CancellationToken,
+) {
     loop {
-        let now = now_ms();
+        let now = clock.now();
         let sleep_ms = match store.maintain(now, PASS_BUDGET).await {
             Ok(r) => {
                 if r.redelivered + r.dead_lettered + r.promoted + r.dedup_purged + r.records_purged
@@ -51,7 +56,7 @@ pub async fn run(store: Arc<dyn Store>, interval_ms: u64, shutdown: Cancellation
                     }
                 }
                 r.next_deadline
-                    .map_or(interval_ms, |d| (d - now_ms()).max(0) as u64)
+                    .map_or(interval_ms, |d| (d - clock.now()).max(0) as u64)
                     .min(interval_ms)
             }
             // Refused writes (no space left, a failed write) are logged by the store once.
@@ -77,6 +82,7 @@ mod tests {
     use super::*;
     use crate::domain::PersistMode;
     use crate::domain::{DedupClaim, JobId, NewJob};
+    use crate::queue::clock::SystemClock;
     use crate::storage::ReadySignals;
     use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
     use std::time::Instant;
@@ -94,12 +100,13 @@ mod tests {
                     min_free_bytes: 0,
                 },
                 Arc::new(ReadySignals::default()),
+                SystemClock.now(),
             )
             .unwrap(),
         );
         // 40,000 records that expire at once: at most PASS_BUDGET per PASS_PAUSE, so well
         // over half a second of sweeping.
-        let now = now_ms();
+        let now = SystemClock.now();
         for chunk in 0..40 {
             let jobs = (0..1000)
                 .map(|i| NewJob {
@@ -126,7 +133,12 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
 
         let shutdown = CancellationToken::new();
-        let sweeper = tokio::spawn(run(store.clone() as Arc<dyn Store>, 1000, shutdown.clone()));
+        let sweeper = tokio::spawn(run(
+            store.clone() as Arc<dyn Store>,
+            Arc::new(SystemClock),
+            1000,
+            shutdown.clone(),
+        ));
         tokio::time::sleep(Duration::from_millis(100)).await;
         let left = store.queue_stats("q").await.unwrap().dedup_records;
         assert!(left > 0, "the sweep should still be running");

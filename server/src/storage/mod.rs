@@ -156,6 +156,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         queue: Option<&str>,
         max: u32,
+        now: UnixMs,
     ) -> Result<Vec<DeadLetter>, StorageError>;
 
     /// One bounded sweeper pass: expires leases, promotes due scheduled jobs, purges expired

@@ -99,10 +99,15 @@ impl EmbeddedStore {
     /// # Errors
     /// [`StorageError`] when the directory cannot be opened, holds a newer format, or a record
     /// cannot be decoded.
-    pub fn open(opts: EmbeddedOptions, signals: Arc<ReadySignals>) -> Result<Self, StorageError> {
+    /// Dedup records that expired by `now` are deleted on the way.
+    pub fn open(
+        opts: EmbeddedOptions,
+        signals: Arc<ReadySignals>,
+        now: UnixMs,
+    ) -> Result<Self, StorageError> {
         std::fs::create_dir_all(&opts.path)
             .map_err(|e| StorageError::Io(format!("cannot create {}: {e}", opts.path.display())))?;
-        let (ks, state, report) = recovery::open(&opts.path)?;
+        let (ks, state, report) = recovery::open(&opts.path, now)?;
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             commit: GroupCommit::new(
@@ -422,7 +427,7 @@ impl Engine for Shared {
     fn rebuild(&self, then: &mut dyn FnMut()) -> Result<(), StorageError> {
         let mut st = self.lock();
         if let Some(ks) = self.keyspaces() {
-            let (state, report) = recovery::load_state(&ks, false)?;
+            let (state, report) = recovery::load_state(&ks, None)?;
             *st = state;
             tracing::info!(
                 jobs = report.jobs,
@@ -697,9 +702,9 @@ impl Store for EmbeddedStore {
         &self,
         queue: Option<&str>,
         max: u32,
+        now: UnixMs,
     ) -> Result<Vec<DeadLetter>, StorageError> {
         let sh = &*self.shared;
-        let now = crate::queue::model::now_ms();
         let mut records = Vec::new();
         let batch = {
             let mut st = sh.lock();

@@ -9,7 +9,7 @@ use super::dedup_index::{DedupEntry, DedupIndex};
 use super::group_commit::Keyspaces;
 use super::job_index::JobIndex;
 use super::{RecoveryReport, State};
-use crate::queue::model::now_ms;
+use crate::domain::UnixMs;
 use crate::storage::StorageError;
 use fjall::{KeyspaceCreateOptions, PersistMode};
 use std::path::Path;
@@ -32,9 +32,12 @@ const MAX_JOURNAL: u64 = 192 * 1024 * 1024;
 const JOBS_MEMTABLE: u64 = 32 * 1024 * 1024;
 const INDEX_MEMTABLE: u64 = 16 * 1024 * 1024;
 
-pub(super) fn open(path: &Path) -> Result<(Keyspaces, State, RecoveryReport), StorageError> {
+pub(super) fn open(
+    path: &Path,
+    now: UnixMs,
+) -> Result<(Keyspaces, State, RecoveryReport), StorageError> {
     let keyspaces = open_db(path)?;
-    let (state, report) = load_state(&keyspaces, true)?;
+    let (state, report) = load_state(&keyspaces, Some(now))?;
     Ok((keyspaces, state, report))
 }
 
@@ -111,12 +114,13 @@ pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
     Ok(keyspaces)
 }
 
-/// Rebuilds the in-memory index from what fjall holds. With `purge_expired` (at start), expired
-/// dedup records are deleted from disk on the way; without it (an in-process rebuild after a
-/// failed write, when writing may be impossible) they are loaded and the sweeper purges them.
+/// Rebuilds the in-memory index from what fjall holds. With `purge_expired_by` (at start),
+/// dedup records that expired by then are deleted from disk on the way; without it (an
+/// in-process rebuild after a failed write, when writing may be impossible) they are loaded and
+/// the sweeper purges them.
 pub(super) fn load_state(
     keyspaces: &Keyspaces,
-    purge_expired: bool,
+    purge_expired_by: Option<UnixMs>,
 ) -> Result<(State, RecoveryReport), StorageError> {
     let db = &keyspaces.db;
     let mut jobs = JobIndex::default();
@@ -140,7 +144,6 @@ pub(super) fn load_state(
         jobs.queue_mut(&name).paused = rec.paused;
     }
 
-    let now = now_ms();
     let mut dedup = DedupIndex::default();
     let mut report = RecoveryReport::default();
     let mut expired = Vec::new();
@@ -150,7 +153,7 @@ pub(super) fn load_state(
             continue;
         }
         let rec = DedupRecord::decode(&v)?;
-        if purge_expired && rec.expires_at <= now {
+        if purge_expired_by.is_some_and(|now| rec.expires_at <= now) {
             expired.push(k);
             continue;
         }

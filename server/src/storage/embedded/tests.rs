@@ -12,6 +12,7 @@ fn open(dir: &std::path::Path) -> EmbeddedStore {
             min_free_bytes: 0,
         },
         Arc::new(ReadySignals::default()),
+        0,
     )
     .expect("open")
 }
