@@ -29,8 +29,8 @@ use crate::config::Config;
 use crate::queue::Queue;
 use crate::queue::clock::{Clock, SystemClock};
 use crate::queue::limits::Limits;
+use crate::storage::Store;
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
-use crate::storage::{ReadySignals, Store};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -107,17 +107,14 @@ pub async fn serve(
         .map_err(|e| ServeError::Transport(e.to_string()))?;
     let limits = Arc::new(Limits::from_config(&config)?);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let signals = Arc::new(ReadySignals::default());
     let opts = EmbeddedOptions {
         path: config.server.db_path.clone(),
         persist_mode: config.storage.persist_mode,
-        dead_letter_retention_ms: config.storage.dead_letter_retention_ms,
         min_free_bytes: config.storage.min_free_bytes,
     };
     let store = {
-        let signals = signals.clone();
         let now = clock.now();
-        tokio::task::spawn_blocking(move || EmbeddedStore::open(opts, signals, now))
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(opts, now))
             .await
             .map_err(|e| ServeError::Transport(e.to_string()))??
     };
@@ -132,16 +129,9 @@ pub async fn serve(
     );
     let store: Arc<dyn Store> = Arc::new(store);
     let stopping = CancellationToken::new();
-    let queue = Arc::new(Queue::new(
-        store.clone(),
-        limits,
-        signals.clone(),
-        clock.clone(),
-        stopping.clone(),
-    ));
+    let queue = Arc::new(Queue::new(store.clone(), limits, clock, stopping.clone()));
     let sweeper = tokio::spawn(queue::sweeper::run(
-        store.clone(),
-        clock,
+        queue.clone(),
         config.storage.sweep_interval_ms,
         stopping.clone(),
     ));
@@ -166,7 +156,6 @@ pub async fn serve(
             tracing::info!("shutting down: no new connections; waiting requests get empty results");
             api::set_not_serving(&health).await;
             stop.cancel();
-            signals.wake_all();
             net_stop.cancel();
         });
     }

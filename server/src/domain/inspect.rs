@@ -1,6 +1,6 @@
 //! What inspection reads: dead letters, job states, queue counts, dedup records.
 
-use super::{DeadLetterCause, Job, JobId, UnixMs};
+use super::{DeadLetterCause, Job, JobId, Stage, UnixMs};
 
 /// A dead-lettered job and how it got there.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +61,33 @@ pub struct JobInfo {
     pub finished_at: Option<UnixMs>,
     /// Why it was dead-lettered.
     pub dead_letter_cause: Option<DeadLetterCause>,
+    /// Its idempotency key, while its body is kept.
+    pub idempotency_key: Option<String>,
+    /// The worker label of the current lease.
+    pub worker_id: Option<String>,
+}
+
+/// One job as a store holds it, for inspection (the queue layer derives [`JobInfo`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredJob {
+    /// Its id.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its type.
+    pub job_type: String,
+    /// Where it is.
+    pub stage: Stage,
+    /// Deliveries started so far.
+    pub attempt: u32,
+    /// Deliveries allowed.
+    pub max_attempts: u32,
+    /// 0–9.
+    pub priority: u8,
+    /// Enqueue time (requeue time for a requeued dead letter).
+    pub enqueued_at: UnixMs,
+    /// The reason of the last nack.
+    pub last_reason: Option<String>,
     /// Its idempotency key, while its body is kept.
     pub idempotency_key: Option<String>,
     /// The worker label of the current lease.

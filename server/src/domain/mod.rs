@@ -14,9 +14,13 @@ mod transition;
 
 pub use inspect::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, JobInfo, JobState, KeyRecord, QueueStats,
+    StoredJob,
 };
 pub use job::{DedupClaim, Job, JobId, NewJob, Payload, TraceContext, Value};
-pub use transition::{DeadLetterCause, InFlight, NackPlan, ReserveSpec, SettleRefusal};
+pub use transition::{
+    DeadLetterCause, EnqueuePlan, Expiry, Finish, InsertOutcome, JobFacts, LastReason, Placement,
+    Requeue, ReserveSpec, Settle, SettleRefusal, Stage, reached,
+};
 
 use serde::{Deserialize, Serialize};
 

@@ -4,8 +4,10 @@
 
 use super::Queue;
 use super::validate::{NameUse, check_length, check_queue_name};
+use super::{dedup, lifecycle};
 use crate::domain::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, JobId, JobInfo, KeyRecord, QueueStats,
+    DeadLetter, DeadLetterCursor, DeadLetterSelector, JobFacts, JobId, JobInfo, JobState,
+    KeyRecord, QueueStats, Stage, StoredJob,
 };
 use crate::error::QueueError;
 
@@ -77,7 +79,7 @@ impl Queue {
         let Some(id) = JobId::parse(job_id) else {
             return Ok(None);
         };
-        Ok(self.store.get_job(id).await?)
+        Ok(self.store.get_job(id).await?.map(job_info))
     }
 
     /// The live dedup record of `key` on `queue`.
@@ -101,7 +103,12 @@ impl Queue {
             "max_idempotency_key_bytes",
             self.limits.max_idempotency_key_bytes,
         )?;
-        Ok(self.store.lookup_key(queue, key, self.clock.now()).await?)
+        let now = self.clock.now();
+        Ok(self
+            .store
+            .lookup_key(queue, key)
+            .await?
+            .filter(|r| dedup::is_live(r.expires_at, now)))
     }
 
     /// One page of dead letters, oldest first, not removed.
@@ -175,10 +182,15 @@ impl Queue {
     /// [`QueueError::InvalidArgument`] for a bad selector; [`QueueError::Storage`].
     pub async fn requeue_dead_letters(&self, s: SelectorInput) -> Result<Vec<JobId>, QueueError> {
         let sel = self.selector(s)?;
-        Ok(self
+        let now = self.clock.now();
+        let (ids, ready) = self
             .store
-            .requeue_dead_letters(&sel, self.clock.now())
-            .await?)
+            .requeue_dead_letters(&sel, lifecycle::requeue(now), now)
+            .await?;
+        for (queue, n) in ready {
+            self.signals.job_ready(&queue, n);
+        }
+        Ok(ids)
     }
 
     /// Deletes dead letters. Returns the ids deleted.
@@ -187,10 +199,9 @@ impl Queue {
     /// As [`Queue::requeue_dead_letters`].
     pub async fn delete_dead_letters(&self, s: SelectorInput) -> Result<Vec<JobId>, QueueError> {
         let sel = self.selector(s)?;
-        Ok(self
-            .store
-            .delete_dead_letters(&sel, self.clock.now())
-            .await?)
+        let now = self.clock.now();
+        let rule = |job: JobFacts<'_>| lifecycle::dead_letter_removed(job, now);
+        Ok(self.store.delete_dead_letters(&sel, &rule, now).await?)
     }
 
     /// Pauses or resumes `queue`.
@@ -207,7 +218,12 @@ impl Queue {
             NameUse::Read
         };
         self.check_queue_name("queue", queue, use_)?;
-        Ok(self.store.set_paused(queue, paused).await?)
+        let ready = self.store.set_paused(queue, paused).await?;
+        if !paused {
+            self.signals
+                .job_ready(queue, usize::try_from(ready).unwrap_or(usize::MAX));
+        }
+        Ok(())
     }
 
     /// Counts of `queue`'s jobs by state.
@@ -217,6 +233,55 @@ impl Queue {
     pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, QueueError> {
         self.check_queue_name("queue", queue, NameUse::Read)?;
         Ok(self.store.queue_stats(queue).await?)
+    }
+}
+
+/// What job inspection reports, from what the store holds.
+fn job_info(j: StoredJob) -> JobInfo {
+    let (state, scheduled_at, lease_expires_at, finished_at, cause) = match j.stage {
+        Stage::Ready => (JobState::Ready, None, None, None, None),
+        Stage::Scheduled { due } => (JobState::Scheduled, Some(due), None, None, None),
+        Stage::InFlight { expires } => (JobState::InFlight, None, Some(expires), None, None),
+        Stage::Dead { cause, failed_at } => (
+            JobState::DeadLettered,
+            None,
+            None,
+            Some(failed_at),
+            Some(cause),
+        ),
+        Stage::Tombstone {
+            finished_at,
+            dead: Some(c),
+            ..
+        } => (
+            JobState::DeadLettered,
+            None,
+            None,
+            Some(finished_at),
+            Some(c),
+        ),
+        Stage::Tombstone {
+            finished_at,
+            dead: None,
+            ..
+        } => (JobState::Acked, None, None, Some(finished_at), None),
+    };
+    JobInfo {
+        id: j.id,
+        state,
+        queue: j.queue,
+        job_type: j.job_type,
+        attempt: j.attempt,
+        max_attempts: j.max_attempts,
+        priority: j.priority,
+        enqueued_at: j.enqueued_at,
+        scheduled_at,
+        lease_expires_at,
+        last_reason: j.last_reason,
+        finished_at,
+        dead_letter_cause: cause,
+        idempotency_key: j.idempotency_key,
+        worker_id: j.worker_id,
     }
 }
 

@@ -4,11 +4,12 @@
 //! case folding or Unicode normalisation), and scoped to its queue. Its record lives from the
 //! first accepted enqueue for the queue's `dedup_window_ms`; the expiry is fixed when the record
 //! is written, a hit does not extend it, and an expired record counts as absent even before the
-//! sweeper removes it. The lookup itself happens atomically with the insert, in storage
-//! ([`crate::storage::Store::enqueue`]).
+//! sweeper removes it. The store reads the record and writes the new job in one transition
+//! ([`crate::storage::Store::enqueue`]); whether the record deduplicates is decided here, by
+//! the enqueue rule (`queue::enqueue`).
 
 use super::model::Rejection;
-use crate::domain::{DedupClaim, UnixMs};
+use crate::domain::{DedupClaim, UnixMs, reached};
 
 /// Rejects an empty key (`InvalidRequest`, a structural error).
 ///
@@ -45,9 +46,10 @@ pub fn claim(key: String, window_ms: u64, now: UnixMs) -> DedupClaim {
     }
 }
 
-/// Whether a record that expires at `expires_at` still deduplicates at `now`.
+/// Whether a record that expires at `expires_at` still deduplicates at `now`: live up to
+/// `expires_at - 1`, gone at `expires_at`, whether or not the sweeper has removed it yet.
 pub fn is_live(expires_at: UnixMs, now: UnixMs) -> bool {
-    now < expires_at
+    !reached(expires_at, now)
 }
 
 #[cfg(test)]

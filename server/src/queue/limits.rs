@@ -148,6 +148,8 @@ pub struct Limits {
     pub strict_queues: bool,
     /// Dead letters are kept (retention > 0).
     pub dead_letter_retention_enabled: bool,
+    /// How long dead letters are kept, in milliseconds; 0 keeps none.
+    pub dead_letter_retention_ms: u64,
     /// The policy of undeclared queues.
     pub defaults: Arc<QueuePolicy>,
     declared: HashMap<String, Arc<QueuePolicy>>,
@@ -185,6 +187,7 @@ impl Limits {
             max_reason_bytes: l.max_reason_bytes,
             strict_queues: config.server.strict_queues,
             dead_letter_retention_enabled: config.storage.dead_letter_retention_ms > 0,
+            dead_letter_retention_ms: config.storage.dead_letter_retention_ms,
             defaults: Arc::new(defaults),
             declared,
         })

@@ -9,7 +9,9 @@ pub mod admin;
 pub mod backoff;
 pub mod clock;
 pub mod dedup;
+pub mod enqueue;
 pub mod lease;
+pub mod lifecycle;
 pub mod limits;
 pub mod model;
 pub mod reply;
@@ -20,12 +22,15 @@ pub mod validate;
 use self::clock::Clock;
 use self::limits::Limits;
 use self::model::{Accepted, EnqueueInput, JobOutcome, Rejection};
+use self::reserve::ReadySignals;
+use self::sweeper::SweepWake;
 use self::validate::NameUse;
 use crate::domain::{
-    DeadLetter, DeadLetterCause, Job, JobId, NackPlan, ReserveSpec, SettleRefusal, UnixMs,
+    DeadLetter, EnqueuePlan, Finish, InsertOutcome, Job, JobFacts, JobId, LastReason, NewJob,
+    Placement, ReserveSpec, Settle, SettleRefusal, UnixMs,
 };
 use crate::error::QueueError;
-use crate::storage::{InsertOutcome, ReadySignals, Store};
+use crate::storage::{EnqueueFacts, SettleRule, Settled, StorageError, Store};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -73,7 +78,10 @@ pub struct ServerInfo {
 pub struct Queue {
     store: Arc<dyn Store>,
     limits: Arc<Limits>,
+    /// Wake-ups of waiting Reserves; the store also feeds it ([`crate::storage::ReadyListener`]).
     signals: Arc<ReadySignals>,
+    /// The sweeper's alarm, moved earlier by transitions that create earlier deadlines.
+    sweep_wake: SweepWake,
     /// The time of every transition.
     clock: Arc<dyn Clock>,
     /// Cancelled at shutdown: waiting Reserves return empty.
@@ -81,18 +89,21 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// A queue over `store`, whose transitions take their time from `clock`.
+    /// A queue over `store`, whose transitions take their time from `clock`. Registers its
+    /// ready signals with the store ([`Store::listen`]).
     pub fn new(
         store: Arc<dyn Store>,
         limits: Arc<Limits>,
-        signals: Arc<ReadySignals>,
         clock: Arc<dyn Clock>,
         shutdown: CancellationToken,
     ) -> Self {
+        let signals = Arc::new(ReadySignals::default());
+        store.listen(signals.clone());
         Queue {
             store,
             limits,
             signals,
+            sweep_wake: SweepWake::default(),
             clock,
             shutdown,
         }
@@ -101,6 +112,17 @@ impl Queue {
     /// The clock every transition reads.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The wake-ups of waiting Reserves (tests use [`ReadySignals::waiting`] to know that a
+    /// Reserve waits).
+    pub fn ready_signals(&self) -> &Arc<ReadySignals> {
+        &self.signals
     }
 
     /// The limits in force.
@@ -121,6 +143,50 @@ impl Queue {
             )));
         }
         Ok(())
+    }
+
+    /// Commits validated jobs in one store transition under the enqueue rule
+    /// ([`enqueue::decide`]), then wakes waiters of the queues that got ready jobs and the
+    /// sweeper for new schedules. Returns the outcomes and each job's queue.
+    async fn commit(
+        &self,
+        jobs: Vec<NewJob>,
+        atomic: bool,
+        now: UnixMs,
+    ) -> Result<(Vec<InsertOutcome>, Vec<(Arc<str>, Option<UnixMs>)>), QueueError> {
+        let repeats = enqueue::prepass(&jobs);
+        let placed: Vec<(Arc<str>, Option<UnixMs>)> = jobs
+            .iter()
+            .map(|j| (j.queue.clone(), j.scheduled_at))
+            .collect();
+        let rule = |jobs: &[NewJob], facts: &dyn EnqueueFacts| -> EnqueuePlan {
+            enqueue::decide(jobs, &repeats, facts, atomic, now)
+        };
+        let outcomes = self.store.enqueue(jobs, &rule, now).await?;
+        let written = !(atomic
+            && outcomes
+                .iter()
+                .any(|o| matches!(o, InsertOutcome::QueueFull { .. })));
+        if written {
+            // Count ready jobs per queue (a batch usually fills one queue).
+            let mut ready: Vec<(&str, usize)> = Vec::new();
+            for (o, (queue, scheduled_at)) in outcomes.iter().zip(&placed) {
+                if !matches!(o, InsertOutcome::Created(_)) {
+                    continue;
+                }
+                match scheduled_at {
+                    Some(due) => self.sweep_wake.deadline_at(*due),
+                    None => match ready.iter_mut().find(|(q, _)| *q == &**queue) {
+                        Some((_, n)) => *n += 1,
+                        None => ready.push((queue, 1)),
+                    },
+                }
+            }
+            for (queue, n) in ready {
+                self.signals.job_ready(queue, n);
+            }
+        }
+        Ok((outcomes, placed))
     }
 
     /// Enqueues each job on its own: one outcome per input, in order.
@@ -148,9 +214,8 @@ impl Queue {
             }
         }
         if !valid.is_empty() {
-            let queues: Vec<Arc<str>> = valid.iter().map(|j| j.queue.clone()).collect();
-            let inserted = self.store.enqueue(valid, false, now).await?;
-            for ((slot, outcome), queue) in slots.into_iter().zip(inserted).zip(queues) {
+            let (inserted, placed) = self.commit(valid, false, now).await?;
+            for ((slot, outcome), (queue, _)) in slots.into_iter().zip(inserted).zip(placed) {
                 outcomes[slot] = Some(insert_outcome(outcome, &queue));
             }
         }
@@ -181,10 +246,9 @@ impl Queue {
         if !failures.is_empty() {
             return Ok(Err(failures));
         }
-        let queues: Vec<Arc<str>> = valid.iter().map(|j| j.queue.clone()).collect();
-        let inserted = self.store.enqueue(valid, true, now).await?;
+        let (inserted, placed) = self.commit(valid, true, now).await?;
         let mut acks = Vec::with_capacity(inserted.len());
-        for (i, (outcome, queue)) in inserted.into_iter().zip(queues).enumerate() {
+        for (i, (outcome, (queue, _))) in inserted.into_iter().zip(placed).enumerate() {
             match insert_outcome(outcome, &queue) {
                 Ok(a) => acks.push(a),
                 Err(r) => failures.push((i as u32, r)),
@@ -265,22 +329,28 @@ impl Queue {
                 return Err(QueueError::UnknownQueues(unknown));
             }
         }
+        let lease_ms = lease::clamp_lease_ms(l, input.queues.iter().map(String::as_str), lease_ms);
         let spec = ReserveSpec {
-            lease_ms: lease::clamp_lease_ms(l, input.queues.iter().map(String::as_str), lease_ms),
             queues: input.queues,
             max_jobs,
+            lease_expires_at: 0,
             worker_id: input.worker_id,
             max_reply_bytes: l.max_reserve_reply_bytes,
         };
-        Ok(reserve::reserve_with_wait(
+        let jobs = reserve::reserve_with_wait(
             &*self.store,
             &*self.clock,
             &self.signals,
-            &spec,
+            spec,
+            lease_ms,
             wait_ms,
             &self.shutdown,
         )
-        .await?)
+        .await?;
+        if let Some(expires) = jobs.first().and_then(|j| j.lease_expires_at) {
+            self.sweep_wake.deadline_at(expires);
+        }
+        Ok(jobs)
     }
 
     fn parse_id(job_id: &str) -> Result<JobId, QueueError> {
@@ -305,23 +375,61 @@ impl Queue {
         }
     }
 
+    /// Applies a settlement of `job_id` under `rule`, then raises what it makes due: a ready
+    /// signal for a retry that is ready at once, the sweeper's alarm for a new deadline.
+    async fn settle(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        id: JobId,
+        rule: &SettleRule<'_>,
+        reason: LastReason,
+        now: UnixMs,
+    ) -> Result<Settle, QueueError> {
+        let Settled { plan, queue } = self
+            .store
+            .settle(id, rule, reason, now)
+            .await?
+            .map_err(|r| Self::refusal(job_id, attempt, r))?;
+        match plan {
+            Settle::Retry(Placement::Ready) => self.signals.job_ready(&queue, 1),
+            Settle::Retry(Placement::Scheduled { due }) => self.sweep_wake.deadline_at(due),
+            Settle::Finish(Finish::DeadLetter { failed_at, .. }) => {
+                let keep = i64::try_from(self.limits.dead_letter_retention_ms).unwrap_or(i64::MAX);
+                self.sweep_wake.deadline_at(failed_at.saturating_add(keep));
+            }
+            Settle::Extend { expires } => self.sweep_wake.deadline_at(expires),
+            Settle::Finish(Finish::Tombstone { .. } | Finish::Delete) => {}
+        }
+        Ok(plan)
+    }
+
     /// Acks delivery `attempt` of `job_id`.
+    ///
+    /// The delivery must be in flight under `attempt` with its lease in force
+    /// ([`lease::fence`]). What stays of the job: [`lifecycle::finish`].
     ///
     /// # Errors
     /// [`QueueError::JobNotInFlight`], [`QueueError::AttemptMismatch`], [`QueueError::Storage`].
     pub async fn ack(&self, job_id: &str, attempt: u32) -> Result<(), QueueError> {
         let id = Self::parse_id(job_id)?;
-        self.store
-            .ack(id, attempt, self.clock.now())
-            .await?
-            .map_err(|r| Self::refusal(job_id, attempt, r))
+        let now = self.clock.now();
+        let retention = self.limits.dead_letter_retention_ms;
+        let rule = |job: Option<JobFacts<'_>>| {
+            let job = lease::fence(job, attempt, now)?;
+            Ok(Settle::Finish(lifecycle::finish(job, None, retention, now)))
+        };
+        self.settle(job_id, attempt, id, &rule, LastReason::Unchanged, now)
+            .await?;
+        Ok(())
     }
 
     /// Nacks delivery `attempt` of `job_id`; returns whether it was dead-lettered.
     ///
     /// A retry on the last attempt (attempt ≥ max_attempts) dead-letters the job with cause
-    /// `ATTEMPTS_EXHAUSTED`; `dead_letter` dead-letters it with cause `REJECTED`. A reason
-    /// longer than `max_reason_bytes` is kept truncated to it (at a character boundary).
+    /// `ATTEMPTS_EXHAUSTED`; `dead_letter` dead-letters it with cause `REJECTED`
+    /// ([`lifecycle::nack`]). A reason longer than `max_reason_bytes` is kept truncated to it
+    /// (at a character boundary).
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for a negative delay; otherwise as [`Queue::ack`].
@@ -341,39 +449,23 @@ impl Queue {
             )));
         }
         let now = self.clock.now();
-        let Some(f) = self.store.in_flight(id).await? else {
-            return Err(QueueError::JobNotInFlight(job_id.to_string()));
-        };
-        if f.attempt != attempt {
-            return Err(Self::refusal(
-                job_id,
-                attempt,
-                SettleRefusal::AttemptMismatch { current: f.attempt },
-            ));
-        }
-        let policy = self.limits.policy(&f.queue);
-        let plan = match strategy {
-            NackStrategy::DeadLetter => NackPlan::DeadLetter(DeadLetterCause::Rejected),
-            _ if attempt >= f.max_attempts => {
-                NackPlan::DeadLetter(DeadLetterCause::AttemptsExhausted)
-            }
-            NackStrategy::Default => NackPlan::Retry {
-                ready_at: now.saturating_add(backoff::retry_delay_ms(policy, id, attempt) as i64),
-            },
-            NackStrategy::Delay(ms) => NackPlan::Retry {
-                ready_at: now
-                    .saturating_add((ms as u64).min(policy.max_schedule_horizon_ms) as i64),
-            },
+        let retention = self.limits.dead_letter_retention_ms;
+        let limits = &self.limits;
+        let rule = |job: Option<JobFacts<'_>>| {
+            let job = lease::fence(job, attempt, now)?;
+            let policy = limits.policy(job.queue);
+            Ok(lifecycle::nack(job, strategy, policy, retention, now))
         };
         let reason = reason.map(|r| validate::truncate_utf8(r, self.limits.max_reason_bytes));
-        self.store
-            .nack(id, attempt, plan, reason, now)
-            .await?
-            .map_err(|r| Self::refusal(job_id, attempt, r))
+        let plan = self
+            .settle(job_id, attempt, id, &rule, LastReason::Set(reason), now)
+            .await?;
+        Ok(matches!(plan, Settle::Finish(_)))
     }
 
     /// Sets the lease of delivery `attempt` of `job_id` to now + `lease_ms` (clamped to the
-    /// queue's `max_lease_duration_ms`). Returns the new expiry.
+    /// queue's `max_lease_duration_ms`). Returns the new expiry. A lease that is already over
+    /// is not revived ([`lease::fence`]).
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for a missing, zero or negative duration; otherwise as
@@ -398,18 +490,29 @@ impl Queue {
                 ));
             }
         };
-        let Some(f) = self.store.in_flight(id).await? else {
-            return Err(QueueError::JobNotInFlight(job_id.to_string()));
+        let now = self.clock.now();
+        let limits = &self.limits;
+        let rule = |job: Option<JobFacts<'_>>| {
+            let job = lease::fence(job, attempt, now)?;
+            let ms = ms.min(limits.policy(job.queue).max_lease_duration_ms);
+            Ok(Settle::Extend {
+                expires: now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
+            })
         };
-        let ms = ms.min(self.limits.policy(&f.queue).max_lease_duration_ms);
-        self.store
-            .extend(id, attempt, ms, self.clock.now())
+        match self
+            .settle(job_id, attempt, id, &rule, LastReason::Unchanged, now)
             .await?
-            .map_err(|r| Self::refusal(job_id, attempt, r))
+        {
+            Settle::Extend { expires } => Ok(expires),
+            // The rule above plans nothing else.
+            other => Err(QueueError::Storage(StorageError::InvalidPlan(format!(
+                "an extend applied {other:?}"
+            )))),
+        }
     }
 
     /// Removes and returns up to `max` (default 1, at most [`MAX_DRAIN`]) dead letters,
-    /// oldest first, of one queue or all.
+    /// oldest first, of one queue or all. What stays of each: [`lifecycle::leave`].
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for `max = 0`; [`QueueError::Storage`].
@@ -430,9 +533,11 @@ impl Queue {
         if let Some(q) = &queue {
             validate::check_queue_name("queue", q, &self.limits, NameUse::Read)?;
         }
+        let now = self.clock.now();
+        let rule = |job: JobFacts<'_>| lifecycle::dead_letter_removed(job, now);
         Ok(self
             .store
-            .drain_dead_letters(queue.as_deref(), max, self.clock.now())
+            .drain_dead_letters(queue.as_deref(), max, &rule, now)
             .await?)
     }
 

@@ -5,16 +5,24 @@
 //! ready between the look and the wait still wakes it: no polling interval, no lost wake-up.
 //! A Reserve whose client goes away is dropped by the gRPC stack while it waits; the lease is
 //! only taken inside one storage transition, so a cancelled wait leases nothing.
+//!
+//! Wake-ups come from one place, [`ReadySignals`]: the queue layer raises them after its own
+//! transitions (enqueue, nack retry, sweeper, requeue, resume) report ready jobs, and a backend
+//! feeds the ones it learns of elsewhere through [`ReadyListener`].
 
 use super::clock::Clock;
 use crate::domain::{Job, ReserveSpec};
-use crate::storage::{ReadySignals, StorageError, Store};
+use crate::storage::{ReadyListener, StorageError, Store};
 use futures_util::future::select_all;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Leases jobs per `spec`, waiting up to `wait_ms` for the first one.
+/// Leases jobs per `spec`, waiting up to `wait_ms` for the first one. Each look takes its time
+/// from `clock`, and the lease runs `lease_ms` from that time.
 ///
 /// # Errors
 /// [`StorageError`] from the store.
@@ -22,21 +30,33 @@ pub async fn reserve_with_wait(
     store: &dyn Store,
     clock: &dyn Clock,
     signals: &ReadySignals,
-    spec: &ReserveSpec,
+    mut spec: ReserveSpec,
+    lease_ms: u64,
     wait_ms: u64,
     shutdown: &CancellationToken,
 ) -> Result<Vec<Job>, StorageError> {
+    let lease_ms = i64::try_from(lease_ms).unwrap_or(i64::MAX);
+    let look = |spec: &mut ReserveSpec| {
+        let now = clock.now();
+        spec.lease_expires_at = now.saturating_add(lease_ms);
+        now
+    };
     if wait_ms == 0 {
-        return store.reserve(spec, clock.now()).await;
+        let now = look(&mut spec);
+        return store.reserve(&spec, now).await;
     }
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    let signals: Vec<_> = spec.queues.iter().map(|q| signals.subscribe(q)).collect();
+    let waits: Vec<Waiting<'_>> = spec.queues.iter().map(|q| signals.wait_on(q)).collect();
     loop {
-        let mut wakeups: Vec<_> = signals.iter().map(|n| Box::pin(n.notified())).collect();
+        let mut wakeups: Vec<_> = waits
+            .iter()
+            .map(|w| Box::pin(w.notify.notified()))
+            .collect();
         for w in &mut wakeups {
             w.as_mut().enable();
         }
-        let jobs = store.reserve(spec, clock.now()).await?;
+        let now = look(&mut spec);
+        let jobs = store.reserve(&spec, now).await?;
         if !jobs.is_empty() || shutdown.is_cancelled() || Instant::now() >= deadline {
             return Ok(jobs);
         }
@@ -45,5 +65,166 @@ pub async fn reserve_with_wait(
             _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
             _ = shutdown.cancelled() => return Ok(Vec::new()),
         }
+    }
+}
+
+/// One queue's signal and how many Reserves wait on it.
+#[derive(Debug)]
+struct Entry {
+    notify: Arc<Notify>,
+    waiters: usize,
+}
+
+/// Wake-ups for long-polling Reserves: one [`Notify`] per queue that somebody waits on *now*.
+///
+/// An entry exists only while a Reserve waits on its queue: the last waiter to leave removes
+/// it, so long polls on ever new queue names cannot grow the map (or server memory) without
+/// bound. Jobs made ready on a queue nobody waits on cost one map lookup.
+#[derive(Debug)]
+pub struct ReadySignals {
+    queues: Mutex<HashMap<Box<str>, Entry>>,
+    /// The number of Reserves waiting, for tests that must know a Reserve is waiting before
+    /// they act ([`ReadySignals::waiting`]).
+    waiting: watch::Sender<usize>,
+}
+
+impl Default for ReadySignals {
+    fn default() -> Self {
+        ReadySignals {
+            queues: Mutex::new(HashMap::new()),
+            waiting: watch::Sender::new(0),
+        }
+    }
+}
+
+/// A Reserve's registration on one queue; dropping it leaves the queue's waiters.
+pub struct Waiting<'a> {
+    signals: &'a ReadySignals,
+    queue: Box<str>,
+    notify: Arc<Notify>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut map = self.signals.lock();
+        if let Some(e) = map.get_mut(&self.queue) {
+            e.waiters -= 1;
+            if e.waiters == 0 {
+                map.remove(&self.queue);
+                // A burst of waits on many queues leaves a large table behind; give it back.
+                if map.capacity() > 64 && map.capacity() > map.len() * 4 {
+                    map.shrink_to_fit();
+                }
+            }
+        }
+        drop(map);
+        self.signals.waiting.send_modify(|n| *n -= 1);
+    }
+}
+
+impl ReadySignals {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a waiter on `queue` until the returned guard is dropped.
+    pub fn wait_on(&self, queue: &str) -> Waiting<'_> {
+        let queue: Box<str> = queue.into();
+        let notify = {
+            let mut map = self.lock();
+            let e = map.entry(queue.clone()).or_insert_with(|| Entry {
+                notify: Arc::new(Notify::new()),
+                waiters: 0,
+            });
+            e.waiters += 1;
+            e.notify.clone()
+        };
+        self.waiting.send_modify(|n| *n += 1);
+        Waiting {
+            signals: self,
+            queue,
+            notify,
+        }
+    }
+
+    /// Wakes up to `n` waiters of `queue` (a no-op when nobody waits on it).
+    pub fn job_ready(&self, queue: &str, n: usize) {
+        let map = self.lock();
+        if let Some(e) = map.get(queue) {
+            for _ in 0..n.min(e.waiters) {
+                e.notify.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every waiter of every queue.
+    pub fn wake_all(&self) {
+        let map = self.lock();
+        for e in map.values() {
+            e.notify.notify_waiters();
+        }
+    }
+
+    /// Queues with at least one waiter (the size of the map).
+    pub fn queues_waited_on(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Resolves once at least `n` registrations (a Reserve waiting on two queues counts two)
+    /// are waiting. For tests that must act only once a Reserve waits.
+    pub async fn waiting(&self, n: usize) {
+        let mut rx = self.waiting.subscribe();
+        let _ = rx.wait_for(|w| *w >= n).await;
+    }
+}
+
+impl ReadyListener for ReadySignals {
+    fn jobs_ready(&self, queue: &str, n: usize) {
+        self.job_ready(queue, n);
+    }
+
+    fn all_may_be_ready(&self) {
+        self.wake_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_lives_only_while_someone_waits() {
+        let s = ReadySignals::default();
+        {
+            let a = s.wait_on("a");
+            let a2 = s.wait_on("a");
+            let _b = s.wait_on("b");
+            assert_eq!(s.queues_waited_on(), 2);
+            drop(a);
+            assert_eq!(s.queues_waited_on(), 2, "a still has a waiter");
+            drop(a2);
+            assert_eq!(s.queues_waited_on(), 1);
+        }
+        assert_eq!(s.queues_waited_on(), 0);
+        // Many distinct names, one after another, leave nothing behind.
+        for i in 0..10_000 {
+            let name = format!("q{i}");
+            let _w = s.wait_on(&name);
+        }
+        assert_eq!(s.queues_waited_on(), 0);
+        assert!(s.lock().capacity() < 64, "{}", s.lock().capacity());
+    }
+
+    #[tokio::test]
+    async fn a_ready_job_wakes_a_registered_waiter() {
+        let s = ReadySignals::default();
+        let w = s.wait_on("q");
+        let woken = w.notify.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        s.job_ready("q", 1);
+        tokio::time::timeout(Duration::from_secs(5), woken)
+            .await
+            .expect("woken");
     }
 }

@@ -1,17 +1,25 @@
 //! The sweeper: one background task that expires leases, promotes due scheduled jobs, purges
 //! expired dedup records and retained records past their retention.
 //!
-//! It sleeps until the earliest deadline the store reports, is woken early when an earlier one
-//! appears, never sleeps longer than `sweep_interval_ms` (a safety net), and bounds each pass
-//! to [`PASS_BUDGET`] items so that a mass expiry never holds the store for long: when a pass
-//! hits its budget, the store waits for that pass's writes to be durable, and the sweeper goes
-//! again after [`PASS_PAUSE`]. So a mass expiry proceeds at most one pass per group commit,
-//! never fills the batches that client calls wait for, and spreads its deletes over time.
+//! Each pass is [`Queue::sweep`]: one bounded [`Store::maintain`] transition with the queue's
+//! rules for what an expired lease does and what stays of a dead letter past its retention. The
+//! task sleeps until the earliest deadline the pass reports, is woken early when a transition
+//! creates an earlier one ([`SweepWake`]), never sleeps longer than `sweep_interval_ms` (a
+//! safety net, and how a server learns of deadlines another server on a shared store
+//! created), and bounds each pass to [`PASS_BUDGET`] items so that a mass expiry never holds
+//! the store for long: when a pass hits its budget, the store waits for that pass's writes to
+//! be durable, and the sweeper goes again after [`PASS_PAUSE`]. So a mass expiry proceeds at
+//! most one pass per group commit, never fills the batches that client calls wait for, and
+//! spreads its deletes over time.
 
-use super::clock::Clock;
-use crate::storage::Store;
+use super::Queue;
+use super::lifecycle;
+use crate::domain::{JobFacts, UnixMs};
+use crate::storage::{Maintenance, StorageError, SweepPass};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Most items one pass handles before yielding.
@@ -20,31 +28,112 @@ pub const PASS_BUDGET: usize = 256;
 /// The pause between passes while a backlog lasts: at most about 50,000 items a second.
 pub const PASS_PAUSE: Duration = Duration::from_millis(5);
 
+/// The sweeper's alarm: the deadline it sleeps toward, and a wake-up when a transition creates
+/// an earlier one (a lease, a schedule, a retained dead letter).
+#[derive(Debug)]
+pub struct SweepWake {
+    next: AtomicI64,
+    notify: Notify,
+}
+
+impl Default for SweepWake {
+    fn default() -> Self {
+        SweepWake {
+            next: AtomicI64::new(i64::MAX),
+            notify: Notify::new(),
+        }
+    }
+}
+
+impl SweepWake {
+    /// Wakes the sweeper if `at` is earlier than the deadline it sleeps toward.
+    pub fn deadline_at(&self, at: UnixMs) {
+        if at < self.next.load(Ordering::Relaxed) {
+            self.next.store(at, Ordering::Relaxed);
+            self.notify.notify_one();
+        }
+    }
+
+    fn sleeping_toward(&self, at: Option<UnixMs>) {
+        self.next.store(at.unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+}
+
+/// What a pass did, and when the next one is due.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// What the store did.
+    pub done: Maintenance,
+    /// The earliest future deadline (lease expiry, scheduled time, record expiry, end of a
+    /// retention), if any.
+    pub next_deadline: Option<UnixMs>,
+}
+
+impl Queue {
+    /// One bounded sweeper pass at the clock's time: see the module docs. Wakes the Reserves
+    /// waiting on queues that got ready jobs.
+    ///
+    /// # Errors
+    /// [`StorageError`] from the store (`Unavailable` while it refuses writes).
+    pub async fn sweep(&self, budget: usize) -> Result<SweepReport, StorageError> {
+        let now = self.clock.now();
+        let retention = self.limits.dead_letter_retention_ms;
+        let expired = |job: JobFacts<'_>| lifecycle::lease_expired(job, retention, now);
+        let over = |job: JobFacts<'_>| lifecycle::dead_letter_removed(job, now);
+        let done = self
+            .store
+            .maintain(&SweepPass {
+                now,
+                budget,
+                retained_until: lifecycle::retained_until(retention, now),
+                lease_expired: &expired,
+                retention_over: &over,
+            })
+            .await?;
+        for (queue, n) in &done.ready {
+            self.signals.job_ready(queue, *n);
+        }
+        let d = done.deadlines;
+        let retention_ms = i64::try_from(retention).unwrap_or(i64::MAX);
+        let next_deadline = [
+            d.lease,
+            d.scheduled,
+            d.dedup,
+            d.oldest_dead_letter
+                .map(|at| at.saturating_add(retention_ms)),
+            d.tombstone,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        self.sweep_wake.sleeping_toward(next_deadline);
+        Ok(SweepReport {
+            done,
+            next_deadline,
+        })
+    }
+}
+
 /// Runs until `shutdown` is cancelled. The caller owns the task handle and awaits it at
 /// shutdown.
-pub async fn run(
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    interval_ms: u64,
-    shutdown: CancellationToken,
-) {
+pub async fn run(queue: Arc<Queue>, interval_ms: u64, shutdown: CancellationToken) {
     loop {
-        let now = clock.now();
-        let sleep_ms = match store.maintain(now, PASS_BUDGET).await {
+        let sleep_ms = match queue.sweep(PASS_BUDGET).await {
             Ok(r) => {
-                if r.redelivered + r.dead_lettered + r.promoted + r.dedup_purged + r.records_purged
+                let d = &r.done;
+                if d.redelivered + d.dead_lettered + d.promoted + d.dedup_purged + d.records_purged
                     > 0
                 {
                     tracing::debug!(
-                        redelivered = r.redelivered,
-                        dead_lettered = r.dead_lettered,
-                        promoted = r.promoted,
-                        dedup_purged = r.dedup_purged,
-                        records_purged = r.records_purged,
+                        redelivered = d.redelivered,
+                        dead_lettered = d.dead_lettered,
+                        promoted = d.promoted,
+                        dedup_purged = d.dedup_purged,
+                        records_purged = d.records_purged,
                         "sweeper pass"
                     );
                 }
-                if r.more {
+                if d.more {
                     // Spread a mass expiry out: deleting a million records back to back
                     // floods the storage engine with tombstones and flushes, and every client
                     // call waits behind them.
@@ -56,11 +145,13 @@ pub async fn run(
                     }
                 }
                 r.next_deadline
-                    .map_or(interval_ms, |d| (d - clock.now()).max(0) as u64)
+                    .map_or(interval_ms, |d| {
+                        u64::try_from(d.saturating_sub(queue.clock.now())).unwrap_or(0)
+                    })
                     .min(interval_ms)
             }
             // Refused writes (no space left, a failed write) are logged by the store once.
-            Err(e @ crate::storage::StorageError::Unavailable(_)) => {
+            Err(e @ StorageError::Unavailable(_)) => {
                 tracing::debug!(error = %e, "sweeper pass refused");
                 interval_ms
             }
@@ -71,7 +162,7 @@ pub async fn run(
         };
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
-            _ = store.deadline_changed() => {}
+            _ = queue.sweep_wake.notify.notified() => {}
             _ = shutdown.cancelled() => return,
         }
     }
@@ -80,10 +171,11 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::PersistMode;
-    use crate::domain::{DedupClaim, JobId, NewJob};
-    use crate::queue::clock::SystemClock;
-    use crate::storage::ReadySignals;
+    use crate::config::Config;
+    use crate::domain::{DedupClaim, JobId, NewJob, PersistMode};
+    use crate::queue::clock::ManualClock;
+    use crate::queue::limits::Limits;
+    use crate::storage::Store;
     use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
     use std::time::Instant;
 
@@ -91,24 +183,31 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stop_during_a_mass_expiry_does_not_wait_for_the_backlog() {
         let dir = tempfile::tempdir().unwrap();
+        let t0 = 1_700_000_000_000;
+        let clock = Arc::new(ManualClock::new(t0));
         let store = Arc::new(
             EmbeddedStore::open(
                 EmbeddedOptions {
                     path: dir.path().join("data"),
                     persist_mode: PersistMode::Buffer,
-                    dead_letter_retention_ms: 0,
                     min_free_bytes: 0,
                 },
-                Arc::new(ReadySignals::default()),
-                SystemClock.now(),
+                t0,
             )
             .unwrap(),
         );
+        let shutdown = CancellationToken::new();
+        let queue = Arc::new(Queue::new(
+            store.clone() as Arc<dyn Store>,
+            Arc::new(Limits::from_config(&Config::default()).unwrap()),
+            clock.clone(),
+            shutdown.clone(),
+        ));
         // 40,000 records that expire at once: at most PASS_BUDGET per PASS_PAUSE, so well
         // over half a second of sweeping.
-        let now = SystemClock.now();
+        const RECORDS: u64 = 40_000;
         for chunk in 0..40 {
-            let jobs = (0..1000)
+            let jobs: Vec<NewJob> = (0..1000)
                 .map(|i| NewJob {
                     id: JobId::new_v4(),
                     queue: Arc::from("q"),
@@ -118,30 +217,34 @@ mod tests {
                     max_attempts: 1,
                     trace_context: None,
                     custom: Default::default(),
-                    enqueued_at: now,
+                    enqueued_at: t0,
                     scheduled_at: None,
                     dedup: Some(DedupClaim {
                         key: format!("k{chunk}-{i}"),
-                        expires_at: now + 50,
+                        expires_at: t0 + 50,
                     }),
                     max_queue_depth: None,
                     reply_bytes: 200,
                 })
                 .collect();
-            store.enqueue(jobs, false, now).await.unwrap();
+            let repeats = crate::queue::enqueue::prepass(&jobs);
+            let rule = |jobs: &[NewJob], facts: &dyn crate::storage::EnqueueFacts| {
+                crate::queue::enqueue::decide(jobs, &repeats, facts, false, t0)
+            };
+            store.enqueue(jobs, &rule, t0).await.unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        clock.set(t0 + 50);
 
-        let shutdown = CancellationToken::new();
-        let sweeper = tokio::spawn(run(
-            store.clone() as Arc<dyn Store>,
-            Arc::new(SystemClock),
-            1000,
-            shutdown.clone(),
-        ));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let left = store.queue_stats("q").await.unwrap().dedup_records;
-        assert!(left > 0, "the sweep should still be running");
+        let sweeper = tokio::spawn(run(queue.clone(), 1000, shutdown.clone()));
+        // Stop once the sweep is under way.
+        let started = Instant::now();
+        while store.queue_stats("q").await.unwrap().dedup_records == RECORDS {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the sweep started"
+            );
+            tokio::task::yield_now().await;
+        }
         let stopped = Instant::now();
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(1), sweeper)

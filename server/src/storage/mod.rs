@@ -1,21 +1,35 @@
 //! The storage boundary: the [`Store`] trait, which speaks domain types, and its backends.
 //!
-//! Each method is one atomic transition with a domain name. The dedup lookup and the insert, and
-//! the attempt check and the settlement, happen inside one transition, so atomicity lives here
-//! and not in the callers. A method that changes state returns only once the change is as
-//! durable as the configured `persist_mode` promises.
+//! A store is a transition engine. Each method is one atomic, durable transition: it reads
+//! what the transition concerns, hands those facts to the rule the queue layer passed in (a
+//! closure such as [`SettleRule`]), and applies the plan the rule returns, all inside one
+//! transaction (in SQL: `SELECT … FOR UPDATE`, the rule, then the `UPDATE`/`INSERT`/`DELETE`,
+//! then `COMMIT`). A store decides nothing a rule of `../shared/spec/` says: what the next
+//! state of a job is, whether a dedup record is live, whether a lease is still in force, how
+//! long a dead letter or a tombstone is kept. Those are decided once, in `queue/`.
+//!
+//! What a store does own: atomicity (the facts a rule saw are the facts the plan is applied
+//! to), durability (a method that changes state returns only once the change is as durable as
+//! the configured `persist_mode` promises; after a failed write, what it holds in memory equals
+//! what is on disk), the orderings it keeps (ready jobs by priority then enqueue order, dead
+//! letters oldest first), and selecting due work by time with [`crate::domain::reached`] (`<=
+//! now`). Every time comes in as a parameter: a store reads no clock.
+//!
+//! Every backend passes the one behavioural suite, `storage/conformance.rs`.
 //!
 //! - [`embedded`]: the default backend, on fjall (no external service).
 
 pub mod embedded;
 
+#[cfg(test)]
+pub(crate) mod conformance;
+
 use crate::domain::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, InFlight, Job, JobId, JobInfo, KeyRecord,
-    NackPlan, NewJob, QueueStats, ReserveSpec, SettleRefusal, UnixMs,
+    DeadLetter, DeadLetterCursor, DeadLetterSelector, EnqueuePlan, Expiry, Finish, Job, JobFacts,
+    JobId, KeyRecord, LastReason, NewJob, QueueStats, Requeue, ReserveSpec, Settle, SettleRefusal,
+    StoredJob, UnixMs,
 };
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use tokio::sync::Notify;
+use std::sync::Arc;
 
 /// A storage failure. Requests that meet one get `INTERNAL`, except
 /// [`StorageError::Unavailable`], which gets `UNAVAILABLE`.
@@ -43,6 +57,10 @@ pub enum StorageError {
         /// Newest version this build reads.
         supported: u32,
     },
+    /// The rule a transition was given returned a plan that does not fit what the store
+    /// holds (a bug in the queue layer); nothing was changed.
+    #[error("storage was handed a plan it cannot apply: {0}")]
+    InvalidPlan(String),
     /// The store refuses writes: there is too little free space (until space is freed), a
     /// write failed to reach the disk (until a restart), or the server is shutting down. The
     /// message says which, and names the data directory.
@@ -64,115 +82,159 @@ pub enum StorageHealth {
     Failed(String),
 }
 
-/// The outcome of inserting one validated job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InsertOutcome {
-    /// A new job was written.
-    Created(JobId),
-    /// A live dedup record named this job; nothing was written for it.
-    Deduplicated(JobId),
-    /// The queue holds `limit` jobs already.
-    QueueFull {
-        /// The queue's `max_queue_depth`.
-        limit: u64,
-    },
+/// What an enqueue's rule may read, inside the transition: the dedup record of each keyed job
+/// and the depth of each queue, as they are before the batch.
+pub trait EnqueueFacts {
+    /// The dedup record under job `i`'s queue and idempotency key, live or expired but not
+    /// purged yet; `None` for an unkeyed job or when there is none.
+    fn record(&self, i: usize) -> Option<KeyRecord>;
+    /// Jobs `queue` holds (ready + scheduled + in flight).
+    fn depth(&self, queue: &str) -> u64;
 }
 
-/// What one sweeper pass did, and when the next one is due.
+/// The enqueue rule: the plan for a batch, from the jobs and the facts
+/// (`queue::enqueue::decide`).
+pub type EnqueueRule<'a> = dyn Fn(&[NewJob], &dyn EnqueueFacts) -> EnqueuePlan + Sync + 'a;
+
+/// The rule of an ack, nack or extend: from the job's facts (`None`: no such job), the plan, or
+/// why the settlement is refused (the fencing of `queue::lease`).
+pub type SettleRule<'a> = dyn Fn(Option<JobFacts<'_>>) -> Result<Settle, SettleRefusal> + Sync + 'a;
+
+/// What happens to a job whose lease expired (`queue::lifecycle::lease_expired`).
+pub type ExpiryRule<'a> = dyn Fn(JobFacts<'_>) -> Expiry + Sync + 'a;
+
+/// What stays of a dead letter that is drained, deleted or past its retention
+/// (`queue::lifecycle::leave`): a tombstone or nothing.
+pub type RemovalRule<'a> = dyn Fn(JobFacts<'_>) -> Finish + Sync + 'a;
+
+/// A settlement as applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// The plan the rule returned.
+    pub plan: Settle,
+    /// The job's queue.
+    pub queue: Arc<str>,
+}
+
+/// Queues that got ready jobs in a transition, and how many each: the queue layer wakes that
+/// many waiting Reserves.
+pub type ReadyJobs = Vec<(Arc<str>, usize)>;
+
+/// One bounded maintenance pass, as the sweeper plans it.
+pub struct SweepPass<'a> {
+    /// The time of the pass: leases, schedules, dedup records and tombstones whose time is
+    /// [`crate::domain::reached`] at `now` are due.
+    pub now: UnixMs,
+    /// Most items handled.
+    pub budget: usize,
+    /// Dead letters that failed at or before this time are past their retention.
+    pub retained_until: UnixMs,
+    /// What an expired lease does.
+    pub lease_expired: &'a ExpiryRule<'a>,
+    /// What stays of a dead letter past its retention.
+    pub retention_over: &'a RemovalRule<'a>,
+}
+
+/// The earliest pending time of each kind of due work, for the sweeper's next wake-up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deadlines {
+    /// The earliest `lease_expires_at`.
+    pub lease: Option<UnixMs>,
+    /// The earliest scheduled time.
+    pub scheduled: Option<UnixMs>,
+    /// The earliest dedup record expiry.
+    pub dedup: Option<UnixMs>,
+    /// The `failed_at` of the oldest dead letter.
+    pub oldest_dead_letter: Option<UnixMs>,
+    /// The earliest tombstone `until`.
+    pub tombstone: Option<UnixMs>,
+}
+
+/// What one maintenance pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Maintenance {
     /// Expired leases whose jobs went back to ready.
     pub redelivered: u64,
-    /// Jobs dead-lettered by lease expiry on their last attempt.
+    /// Jobs that left the live set by lease expiry (on their last attempt).
     pub dead_lettered: u64,
     /// Scheduled jobs that became ready.
     pub promoted: u64,
     /// Expired dedup records removed.
     pub dedup_purged: u64,
-    /// Dead letters and tombstones removed after their retention.
+    /// Dead letters and tombstones removed after their time.
     pub records_purged: u64,
     /// True when the pass stopped at its budget with more work due.
     pub more: bool,
-    /// The earliest future deadline (lease expiry, scheduled time, record expiry), if any.
-    pub next_deadline: Option<UnixMs>,
+    /// Queues that got ready jobs.
+    pub ready: ReadyJobs,
+    /// What is due next.
+    pub deadlines: Deadlines,
 }
 
-/// The persistence contract every backend implements.
+/// Where a backend reports jobs that became ready without a transition of this server: made
+/// ready by another server on the same database (PostgreSQL `LISTEN/NOTIFY`), or found ready
+/// again when the backend rebuilt its state. The queue layer's ready signals implement it, so
+/// that a waiting Reserve has one path for local and remote wake-ups.
+pub trait ReadyListener: Send + Sync {
+    /// `n` jobs of `queue` became ready.
+    fn jobs_ready(&self, queue: &str, n: usize);
+    /// Any queue may have ready jobs now: every waiter looks again.
+    fn all_may_be_ready(&self);
+}
+
+/// The persistence contract every backend implements. Object-safe: the server holds an
+/// `Arc<dyn Store>`.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Inserts validated jobs in order. For each keyed job the dedup lookup and the insert are
-    /// one atomic step: a live record (or an earlier job of the same batch with the same key)
-    /// makes it [`InsertOutcome::Deduplicated`]. With `atomic`, if any job would be refused
-    /// (`QueueFull`), nothing is written and the outcomes say which.
+    /// Inserts a batch of validated jobs, in order. Reads the dedup record of every keyed job
+    /// and the depth of every queue the rule asks for, hands them to `rule`, and writes the
+    /// jobs the plan marks [`crate::domain::InsertOutcome::Created`] (when `plan.write`), each
+    /// with its dedup record: all in one atomic step, so that concurrent enqueues of one key
+    /// create one job. A created job is scheduled when its `scheduled_at` is set, ready
+    /// otherwise. Returns the plan's outcomes once every job they name is durable.
     async fn enqueue(
         &self,
         jobs: Vec<NewJob>,
-        atomic: bool,
+        rule: &EnqueueRule<'_>,
         now: UnixMs,
-    ) -> Result<Vec<InsertOutcome>, StorageError>;
+    ) -> Result<Vec<crate::domain::InsertOutcome>, StorageError>;
 
-    /// Leases up to `spec.max_jobs` ready jobs from `spec.queues`, in list order, highest
-    /// priority then oldest first. Returns at once (empty when nothing is ready); waiting is
-    /// the queue layer's job.
+    /// Leases up to `spec.max_jobs` ready jobs from `spec.queues` in list order (paused queues
+    /// skipped), highest priority then enqueue order first, within `spec.max_reply_bytes`:
+    /// each gets the next attempt, the lease `spec.lease_expires_at` and the worker label.
+    /// Returns at once (empty when nothing is ready); waiting is the queue layer's job.
     async fn reserve(&self, spec: &ReserveSpec, now: UnixMs) -> Result<Vec<Job>, StorageError>;
 
-    /// The in-flight delivery of `id`, if any.
-    async fn in_flight(&self, id: JobId) -> Result<Option<InFlight>, StorageError>;
-
-    /// Acks delivery `attempt` of `id`: the job is done.
-    ///
-    /// Ack, nack and extend are fenced by the attempt and by the lease deadline: a delivery
-    /// whose `lease_expires_at <= now` is [`SettleRefusal::NotInFlight`], whether or not
-    /// [`Store::maintain`] has redelivered it yet.
-    async fn ack(
+    /// Acks, nacks or extends job `id`: reads its facts, asks `rule`, applies the plan (a
+    /// nack's `reason` with it). `Ok(Err(_))` is the rule's refusal; nothing changed.
+    async fn settle(
         &self,
         id: JobId,
-        attempt: u32,
+        rule: &SettleRule<'_>,
+        reason: LastReason,
         now: UnixMs,
-    ) -> Result<Result<(), SettleRefusal>, StorageError>;
+    ) -> Result<Result<Settled, SettleRefusal>, StorageError>;
 
-    /// Nacks delivery `attempt` of `id` and applies `plan`. Returns whether it was
-    /// dead-lettered.
-    async fn nack(
-        &self,
-        id: JobId,
-        attempt: u32,
-        plan: NackPlan,
-        reason: Option<String>,
-        now: UnixMs,
-    ) -> Result<Result<bool, SettleRefusal>, StorageError>;
-
-    /// Sets the lease of delivery `attempt` of `id` to `now + lease_ms`. Returns the new expiry.
-    async fn extend(
-        &self,
-        id: JobId,
-        attempt: u32,
-        lease_ms: u64,
-        now: UnixMs,
-    ) -> Result<Result<UnixMs, SettleRefusal>, StorageError>;
-
-    /// Removes and returns up to `max` dead letters, oldest first, of one queue or all.
+    /// Removes and returns up to `max` dead letters, oldest first, of one queue or all; what
+    /// stays of each is `rule`'s answer.
     async fn drain_dead_letters(
         &self,
         queue: Option<&str>,
         max: u32,
+        rule: &RemovalRule<'_>,
         now: UnixMs,
     ) -> Result<Vec<DeadLetter>, StorageError>;
 
-    /// One bounded sweeper pass: expires leases, promotes due scheduled jobs, purges expired
-    /// dedup records and retained records past their retention.
-    async fn maintain(&self, now: UnixMs, budget: usize) -> Result<Maintenance, StorageError>;
+    /// One bounded maintenance pass: expired leases (per `pass.lease_expired`), due scheduled
+    /// jobs (to ready), expired dedup records (removed), dead letters past their retention (per
+    /// `pass.retention_over`) and tombstones past their time (removed).
+    async fn maintain(&self, pass: &SweepPass<'_>) -> Result<Maintenance, StorageError>;
 
-    /// Everything known about job `id` (including tombstones), or `None`.
-    async fn get_job(&self, id: JobId) -> Result<Option<JobInfo>, StorageError>;
+    /// Everything stored about job `id` (including a tombstone), or `None`.
+    async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StorageError>;
 
-    /// The live dedup record of `key` on `queue`.
-    async fn lookup_key(
-        &self,
-        queue: &str,
-        key: &str,
-        now: UnixMs,
-    ) -> Result<Option<KeyRecord>, StorageError>;
+    /// The dedup record of `key` on `queue`, live or expired but not purged yet.
+    async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError>;
 
     /// Up to `limit` dead letters after `after`, oldest first, without removing them. Returns
     /// the page and the cursor of its last record when more may follow.
@@ -183,70 +245,40 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StorageError>;
 
-    /// Puts the selected dead letters back on their queues: same id, attempt 1, enqueued now.
-    /// The dedup index is not touched. Returns the ids requeued.
+    /// Puts the selected dead letters back on their queues as `plan` says (same id, the dedup
+    /// index untouched). Returns the ids requeued and the queues that got ready jobs.
     async fn requeue_dead_letters(
         &self,
         selector: &DeadLetterSelector,
+        plan: Requeue,
         now: UnixMs,
-    ) -> Result<Vec<JobId>, StorageError>;
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError>;
 
-    /// Deletes the selected dead letters. Returns the ids deleted.
+    /// Deletes the selected dead letters; what stays of each is `rule`'s answer. Returns the
+    /// ids deleted.
     async fn delete_dead_letters(
         &self,
         selector: &DeadLetterSelector,
+        rule: &RemovalRule<'_>,
         now: UnixMs,
     ) -> Result<Vec<JobId>, StorageError>;
 
-    /// Pauses (Reserve skips the queue) or resumes a queue; survives restarts.
-    async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), StorageError>;
+    /// Pauses (Reserve skips the queue) or resumes a queue; survives restarts. Returns the
+    /// queue's ready jobs.
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<u64, StorageError>;
 
     /// Counts of a queue's jobs by state.
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError>;
 
-    /// Resolves when a deadline earlier than the last reported `next_deadline` appears, so
-    /// the sweeper can wake early.
-    async fn deadline_changed(&self);
+    /// Registers where to report jobs made ready elsewhere ([`ReadyListener`]). Called once,
+    /// when the queue layer is built over the store.
+    fn listen(&self, listener: Arc<dyn ReadyListener>);
 
     /// The store's health, updated whenever it starts or stops taking writes; `serve` forwards
     /// it to the gRPC health service.
     fn health(&self) -> tokio::sync::watch::Receiver<StorageHealth>;
 
-    /// Flushes everything and makes it durable; called once at shutdown.
+    /// Flushes everything and makes it durable; called once at shutdown. Writes after it are
+    /// refused.
     async fn close(&self) -> Result<(), StorageError>;
-}
-
-/// Wake-ups for long-polling Reserves: one [`Notify`] per queue that somebody waits on.
-///
-/// Storage calls [`ReadySignals::job_ready`] whenever a job becomes ready (enqueue, retry,
-/// redelivery, promotion); a waiting Reserve holds [`ReadySignals::subscribe`]'s `Notify`.
-#[derive(Debug, Default)]
-pub struct ReadySignals {
-    queues: Mutex<HashMap<String, Arc<Notify>>>,
-}
-
-impl ReadySignals {
-    /// The signal of `queue`, created on first use.
-    pub fn subscribe(&self, queue: &str) -> Arc<Notify> {
-        let mut map = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(queue.to_string()).or_default().clone()
-    }
-
-    /// Wakes up to `n` waiters of `queue` (a no-op when nobody ever waited on it).
-    pub fn job_ready(&self, queue: &str, n: usize) {
-        let map = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = map.get(queue) {
-            for _ in 0..n {
-                notify.notify_one();
-            }
-        }
-    }
-
-    /// Wakes every waiter of every queue (shutdown).
-    pub fn wake_all(&self) {
-        let map = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        for notify in map.values() {
-            notify.notify_waiters();
-        }
-    }
 }

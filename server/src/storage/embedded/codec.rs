@@ -13,6 +13,7 @@
 //! Every value starts with a version byte. Integers are little endian; strings and byte strings
 //! are a u32 length then the bytes; an optional value is a 0/1 byte then the value.
 
+pub(crate) use crate::domain::Stage;
 use crate::domain::{DeadLetterCause, JobId, Payload, TraceContext, UnixMs, Value};
 use crate::storage::StorageError;
 use std::collections::BTreeMap;
@@ -30,29 +31,6 @@ pub(crate) struct Body {
     pub(crate) custom: BTreeMap<String, Value>,
     pub(crate) scheduled_at: Option<UnixMs>,
     pub(crate) idempotency_key: Option<String>,
-}
-
-/// Where a job is in its lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Stage {
-    Ready,
-    Scheduled {
-        due: UnixMs,
-    },
-    InFlight {
-        expires: UnixMs,
-    },
-    Dead {
-        cause: DeadLetterCause,
-        failed_at: UnixMs,
-    },
-    /// Acked (or dead-lettered without retention) while a dedup record may still name it:
-    /// only this small record remains, until `until`.
-    Tombstone {
-        finished_at: UnixMs,
-        until: UnixMs,
-        dead: Option<DeadLetterCause>,
-    },
 }
 
 /// A job's mutable part: everything the in-memory index needs, so that recovery reads only

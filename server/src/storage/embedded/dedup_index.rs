@@ -7,8 +7,7 @@
 //! that batch before answering.
 
 use super::codec::split_record_key;
-use crate::domain::{JobId, UnixMs};
-use crate::queue::dedup::is_live;
+use crate::domain::{JobId, UnixMs, reached};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -31,9 +30,10 @@ pub(crate) struct DedupIndex {
 }
 
 impl DedupIndex {
-    /// The live record of `key` at `now`. An expired record counts as absent.
-    pub(crate) fn lookup(&self, key: &[u8], now: UnixMs) -> Option<&DedupEntry> {
-        self.map.get(key).filter(|e| is_live(e.expires_at, now))
+    /// The record of `key`, live or expired but not purged yet (whether it still
+    /// deduplicates is the queue layer's decision).
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&DedupEntry> {
+        self.map.get(key)
     }
 
     /// Writes (or replaces an expired) record.
@@ -71,7 +71,7 @@ impl DedupIndex {
             let Some((exp, key)) = self.by_expiry.first().cloned() else {
                 break;
             };
-            if is_live(exp, now) {
+            if !reached(exp, now) {
                 break;
             }
             self.remove(&key);
@@ -102,6 +102,12 @@ impl DedupIndex {
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
+
+    /// Every record, in no order (tests compare memory with disk).
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Arc<[u8]>, &DedupEntry)> {
+        self.map.iter()
+    }
 }
 
 #[cfg(test)]
@@ -119,12 +125,12 @@ mod tests {
     }
 
     #[test]
-    fn expired_records_are_absent_before_and_gone_after_the_sweep() {
+    fn records_are_purged_from_their_expiry_on() {
         let mut idx = DedupIndex::default();
         let k = record_key("q", "k");
         idx.insert(&k, entry(100));
-        assert!(idx.lookup(&k, 99).is_some());
-        assert!(idx.lookup(&k, 100).is_none());
+        assert!(idx.get(&k).is_some());
+        assert_eq!(idx.purge_expired(99, 10).len(), 0, "live at 99");
         assert_eq!(idx.count_for_queue("q"), 1);
         assert_eq!(idx.purge_expired(100, 10).len(), 1);
         assert_eq!(idx.len(), 0);

@@ -9,7 +9,12 @@
 //! A transition replies only after [`GroupCommit::wait`] sees its batch durable. If a commit
 //! fails, every waiter of that batch and of the batch filling meanwhile gets
 //! [`StorageError::Unavailable`] (never `Ok`), further writes are refused, and the in-memory
-//! index is rebuilt from what fjall committed, so that memory equals disk again. After a lack
+//! index is rebuilt from what fjall committed, so that memory equals disk again. The refusal,
+//! the discarding of the filling batch and the rebuild all happen under the store's state lock
+//! ([`Engine::rebuild`]): a transition checks [`GroupCommit::check_writable`] and appends under
+//! that same lock, so it either appended before the refusal (its batch is discarded and failed,
+//! its memory change undone by the rebuild) or sees the refusal before changing anything. That
+//! is why [`GroupCommit::append`] cannot fail. After a lack
 //! of space (`ENOSPC`) fjall is reopened in-process and writes resume once the free space is back
 //! above `storage.min_free_bytes`; after any other failure (an fsync error cannot be retried
 //! safely) writes stay refused until a restart. Below the mark, the flusher refuses new writes
@@ -118,9 +123,9 @@ const POISONED_LOW_SPACE: u64 = 8 * 1024 * 1024;
 pub(crate) trait Engine: Sync {
     /// The current handles; `None` while fjall is being reopened.
     fn keyspaces(&self) -> Option<Keyspaces>;
-    /// Rebuilds the in-memory index from fjall's committed state under the store's state lock,
-    /// then calls `then` (still under that lock).
-    fn rebuild(&self, then: &mut dyn FnMut()) -> Result<(), StorageError>;
+    /// Takes the store's state lock, calls `first` under it, then rebuilds the in-memory index
+    /// from fjall's committed state (still under that lock).
+    fn rebuild(&self, first: &mut dyn FnMut()) -> Result<(), StorageError>;
     /// Drops every fjall handle and opens the directory again, which clears fjall's poisoned
     /// flag (fjall refuses every write once a write failed) and replays its journal: a torn
     /// batch at the tail is discarded.
@@ -191,6 +196,9 @@ pub(crate) struct GroupCommit {
     mode: PersistMode,
     space: SpaceMark,
     health: watch::Sender<StorageHealth>,
+    /// Test-only fault hook: the next commit fails as if the disk had refused it.
+    #[cfg(test)]
+    pub(crate) fail_next_commit: std::sync::atomic::AtomicBool,
 }
 
 enum Next {
@@ -214,6 +222,8 @@ impl GroupCommit {
             mode,
             space,
             health: watch::Sender::new(StorageHealth::Serving),
+            #[cfg(test)]
+            fail_next_commit: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -236,24 +246,28 @@ impl GroupCommit {
 
     /// Appends `ops` to the filling batch and returns its number (0 when `ops` is empty).
     ///
-    /// Only a failed commit or a close refuses here; a lack of space is checked by
-    /// [`GroupCommit::check_writable`] before the transition changes anything, so that a
-    /// transition that passed that check never leaves memory changed without its writes.
-    ///
-    /// # Errors
-    /// [`StorageError::Unavailable`] once a commit has failed or the store is closing.
-    pub(crate) fn append(&self, ops: Vec<WriteOp>) -> Result<u64, StorageError> {
+    /// Cannot fail: a transition calls it under the store's state lock after
+    /// [`GroupCommit::check_writable`] passed under the same lock hold, and a failed commit and
+    /// a close only refuse under that lock (see the module docs). A lack of space refuses new
+    /// transitions in `check_writable`, but ops already being appended are still committed,
+    /// from the headroom. Should a caller break that protocol, its batch is failed at once, so
+    /// that its waiter gets an error instead of waiting forever.
+    pub(crate) fn append(&self, ops: Vec<WriteOp>) -> u64 {
         if ops.is_empty() {
-            return Ok(0);
+            return 0;
         }
         let mut f = self.lock();
-        if let Some(Refusal::Failed(why)) = &f.refusal {
-            return Err(StorageError::Unavailable(why.clone()));
-        }
-        if f.closing {
-            return Err(StorageError::Unavailable(
-                "the server is shutting down".into(),
-            ));
+        let refused = f.closing || matches!(f.refusal, Some(Refusal::Failed(_)));
+        debug_assert!(!refused, "append after a refusal: check_writable first");
+        if refused {
+            let id = f.id;
+            f.id += 1;
+            drop(f);
+            self.durable.send_modify(|d| {
+                d.failed
+                    .push((id, id, "writes are refused (append after refusal)".into()))
+            });
+            return id;
         }
         let was_empty = f.ops.is_empty();
         if was_empty {
@@ -266,7 +280,7 @@ impl GroupCommit {
         if was_empty {
             self.work.notify_one();
         }
-        Ok(id)
+        id
     }
 
     /// Refuses a write transition while writes are refused (too little space, a failed commit,
@@ -389,24 +403,29 @@ impl GroupCommit {
             )
         };
         tracing::error!(error = %e, batch = id, no_space, dir = %dir.display(), "storage write failed; refusing writes");
-        {
-            let mut f = self.lock();
-            f.refusal = Some(Refusal::Failed(why.clone()));
-            // The batch filling meanwhile is discarded too: its transitions changed memory
-            // after the failed one, and fjall refuses every write now.
-            f.ops = Vec::new();
-            let last = f.id;
-            f.id += 1;
+        // Under the store's state lock: refuse, discard the batch filling meanwhile (its
+        // transitions changed memory after the failed one, and fjall refuses every write now),
+        // fail the waiters of both, then make memory equal what fjall holds (the failed batch
+        // never reached its memtables). No transition runs in between.
+        // Health turns first, so that a waiter that sees its error also sees the store failed.
+        let rebuilt = engine.rebuild(&mut || {
+            let last = {
+                let mut f = self.lock();
+                f.refusal = Some(Refusal::Failed(why.clone()));
+                f.ops = Vec::new();
+                let last = f.id;
+                f.id += 1;
+                last
+            };
+            self.set_health(if no_space {
+                StorageHealth::Refusing(why.clone())
+            } else {
+                StorageHealth::Failed(why.clone())
+            });
             self.durable
                 .send_modify(|d| d.failed.push((id, last, why.clone())));
-        }
-        self.set_health(if no_space {
-            StorageHealth::Refusing(why.clone())
-        } else {
-            StorageHealth::Failed(why.clone())
         });
-        // Memory equals what fjall holds (the failed batch never reached its memtables).
-        if let Err(e) = engine.rebuild(&mut || {}) {
+        if let Err(e) = rebuilt {
             tracing::error!(error = %e, "rebuilding the index after a failed write failed");
         }
         if !no_space {
@@ -563,7 +582,19 @@ impl GroupCommit {
                 }
             }
             let started = Instant::now();
-            let result = batch.commit();
+            #[cfg(test)]
+            let injected = self.fail_next_commit.swap(false, Ordering::SeqCst);
+            #[cfg(not(test))]
+            let injected = false;
+            let result = if injected {
+                // Not committed at all: as when the disk refuses the write.
+                drop(batch);
+                Err(fjall::Error::Io(std::io::Error::other(
+                    "injected commit failure",
+                )))
+            } else {
+                batch.commit()
+            };
             let took = started.elapsed();
             if took > SLOW_COMMIT {
                 // Usually the commit that meets a memtable rotation (and so a new journal).
@@ -654,7 +685,7 @@ mod tests {
         let ops = (0u32..4096)
             .map(|i| WriteOp::put(Ks::Jobs, i.to_be_bytes().to_vec(), vec![7; 1024]))
             .collect();
-        let batch = commit.append(ops).expect("append");
+        let batch = commit.append(ops);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");

@@ -195,6 +195,18 @@ impl JobIndex {
         self.jobs.len()
     }
 
+    /// Every job and its meta, in no order (tests compare memory with disk).
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&JobId, &Meta)> {
+        self.jobs.iter()
+    }
+
+    /// Every queue and whether it is paused (tests compare memory with disk).
+    #[cfg(test)]
+    pub(crate) fn paused(&self) -> impl Iterator<Item = (&Arc<str>, bool)> {
+        self.queues.iter().map(|(q, i)| (q, i.paused))
+    }
+
     fn place(&mut self, id: JobId, m: &Meta) {
         let q = self.queues.entry(m.queue.clone()).or_default();
         match m.stage {

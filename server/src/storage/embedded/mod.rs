@@ -2,13 +2,35 @@
 //!
 //! Layout: an in-memory index of every job's small `codec::Meta` record (`job_index`) and of
 //! the dedup records (`dedup_index`), mirrored on disk in fjall keyspaces (`codec` lists
-//! them); payloads live only on disk. Every transition takes the state lock, checks and changes
-//! the index, appends its writes to the group-commit batch (`group_commit`) and releases the
-//! lock; it then waits, without the lock, until its batch is durable. Recovery
-//! (`recovery`) rebuilds the index from the `meta` and `dedup` keyspaces.
+//! them); payloads live only on disk. Recovery (`recovery`) rebuilds the index from the `meta`
+//! and `dedup` keyspaces.
 //!
 //! Why fjall: see `docs/storage-engine.md` (an LSM journal turns our small appends into
 //! sequential writes, and one journal fsync covers a whole batch across keyspaces).
+//!
+//! # Invariants
+//!
+//! 1. **Memory equals disk.** The in-memory index is what the durable batches, applied in
+//!    order, put on disk, plus the writes of batches that are pending (appended, not yet
+//!    committed). A write that fails takes memory back to disk (`group_commit` rebuilds the
+//!    index from what fjall committed) before any later transition runs.
+//! 2. **One shape for every transition**, under the state lock: first read and check
+//!    everything (writability, the facts, the rule's plan, every body the reply needs), then
+//!    change memory and append the writes to the filling batch, with no `?` after the first
+//!    change. [`GroupCommit::append`] cannot fail once [`GroupCommit::check_writable`] passed
+//!    under the same lock hold, because refusals and close are only set under the state lock.
+//!    So a transition either changes nothing or changes memory *and* appends its writes.
+//! 3. **Batches follow state order.** Writes are appended while the state lock is held, so a
+//!    batch holds transitions in the order they changed memory; within one batch the last
+//!    write of a key wins (fjall gives the whole batch one sequence number and its memtable
+//!    keeps one entry per key and sequence number, replaced by a later insert: see
+//!    `tests.rs`, `the_last_write_of_a_key_in_one_batch_wins`).
+//! 4. **No reply before durability.** A transition replies only after its batch (and, for a
+//!    dedup hit, the batch that wrote the record) is durable; a waiter of a failed batch, or of
+//!    a batch filling while one failed, gets an error, never `Ok`.
+//! 5. **Decisions come from the queue layer.** This backend reads facts, calls the rule it is
+//!    given and applies the plan; it decides no rule of the spec. It selects due work with
+//!    [`reached`], the domain's one time convention, and reads no clock.
 
 pub(crate) mod codec;
 pub(crate) mod dedup_index;
@@ -17,22 +39,22 @@ pub(crate) mod job_index;
 mod recovery;
 mod space;
 
-use self::codec::record_key;
-use self::codec::{Body, DedupRecord, Meta, QueueRecord, Stage};
+use self::codec::{Body, DedupRecord, Meta, QueueRecord, Stage, record_key};
 use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::JobIndex;
-use super::{InsertOutcome, Maintenance, ReadySignals, StorageError, StorageHealth, Store};
-use crate::domain::{
-    DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, InFlight, Job, JobId,
-    JobInfo, JobState, KeyRecord, NackPlan, NewJob, PersistMode, QueueStats, ReserveSpec,
-    SettleRefusal, UnixMs,
+use super::{
+    Deadlines, EnqueueFacts, EnqueueRule, Maintenance, ReadyJobs, ReadyListener, RemovalRule,
+    SettleRule, Settled, StorageError, StorageHealth, Store, SweepPass,
 };
-use std::collections::HashMap;
+use crate::domain::{
+    DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, InsertOutcome, Job, JobFacts,
+    JobId, KeyRecord, LastReason, NewJob, PersistMode, Placement, QueueStats, Requeue, ReserveSpec,
+    Settle, SettleRefusal, StoredJob, UnixMs, reached,
+};
+use std::cell::Cell;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use tokio::sync::Notify;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 /// How to open the embedded store.
 #[derive(Debug, Clone)]
@@ -41,8 +63,6 @@ pub struct EmbeddedOptions {
     pub path: PathBuf,
     /// Durability before a reply.
     pub persist_mode: PersistMode,
-    /// How long dead letters are kept, in milliseconds; 0 deletes them at once.
-    pub dead_letter_retention_ms: u64,
     /// Below this many free bytes on the data directory's filesystem, writes are refused
     /// (`UNAVAILABLE`) until space is back; 0 turns the check off.
     pub min_free_bytes: u64,
@@ -70,11 +90,8 @@ struct Shared {
     /// The fjall handles; `None` only while fjall is reopened after running out of space.
     ks: RwLock<Option<Keyspaces>>,
     path: PathBuf,
-    signals: Arc<ReadySignals>,
-    retention_ms: u64,
-    /// The deadline the sweeper currently sleeps toward; earlier new deadlines wake it.
-    next_wake: AtomicI64,
-    deadline: Notify,
+    /// Where to report that waiting Reserves should look again (after an in-process rebuild).
+    listener: OnceLock<Arc<dyn ReadyListener>>,
 }
 
 /// The embedded [`Store`].
@@ -89,22 +106,36 @@ fn meta_put(id: JobId, meta: &Meta) -> WriteOp {
     WriteOp::put(Ks::Meta, id.to_bytes(), meta.encode())
 }
 
-fn to_ms(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
+fn facts(id: JobId, m: &Meta) -> JobFacts<'_> {
+    JobFacts {
+        id,
+        queue: &m.queue,
+        stage: m.stage,
+        attempt: m.attempt,
+        max_attempts: m.max_attempts,
+        dedup_until: m.dedup_until,
+    }
+}
+
+fn stage_of(p: Placement) -> Stage {
+    match p {
+        Placement::Ready => Stage::Ready,
+        Placement::Scheduled { due } => Stage::Scheduled { due },
+    }
+}
+
+fn invalid_plan(what: &str) -> StorageError {
+    StorageError::InvalidPlan(what.to_string())
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store at `opts.path` and rebuilds its index.
+    /// Opens (or creates) the store at `opts.path` and rebuilds its index. Dedup records that
+    /// expired by `now` are deleted on the way.
     ///
     /// # Errors
     /// [`StorageError`] when the directory cannot be opened, holds a newer format, or a record
     /// cannot be decoded.
-    /// Dedup records that expired by `now` are deleted on the way.
-    pub fn open(
-        opts: EmbeddedOptions,
-        signals: Arc<ReadySignals>,
-        now: UnixMs,
-    ) -> Result<Self, StorageError> {
+    pub fn open(opts: EmbeddedOptions, now: UnixMs) -> Result<Self, StorageError> {
         std::fs::create_dir_all(&opts.path)
             .map_err(|e| StorageError::Io(format!("cannot create {}: {e}", opts.path.display())))?;
         let (ks, state, report) = recovery::open(&opts.path, now)?;
@@ -119,10 +150,7 @@ impl EmbeddedStore {
             ),
             ks: RwLock::new(Some(ks)),
             path: opts.path.clone(),
-            signals,
-            retention_ms: opts.dead_letter_retention_ms,
-            next_wake: AtomicI64::new(i64::MAX),
-            deadline: Notify::new(),
+            listener: OnceLock::new(),
         });
         let flusher_shared = shared.clone();
         let flusher = std::thread::Builder::new()
@@ -147,19 +175,26 @@ impl EmbeddedStore {
             .keyspaces()
             .map_or(0, |ks| ks.db.disk_space().unwrap_or(0))
     }
+
+    /// Test-only fault hook: the next group commit fails as if the disk had refused it.
+    #[cfg(test)]
+    pub(crate) fn inject_commit_failure(&self) {
+        self.shared
+            .commit
+            .fail_next_commit
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Counts of the job index and the dedup index, for tests and benchmarks.
+    pub fn index_sizes(&self) -> (usize, usize) {
+        let st = self.shared.lock();
+        (st.jobs.len(), st.dedup.len())
+    }
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Wakes the sweeper if `at` is earlier than the deadline it sleeps toward.
-    fn deadline_at(&self, at: UnixMs) {
-        if at < self.next_wake.load(Ordering::Relaxed) {
-            self.next_wake.store(at, Ordering::Relaxed);
-            self.deadline.notify_one();
-        }
     }
 
     /// The current fjall handles.
@@ -178,196 +213,6 @@ impl Shared {
             Ok(None) => Ok(None),
             Err(e) => Err(StorageError::Io(e.to_string())),
         }
-    }
-
-    /// A job leaves the live set (acked, or dead-lettered): kept as a dead letter when
-    /// `dead` is set and retention is on; otherwise its body goes and, while a dedup record may
-    /// still name it, a tombstone stays.
-    fn finish(
-        &self,
-        st: &mut State,
-        id: JobId,
-        dead: Option<DeadLetterCause>,
-        now: UnixMs,
-        ops: &mut Vec<WriteOp>,
-    ) {
-        if let (Some(cause), true) = (dead, self.retention_ms > 0) {
-            if let Some(m) = st.jobs.update(id, |m| {
-                m.stage = Stage::Dead {
-                    cause,
-                    failed_at: now,
-                };
-            }) {
-                ops.push(meta_put(id, m));
-            }
-            self.deadline_at(now.saturating_add(to_ms(self.retention_ms)));
-            return;
-        }
-        Self::discard(st, id, now, dead, now, ops);
-    }
-
-    /// Deletes a job's body and then either its meta or, while a dedup record may still name
-    /// the job, turns the meta into a tombstone that says how the job ended.
-    fn discard(
-        st: &mut State,
-        id: JobId,
-        finished_at: UnixMs,
-        dead: Option<DeadLetterCause>,
-        now: UnixMs,
-        ops: &mut Vec<WriteOp>,
-    ) {
-        ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
-        match st.jobs.get(id).and_then(|m| m.dedup_until) {
-            Some(until) if until > now => {
-                if let Some(m) = st.jobs.update(id, |m| {
-                    m.stage = Stage::Tombstone {
-                        finished_at,
-                        until,
-                        dead,
-                    };
-                    m.worker_id = None;
-                }) {
-                    ops.push(meta_put(id, m));
-                }
-            }
-            _ => {
-                st.jobs.remove(id);
-                ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
-            }
-        }
-    }
-
-    /// The locked part of an enqueue: plan (dedup lookups, depth checks), then apply. Returns
-    /// the outcomes, the batch to wait for, the queues that got ready jobs and the earliest
-    /// new schedule.
-    #[allow(clippy::type_complexity)]
-    fn enqueue_locked(
-        &self,
-        jobs: Vec<NewJob>,
-        keys: Vec<Option<Vec<u8>>>,
-        bodies: Vec<Vec<u8>>,
-        atomic: bool,
-        now: UnixMs,
-    ) -> Result<
-        (
-            Vec<InsertOutcome>,
-            u64,
-            HashMap<Arc<str>, usize>,
-            Option<UnixMs>,
-        ),
-        StorageError,
-    > {
-        let mut outcomes = Vec::with_capacity(jobs.len());
-        let mut wait_for = 0u64;
-        let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
-        let mut earliest: Option<UnixMs> = None;
-        {
-            let mut st = self.lock();
-            // Under the lock, before anything changes: see `GroupCommit::check_writable`.
-            self.commit.check_writable()?;
-            let durable = self.commit.durable_batch();
-            // Plan: dedup lookups (index, then earlier jobs of this batch) and depth checks.
-            let mut batch_keys: HashMap<&[u8], JobId> = HashMap::new();
-            let mut added: HashMap<&str, u64> = HashMap::new();
-            for (job, key) in jobs.iter().zip(&keys) {
-                if let Some(key) = key {
-                    if let Some(e) = st.dedup.lookup(key, now) {
-                        if e.batch > durable {
-                            wait_for = wait_for.max(e.batch);
-                        }
-                        outcomes.push(InsertOutcome::Deduplicated(e.job_id));
-                        continue;
-                    }
-                    if let Some(id) = batch_keys.get(key.as_slice()) {
-                        outcomes.push(InsertOutcome::Deduplicated(*id));
-                        continue;
-                    }
-                }
-                if let Some(limit) = job.max_queue_depth {
-                    let n = added.get(&*job.queue).copied().unwrap_or(0);
-                    if st.jobs.depth(&job.queue) + n >= limit {
-                        outcomes.push(InsertOutcome::QueueFull { limit });
-                        continue;
-                    }
-                }
-                *added.entry(&job.queue).or_default() += 1;
-                if let Some(key) = key {
-                    batch_keys.insert(key, job.id);
-                }
-                outcomes.push(InsertOutcome::Created(job.id));
-            }
-            if atomic
-                && outcomes
-                    .iter()
-                    .any(|o| matches!(o, InsertOutcome::QueueFull { .. }))
-            {
-                return Ok((outcomes, wait_for, ready, earliest));
-            }
-            // Apply.
-            let mut ops = Vec::with_capacity(jobs.len() * 3);
-            let mut created = Vec::new();
-            for ((job, key), (body, outcome)) in jobs
-                .into_iter()
-                .zip(keys)
-                .zip(bodies.into_iter().zip(&outcomes))
-            {
-                if !matches!(outcome, InsertOutcome::Created(_)) {
-                    continue;
-                }
-                let seq = st.jobs.next_seq;
-                st.jobs.next_seq += 1;
-                let stage = match job.scheduled_at {
-                    Some(due) => {
-                        earliest = Some(earliest.map_or(due, |e: UnixMs| e.min(due)));
-                        Stage::Scheduled { due }
-                    }
-                    None => {
-                        *ready.entry(job.queue.clone()).or_default() += 1;
-                        Stage::Ready
-                    }
-                };
-                let meta = Meta {
-                    queue: job.queue,
-                    job_type: st.jobs.intern_job_type(&job.job_type),
-                    priority: job.priority,
-                    seq,
-                    enqueued_at: job.enqueued_at,
-                    attempt: 0,
-                    max_attempts: job.max_attempts,
-                    stage,
-                    worker_id: None,
-                    last_reason: None,
-                    dedup_until: job.dedup.as_ref().map(|d| d.expires_at),
-                    reply_bytes: job.reply_bytes,
-                };
-                ops.push(WriteOp::put(Ks::Jobs, job.id.to_bytes(), body));
-                ops.push(meta_put(job.id, &meta));
-                if let (Some(key), Some(claim)) = (key, &job.dedup) {
-                    let rec = DedupRecord {
-                        job_id: job.id,
-                        created_at: now,
-                        expires_at: claim.expires_at,
-                    };
-                    ops.push(WriteOp::put(Ks::Dedup, key.clone(), rec.encode()));
-                    created.push((key, rec));
-                }
-                st.jobs.insert(job.id, meta);
-            }
-            let batch = self.commit.append(ops)?;
-            for (key, rec) in created {
-                st.dedup.insert(
-                    &key,
-                    DedupEntry {
-                        job_id: rec.job_id,
-                        created_at: rec.created_at,
-                        expires_at: rec.expires_at,
-                        batch,
-                    },
-                );
-            }
-            wait_for = wait_for.max(batch);
-        }
-        Ok((outcomes, wait_for, ready, earliest))
     }
 
     /// The full record of dead letter `id` (reads its body), if it is one.
@@ -401,21 +246,76 @@ impl Shared {
         }
     }
 
-    /// Checks that `id` is in flight under `attempt` at `now`: a lease whose deadline has
-    /// passed (`expires <= now`) no longer counts as in flight, whether or not the sweeper has
-    /// redelivered the job yet, so a late ack, nack or extend is refused and an extend never
-    /// revives an expired lease.
-    fn fence(st: &State, id: JobId, attempt: u32, now: UnixMs) -> Result<&Meta, SettleRefusal> {
-        match st.jobs.get(id) {
-            Some(m) if matches!(m.stage, Stage::InFlight { expires } if expires > now) => {
-                if m.attempt == attempt {
-                    Ok(m)
-                } else {
-                    Err(SettleRefusal::AttemptMismatch { current: m.attempt })
+    /// Applies what stays of job `id` as it leaves the live set (or a dead letter leaves):
+    /// memory changes, the writes go to `ops`. Infallible (invariant 2).
+    fn apply_finish(st: &mut State, id: JobId, finish: Finish, ops: &mut Vec<WriteOp>) {
+        match finish {
+            Finish::DeadLetter { cause, failed_at } => {
+                if let Some(m) = st.jobs.update(id, |m| {
+                    m.stage = Stage::Dead { cause, failed_at };
+                }) {
+                    ops.push(meta_put(id, m));
                 }
             }
-            _ => Err(SettleRefusal::NotInFlight),
+            Finish::Tombstone {
+                finished_at,
+                until,
+                dead,
+            } => {
+                ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
+                if let Some(m) = st.jobs.update(id, |m| {
+                    m.stage = Stage::Tombstone {
+                        finished_at,
+                        until,
+                        dead,
+                    };
+                    m.worker_id = None;
+                }) {
+                    ops.push(meta_put(id, m));
+                }
+            }
+            Finish::Delete => {
+                ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
+                st.jobs.remove(id);
+                ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
+            }
         }
+    }
+
+    /// Applies `rule`'s answer to each dead letter in `ids` (drain, delete). Infallible.
+    fn remove_dead(st: &mut State, ids: &[JobId], rule: &RemovalRule<'_>, ops: &mut Vec<WriteOp>) {
+        for id in ids {
+            let Some(finish) = st.jobs.get(*id).map(|m| rule(facts(*id, m))) else {
+                continue;
+            };
+            Self::apply_finish(st, *id, finish, ops);
+        }
+    }
+}
+
+/// What the enqueue rule reads, under the state lock.
+struct Facts<'a> {
+    st: &'a State,
+    /// The dedup record key of each job (`None`: unkeyed).
+    keys: &'a [Option<Vec<u8>>],
+    /// The newest batch among the records handed out: a hit must not be answered before the
+    /// record it names is durable.
+    record_batch: Cell<u64>,
+}
+
+impl EnqueueFacts for Facts<'_> {
+    fn record(&self, i: usize) -> Option<KeyRecord> {
+        let e = self.st.dedup.get(self.keys.get(i)?.as_deref()?)?;
+        self.record_batch.set(self.record_batch.get().max(e.batch));
+        Some(KeyRecord {
+            job_id: e.job_id,
+            created_at: e.created_at,
+            expires_at: e.expires_at,
+        })
+    }
+
+    fn depth(&self, queue: &str) -> u64 {
+        self.st.jobs.depth(queue)
     }
 }
 
@@ -424,8 +324,11 @@ impl Engine for Shared {
         self.ks.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn rebuild(&self, then: &mut dyn FnMut()) -> Result<(), StorageError> {
+    fn rebuild(&self, first: &mut dyn FnMut()) -> Result<(), StorageError> {
         let mut st = self.lock();
+        // Under the state lock, before memory is reloaded: no transition runs between the
+        // flusher's refusal and the reload (invariants 1 and 2).
+        first();
         if let Some(ks) = self.keyspaces() {
             let (state, report) = recovery::load_state(&ks, None)?;
             *st = state;
@@ -435,12 +338,12 @@ impl Engine for Shared {
                 "in-memory index rebuilt from disk"
             );
         }
-        then();
         drop(st);
-        // Deadlines and ready jobs may differ from what the sweeper and waiters last saw.
-        self.next_wake.store(i64::MAX, Ordering::Relaxed);
-        self.deadline.notify_one();
-        self.signals.wake_all();
+        // Ready jobs may differ from what waiters last saw (a lease the failed batch took is
+        // gone again).
+        if let Some(l) = self.listener.get() {
+            l.all_may_be_ready();
+        }
         Ok(())
     }
 
@@ -474,12 +377,19 @@ fn assemble(id: JobId, meta: &Meta, body: Body) -> Job {
     }
 }
 
+fn push_ready(ready: &mut ReadyJobs, queue: &Arc<str>) {
+    match ready.iter_mut().find(|(q, _)| q == queue) {
+        Some((_, n)) => *n += 1,
+        None => ready.push((queue.clone(), 1)),
+    }
+}
+
 #[async_trait::async_trait]
 impl Store for EmbeddedStore {
     async fn enqueue(
         &self,
         jobs: Vec<NewJob>,
-        atomic: bool,
+        rule: &EnqueueRule<'_>,
         now: UnixMs,
     ) -> Result<Vec<InsertOutcome>, StorageError> {
         let sh = &*self.shared;
@@ -505,21 +415,101 @@ impl Store for EmbeddedStore {
             })
             .collect();
 
-        let (outcomes, wait_for, ready, earliest) =
-            sh.enqueue_locked(jobs, keys, bodies, atomic, now)?;
-        for (queue, n) in ready {
-            sh.signals.job_ready(&queue, n);
-        }
-        if let Some(at) = earliest {
-            sh.deadline_at(at);
-        }
+        let (outcomes, wait_for) = {
+            let mut st = sh.lock();
+            // Check and decide before anything changes (invariant 2).
+            sh.commit.check_writable()?;
+            let durable = sh.commit.durable_batch();
+            let (plan, record_batch) = {
+                let facts = Facts {
+                    st: &st,
+                    keys: &keys,
+                    record_batch: Cell::new(0),
+                };
+                let plan = rule(&jobs, &facts);
+                (plan, facts.record_batch.get())
+            };
+            let fits = plan.outcomes.len() == jobs.len()
+                && plan.outcomes.iter().zip(&jobs).all(|(o, j)| match o {
+                    InsertOutcome::Created(id) => *id == j.id,
+                    _ => true,
+                });
+            if !fits {
+                return Err(invalid_plan("the enqueue plan does not match its batch"));
+            }
+            let mut wait_for = if record_batch > durable {
+                record_batch
+            } else {
+                0
+            };
+            if plan.write {
+                // Apply: change memory and append, nothing fallible from here.
+                let mut ops = Vec::with_capacity(jobs.len() * 3);
+                let mut created = Vec::new();
+                for ((job, key), (body, outcome)) in jobs
+                    .into_iter()
+                    .zip(keys)
+                    .zip(bodies.into_iter().zip(&plan.outcomes))
+                {
+                    if !matches!(outcome, InsertOutcome::Created(_)) {
+                        continue;
+                    }
+                    let seq = st.jobs.next_seq;
+                    st.jobs.next_seq += 1;
+                    let stage = match job.scheduled_at {
+                        Some(due) => Stage::Scheduled { due },
+                        None => Stage::Ready,
+                    };
+                    let meta = Meta {
+                        queue: job.queue,
+                        job_type: st.jobs.intern_job_type(&job.job_type),
+                        priority: job.priority,
+                        seq,
+                        enqueued_at: job.enqueued_at,
+                        attempt: 0,
+                        max_attempts: job.max_attempts,
+                        stage,
+                        worker_id: None,
+                        last_reason: None,
+                        dedup_until: job.dedup.as_ref().map(|d| d.expires_at),
+                        reply_bytes: job.reply_bytes,
+                    };
+                    ops.push(WriteOp::put(Ks::Jobs, job.id.to_bytes(), body));
+                    ops.push(meta_put(job.id, &meta));
+                    if let (Some(key), Some(claim)) = (key, &job.dedup) {
+                        let rec = DedupRecord {
+                            job_id: job.id,
+                            created_at: now,
+                            expires_at: claim.expires_at,
+                        };
+                        ops.push(WriteOp::put(Ks::Dedup, key.clone(), rec.encode()));
+                        created.push((key, rec));
+                    }
+                    st.jobs.insert(job.id, meta);
+                }
+                let batch = sh.commit.append(ops);
+                for (key, rec) in created {
+                    st.dedup.insert(
+                        &key,
+                        DedupEntry {
+                            job_id: rec.job_id,
+                            created_at: rec.created_at,
+                            expires_at: rec.expires_at,
+                            batch,
+                        },
+                    );
+                }
+                wait_for = wait_for.max(batch);
+            }
+            (plan.outcomes, wait_for)
+        };
         sh.commit.wait(wait_for).await?;
         Ok(outcomes)
     }
 
-    async fn reserve(&self, spec: &ReserveSpec, now: UnixMs) -> Result<Vec<Job>, StorageError> {
+    async fn reserve(&self, spec: &ReserveSpec, _now: UnixMs) -> Result<Vec<Job>, StorageError> {
         let sh = &*self.shared;
-        let expires = now.saturating_add(to_ms(spec.lease_ms));
+        let expires = spec.lease_expires_at;
         let mut leased = Vec::new();
         let batch = {
             let mut st = sh.lock();
@@ -567,9 +557,8 @@ impl Store for EmbeddedStore {
             if leased.is_empty() {
                 return Ok(Vec::new());
             }
-            sh.commit.append(ops)?
+            sh.commit.append(ops)
         };
-        sh.deadline_at(expires);
         sh.commit.wait(batch).await?;
         let mut jobs = Vec::with_capacity(leased.len());
         for (id, meta) in leased {
@@ -583,130 +572,66 @@ impl Store for EmbeddedStore {
         Ok(jobs)
     }
 
-    async fn in_flight(&self, id: JobId) -> Result<Option<InFlight>, StorageError> {
-        let st = self.shared.lock();
-        Ok(st.jobs.get(id).and_then(|m| match m.stage {
-            Stage::InFlight { .. } => Some(InFlight {
-                queue: m.queue.to_string(),
-                attempt: m.attempt,
-                max_attempts: m.max_attempts,
-            }),
-            _ => None,
-        }))
-    }
-
-    async fn ack(
+    async fn settle(
         &self,
         id: JobId,
-        attempt: u32,
-        now: UnixMs,
-    ) -> Result<Result<(), SettleRefusal>, StorageError> {
+        rule: &SettleRule<'_>,
+        reason: LastReason,
+        _now: UnixMs,
+    ) -> Result<Result<Settled, SettleRefusal>, StorageError> {
         let sh = &*self.shared;
-        let batch = {
+        let (batch, settled) = {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
-            if let Err(r) = Shared::fence(&st, id, attempt, now) {
-                return Ok(Err(r));
-            }
+            let (plan, queue) = match st.jobs.get(id) {
+                Some(m) => match rule(Some(facts(id, m))) {
+                    Ok(plan) => (plan, m.queue.clone()),
+                    Err(r) => return Ok(Err(r)),
+                },
+                None => match rule(None) {
+                    Ok(_) => return Err(invalid_plan("a settlement of a job that is not there")),
+                    Err(r) => return Ok(Err(r)),
+                },
+            };
+            // Apply: nothing fallible from here (invariant 2).
             let mut ops = Vec::with_capacity(2);
-            sh.finish(&mut st, id, None, now, &mut ops);
-            sh.commit.append(ops)?
-        };
-        sh.commit.wait(batch).await?;
-        Ok(Ok(()))
-    }
-
-    async fn nack(
-        &self,
-        id: JobId,
-        attempt: u32,
-        plan: NackPlan,
-        reason: Option<String>,
-        now: UnixMs,
-    ) -> Result<Result<bool, SettleRefusal>, StorageError> {
-        let sh = &*self.shared;
-        let mut ready_queue = None;
-        let (batch, dead) = {
-            let mut st = sh.lock();
-            sh.commit.check_writable()?;
-            if let Err(r) = Shared::fence(&st, id, attempt, now) {
-                return Ok(Err(r));
+            if let LastReason::Set(reason) = reason {
+                st.jobs.update(id, |m| m.last_reason = reason);
             }
-            let mut ops = Vec::with_capacity(2);
-            let dead = match plan {
-                NackPlan::Retry { ready_at } => {
-                    let stage = if ready_at <= now {
-                        Stage::Ready
-                    } else {
-                        Stage::Scheduled { due: ready_at }
-                    };
+            match plan {
+                Settle::Finish(finish) => Shared::apply_finish(&mut st, id, finish, &mut ops),
+                Settle::Retry(to) => {
                     if let Some(m) = st.jobs.update(id, |m| {
-                        m.stage = stage;
-                        m.last_reason = reason;
+                        m.stage = stage_of(to);
                         m.worker_id = None;
                     }) {
                         ops.push(meta_put(id, m));
-                        if stage == Stage::Ready {
-                            ready_queue = Some(m.queue.clone());
-                        }
                     }
-                    if ready_at > now {
-                        sh.deadline_at(ready_at);
+                }
+                Settle::Extend { expires } => {
+                    if let Some(m) = st
+                        .jobs
+                        .update(id, |m| m.stage = Stage::InFlight { expires })
+                    {
+                        ops.push(meta_put(id, m));
                     }
-                    false
                 }
-                NackPlan::DeadLetter(cause) => {
-                    st.jobs.update(id, |m| m.last_reason = reason);
-                    sh.finish(&mut st, id, Some(cause), now, &mut ops);
-                    true
-                }
-            };
-            (sh.commit.append(ops)?, dead)
-        };
-        if let Some(q) = ready_queue {
-            sh.signals.job_ready(&q, 1);
-        }
-        sh.commit.wait(batch).await?;
-        Ok(Ok(dead))
-    }
-
-    async fn extend(
-        &self,
-        id: JobId,
-        attempt: u32,
-        lease_ms: u64,
-        now: UnixMs,
-    ) -> Result<Result<UnixMs, SettleRefusal>, StorageError> {
-        let sh = &*self.shared;
-        let expires = now.saturating_add(to_ms(lease_ms));
-        let batch = {
-            let mut st = sh.lock();
-            sh.commit.check_writable()?;
-            if let Err(r) = Shared::fence(&st, id, attempt, now) {
-                return Ok(Err(r));
             }
-            let Some(m) = st
-                .jobs
-                .update(id, |m| m.stage = Stage::InFlight { expires })
-            else {
-                return Ok(Err(SettleRefusal::NotInFlight));
-            };
-            sh.commit.append(vec![meta_put(id, m)])?
+            (sh.commit.append(ops), Settled { plan, queue })
         };
-        sh.deadline_at(expires);
         sh.commit.wait(batch).await?;
-        Ok(Ok(expires))
+        Ok(Ok(settled))
     }
 
     async fn drain_dead_letters(
         &self,
         queue: Option<&str>,
         max: u32,
-        now: UnixMs,
+        rule: &RemovalRule<'_>,
+        _now: UnixMs,
     ) -> Result<Vec<DeadLetter>, StorageError> {
         let sh = &*self.shared;
-        let mut records = Vec::new();
-        let batch = {
+        let (records, batch) = {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
             let picked = Shared::select_dead(
@@ -716,62 +641,62 @@ impl Store for EmbeddedStore {
                     max,
                 },
             );
-            let mut ops = Vec::new();
-            for id in picked {
-                let Some(meta) = st.jobs.get(id).cloned() else {
-                    continue;
-                };
-                let Stage::Dead { cause, failed_at } = meta.stage else {
-                    continue;
-                };
-                // Read before the delete is queued: once the flusher writes it the body is gone.
-                if let Some(record) = sh.dead_letter(id, &meta)? {
+            // Read every record first: a body that cannot be read fails the drain before
+            // anything is removed (invariant 2).
+            let mut records = Vec::with_capacity(picked.len());
+            for id in &picked {
+                if let Some(meta) = st.jobs.get(*id)
+                    && let Some(record) = sh.dead_letter(*id, meta)?
+                {
                     records.push(record);
                 }
-                Shared::discard(&mut st, id, failed_at, Some(cause), now, &mut ops);
             }
-            sh.commit.append(ops)?
+            let mut ops = Vec::with_capacity(picked.len() * 2);
+            Shared::remove_dead(&mut st, &picked, rule, &mut ops);
+            (records, sh.commit.append(ops))
         };
         sh.commit.wait(batch).await?;
         Ok(records)
     }
 
-    async fn maintain(&self, now: UnixMs, budget: usize) -> Result<Maintenance, StorageError> {
+    async fn maintain(&self, pass: &SweepPass<'_>) -> Result<Maintenance, StorageError> {
         let sh = &*self.shared;
+        let now = pass.now;
         let mut report = Maintenance::default();
-        let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
-        let batch;
-        {
+        let batch = {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
+            // From here each item is decided by its rule and applied; nothing fallible.
             let mut ops = Vec::new();
-            let mut left = budget;
-            // Expired leases: redeliver, or dead-letter on the last attempt.
+            let mut left = pass.budget;
+            // Expired leases: as the rule says (redeliver, or leave the live set).
             while left > 0 {
                 let Some((expires, id)) = st.jobs.first_lease() else {
                     break;
                 };
-                if expires > now {
+                if !reached(expires, now) {
                     break;
                 }
                 left -= 1;
-                let Some(m) = st.jobs.get(id) else { break };
-                if m.attempt >= m.max_attempts {
-                    sh.finish(
-                        &mut st,
-                        id,
-                        Some(DeadLetterCause::LeaseExpired),
-                        now,
-                        &mut ops,
-                    );
-                    report.dead_lettered += 1;
-                } else if let Some(m) = st.jobs.update(id, |m| {
-                    m.stage = Stage::Ready;
-                    m.worker_id = None;
-                }) {
-                    ops.push(meta_put(id, m));
-                    *ready.entry(m.queue.clone()).or_default() += 1;
-                    report.redelivered += 1;
+                let Some(expiry) = st.jobs.get(id).map(|m| (pass.lease_expired)(facts(id, m)))
+                else {
+                    break;
+                };
+                match expiry {
+                    Expiry::Redeliver => {
+                        if let Some(m) = st.jobs.update(id, |m| {
+                            m.stage = Stage::Ready;
+                            m.worker_id = None;
+                        }) {
+                            ops.push(meta_put(id, m));
+                            push_ready(&mut report.ready, &m.queue);
+                            report.redelivered += 1;
+                        }
+                    }
+                    Expiry::Finish(finish) => {
+                        Shared::apply_finish(&mut st, id, finish, &mut ops);
+                        report.dead_lettered += 1;
+                    }
                 }
             }
             // Scheduled jobs that are due.
@@ -779,13 +704,13 @@ impl Store for EmbeddedStore {
                 let Some((due, id)) = st.jobs.first_scheduled() else {
                     break;
                 };
-                if due > now {
+                if !reached(due, now) {
                     break;
                 }
                 left -= 1;
                 if let Some(m) = st.jobs.update(id, |m| m.stage = Stage::Ready) {
                     ops.push(meta_put(id, m));
-                    *ready.entry(m.queue.clone()).or_default() += 1;
+                    push_ready(&mut report.ready, &m.queue);
                     report.promoted += 1;
                 }
             }
@@ -796,29 +721,28 @@ impl Store for EmbeddedStore {
             for key in purged {
                 ops.push(WriteOp::delete(Ks::Dedup, key.to_vec()));
             }
-            // Dead letters past their retention.
-            let retention = to_ms(sh.retention_ms);
+            // Dead letters past their retention: what stays is the rule's answer.
             while left > 0 {
                 let Some((failed_at, id)) = st.jobs.first_dead() else {
                     break;
                 };
-                if failed_at.saturating_add(retention) > now {
+                if !reached(failed_at, pass.retained_until) {
                     break;
                 }
                 left -= 1;
-                let cause = match st.jobs.get(id).map(|m| m.stage) {
-                    Some(Stage::Dead { cause, .. }) => Some(cause),
-                    _ => None,
+                let Some(finish) = st.jobs.get(id).map(|m| (pass.retention_over)(facts(id, m)))
+                else {
+                    break;
                 };
-                Shared::discard(&mut st, id, failed_at, cause, now, &mut ops);
+                Shared::apply_finish(&mut st, id, finish, &mut ops);
                 report.records_purged += 1;
             }
-            // Tombstones whose dedup record has expired.
+            // Tombstones past their time.
             while left > 0 {
                 let Some((until, id)) = st.jobs.first_tombstone() else {
                     break;
                 };
-                if until > now {
+                if !reached(until, now) {
                     break;
                 }
                 left -= 1;
@@ -832,25 +756,17 @@ impl Store for EmbeddedStore {
                 st.jobs.shrink_if_sparse();
                 st.dedup.shrink_if_sparse();
             }
-            report.next_deadline = [
-                st.jobs.first_lease().map(|x| x.0),
-                st.jobs.first_scheduled().map(|x| x.0),
-                st.dedup.next_expiry(),
-                st.jobs.first_dead().map(|x| x.0.saturating_add(retention)),
-                st.jobs.first_tombstone().map(|x| x.0),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            sh.next_wake
-                .store(report.next_deadline.unwrap_or(i64::MAX), Ordering::Relaxed);
+            report.deadlines = Deadlines {
+                lease: st.jobs.first_lease().map(|x| x.0),
+                scheduled: st.jobs.first_scheduled().map(|x| x.0),
+                dedup: st.dedup.next_expiry(),
+                oldest_dead_letter: st.jobs.first_dead().map(|x| x.0),
+                tombstone: st.jobs.first_tombstone().map(|x| x.0),
+            };
             // Sweeper writes need not be awaited for safety: if they are lost in a crash,
             // recovery finds the same deadlines passed and the next pass repeats them.
-            batch = sh.commit.append(ops)?;
-        }
-        for (queue, n) in ready {
-            sh.signals.job_ready(&queue, n);
-        }
+            sh.commit.append(ops)
+        };
         // But during a mass expiry (more to do), wait for this pass's batch before the next
         // pass: otherwise passes outrun the flusher and pile thousands of deletes into the
         // batch that every concurrent enqueue, ack and reserve must wait for. A million
@@ -861,7 +777,7 @@ impl Store for EmbeddedStore {
         Ok(report)
     }
 
-    async fn get_job(&self, id: JobId) -> Result<Option<JobInfo>, StorageError> {
+    async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StorageError> {
         let sh = &*self.shared;
         let Some(meta) = sh.lock().jobs.get(id).cloned() else {
             return Ok(None);
@@ -870,64 +786,28 @@ impl Store for EmbeddedStore {
             Stage::Tombstone { .. } => None,
             _ => sh.body(id)?,
         };
-        let (state, scheduled_at, lease_expires_at, finished_at, cause) = match meta.stage {
-            Stage::Ready => (JobState::Ready, None, None, None, None),
-            Stage::Scheduled { due } => (JobState::Scheduled, Some(due), None, None, None),
-            Stage::InFlight { expires } => (JobState::InFlight, None, Some(expires), None, None),
-            Stage::Dead { cause, failed_at } => (
-                JobState::DeadLettered,
-                None,
-                None,
-                Some(failed_at),
-                Some(cause),
-            ),
-            Stage::Tombstone {
-                finished_at, dead, ..
-            } => match dead {
-                Some(c) => (
-                    JobState::DeadLettered,
-                    None,
-                    None,
-                    Some(finished_at),
-                    Some(c),
-                ),
-                None => (JobState::Acked, None, None, Some(finished_at), None),
-            },
-        };
-        Ok(Some(JobInfo {
+        Ok(Some(StoredJob {
             id,
-            state,
             queue: meta.queue.to_string(),
             job_type: meta.job_type.to_string(),
+            stage: meta.stage,
             attempt: meta.attempt,
             max_attempts: meta.max_attempts,
             priority: meta.priority,
             enqueued_at: meta.enqueued_at,
-            scheduled_at,
-            lease_expires_at,
             last_reason: meta.last_reason,
-            finished_at,
-            dead_letter_cause: cause,
             idempotency_key: body.and_then(|b| b.idempotency_key),
             worker_id: meta.worker_id,
         }))
     }
 
-    async fn lookup_key(
-        &self,
-        queue: &str,
-        key: &str,
-        now: UnixMs,
-    ) -> Result<Option<KeyRecord>, StorageError> {
+    async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
         let st = self.shared.lock();
-        Ok(st
-            .dedup
-            .lookup(&record_key(queue, key), now)
-            .map(|e| KeyRecord {
-                job_id: e.job_id,
-                created_at: e.created_at,
-                expires_at: e.expires_at,
-            }))
+        Ok(st.dedup.get(&record_key(queue, key)).map(|e| KeyRecord {
+            job_id: e.job_id,
+            created_at: e.created_at,
+            expires_at: e.expires_at,
+        }))
     }
 
     async fn list_dead_letters(
@@ -968,46 +848,43 @@ impl Store for EmbeddedStore {
     async fn requeue_dead_letters(
         &self,
         selector: &DeadLetterSelector,
-        now: UnixMs,
-    ) -> Result<Vec<JobId>, StorageError> {
+        plan: Requeue,
+        _now: UnixMs,
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError> {
         let sh = &*self.shared;
-        let mut ready: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut ready = ReadyJobs::new();
         let (ids, batch) = {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
             let ids = Shared::select_dead(&st, selector);
             let mut ops = Vec::with_capacity(ids.len());
             for id in &ids {
+                // Enqueued anew: after every job enqueued so far.
                 let seq = st.jobs.next_seq;
                 st.jobs.next_seq += 1;
-                // Enqueued anew: attempt 1 on the next delivery, enqueue time now, same id;
-                // the dedup index is not consulted or written.
                 if let Some(m) = st.jobs.update(*id, |m| {
                     m.stage = Stage::Ready;
                     m.seq = seq;
-                    m.enqueued_at = now;
-                    m.attempt = 0;
+                    m.enqueued_at = plan.enqueued_at;
+                    m.attempt = plan.attempt;
                     m.last_reason = None;
                     m.worker_id = None;
                 }) {
                     ops.push(meta_put(*id, m));
-                    *ready.entry(m.queue.clone()).or_default() += 1;
+                    push_ready(&mut ready, &m.queue);
                 }
             }
-            let batch = sh.commit.append(ops)?;
-            (ids, batch)
+            (ids, sh.commit.append(ops))
         };
-        for (q, n) in ready {
-            sh.signals.job_ready(&q, n);
-        }
         sh.commit.wait(batch).await?;
-        Ok(ids)
+        Ok((ids, ready))
     }
 
     async fn delete_dead_letters(
         &self,
         selector: &DeadLetterSelector,
-        now: UnixMs,
+        rule: &RemovalRule<'_>,
+        _now: UnixMs,
     ) -> Result<Vec<JobId>, StorageError> {
         let sh = &*self.shared;
         let (ids, batch) = {
@@ -1015,21 +892,14 @@ impl Store for EmbeddedStore {
             sh.commit.check_writable()?;
             let ids = Shared::select_dead(&st, selector);
             let mut ops = Vec::with_capacity(ids.len() * 2);
-            for id in &ids {
-                let (failed_at, cause) = match st.jobs.get(*id).map(|m| m.stage) {
-                    Some(Stage::Dead { failed_at, cause }) => (failed_at, cause),
-                    _ => continue,
-                };
-                Shared::discard(&mut st, *id, failed_at, Some(cause), now, &mut ops);
-            }
-            let batch = sh.commit.append(ops)?;
-            (ids, batch)
+            Shared::remove_dead(&mut st, &ids, rule, &mut ops);
+            (ids, sh.commit.append(ops))
         };
         sh.commit.wait(batch).await?;
         Ok(ids)
     }
 
-    async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), StorageError> {
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<u64, StorageError> {
         let sh = &*self.shared;
         let (batch, ready) = {
             let mut st = sh.lock();
@@ -1037,19 +907,17 @@ impl Store for EmbeddedStore {
             let name = st.jobs.intern(&Arc::from(queue));
             let q = st.jobs.queue_mut(&name);
             q.paused = paused;
-            let ready = q.ready.len();
+            let ready = q.ready.len() as u64;
             let rec = QueueRecord { paused };
             let batch = sh.commit.append(vec![WriteOp::put(
                 Ks::Queues,
                 queue.as_bytes(),
                 rec.encode(),
-            )])?;
+            )]);
             (batch, ready)
         };
-        if !paused {
-            sh.signals.job_ready(queue, ready);
-        }
-        sh.commit.wait(batch).await
+        sh.commit.wait(batch).await?;
+        Ok(ready)
     }
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
@@ -1065,8 +933,8 @@ impl Store for EmbeddedStore {
         })
     }
 
-    async fn deadline_changed(&self) {
-        self.shared.deadline.notified().await;
+    fn listen(&self, listener: Arc<dyn ReadyListener>) {
+        let _ = self.shared.listener.set(listener);
     }
 
     fn health(&self) -> tokio::sync::watch::Receiver<StorageHealth> {
@@ -1074,7 +942,12 @@ impl Store for EmbeddedStore {
     }
 
     async fn close(&self) -> Result<(), StorageError> {
-        self.shared.commit.close();
+        {
+            // Under the state lock, so that no transition is between its check and its
+            // append (invariant 2).
+            let _st = self.shared.lock();
+            self.shared.commit.close();
+        }
         let handle = self
             .flusher
             .lock()
@@ -1090,14 +963,6 @@ impl Store for EmbeddedStore {
                 .map_err(|e| StorageError::Io(e.to_string())),
             None => Ok(()),
         }
-    }
-}
-
-impl EmbeddedStore {
-    /// Counts of the job index and the dedup index, for tests and benchmarks.
-    pub fn index_sizes(&self) -> (usize, usize) {
-        let st = self.shared.lock();
-        (st.jobs.len(), st.dedup.len())
     }
 }
 

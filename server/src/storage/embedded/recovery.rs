@@ -9,7 +9,7 @@ use super::dedup_index::{DedupEntry, DedupIndex};
 use super::group_commit::Keyspaces;
 use super::job_index::JobIndex;
 use super::{RecoveryReport, State};
-use crate::domain::UnixMs;
+use crate::domain::{UnixMs, reached};
 use crate::storage::StorageError;
 use fjall::{KeyspaceCreateOptions, PersistMode};
 use std::path::Path;
@@ -153,7 +153,7 @@ pub(super) fn load_state(
             continue;
         }
         let rec = DedupRecord::decode(&v)?;
-        if purge_expired_by.is_some_and(|now| rec.expires_at <= now) {
+        if purge_expired_by.is_some_and(|now| reached(rec.expires_at, now)) {
             expired.push(k);
             continue;
         }

@@ -1,0 +1,237 @@
+//! The commit-time rules of an enqueue, decided inside the store's transition: dedup hits (a
+//! live record, or an earlier job of the same batch with the same key) and `max_queue_depth`.
+//!
+//! [`prepass`] is pure and runs before the store is called: it finds the jobs whose key an
+//! earlier job of the batch already carries. [`decide`] runs inside the transition with what
+//! the store read ([`EnqueueFacts`]): the dedup record of each first-of-its-key job and the
+//! depth of each queue with a limit. In order, for each job:
+//!
+//! 1. a repeat of an earlier job's key gets that job's outcome: a hit on its id
+//!    (`deduplicated = true`), or `QueueFull` if it was refused (spec: "the second is a dedup
+//!    hit of the first", in both batch modes);
+//! 2. a key whose record is live ([`super::dedup::is_live`]) is a hit on the record's job;
+//! 3. a queue that holds `max_queue_depth` jobs, counting those this batch creates before this
+//!    one, refuses it (`QueueFull`); a dedup hit creates nothing, so it does not count;
+//! 4. otherwise the job is created.
+//!
+//! An atomic batch with any `QueueFull` writes nothing.
+
+use super::dedup;
+use crate::domain::{EnqueuePlan, InsertOutcome, NewJob, UnixMs};
+use crate::storage::EnqueueFacts;
+use std::collections::HashMap;
+
+/// For each job, the index of the earlier job of the batch with the same queue and key, if
+/// any. Allocates a map only when two or more jobs are keyed.
+pub fn prepass(jobs: &[NewJob]) -> Vec<Option<u32>> {
+    let mut first = vec![None; jobs.len()];
+    if jobs.iter().filter(|j| j.dedup.is_some()).nth(1).is_none() {
+        return first;
+    }
+    let mut seen: HashMap<(&str, &str), u32> = HashMap::new();
+    for (i, job) in jobs.iter().enumerate() {
+        if let Some(claim) = &job.dedup {
+            match seen.entry((&*job.queue, claim.key.as_str())) {
+                std::collections::hash_map::Entry::Occupied(e) => first[i] = Some(*e.get()),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(i as u32);
+                }
+            }
+        }
+    }
+    first
+}
+
+/// The plan of a batch, from the jobs, their [`prepass`], what the store read, whether the
+/// batch is atomic, and the time of the transition.
+pub fn decide(
+    jobs: &[NewJob],
+    repeats: &[Option<u32>],
+    facts: &dyn EnqueueFacts,
+    atomic: bool,
+    now: UnixMs,
+) -> EnqueuePlan {
+    let mut outcomes: Vec<InsertOutcome> = Vec::with_capacity(jobs.len());
+    // Jobs this batch creates per queue with a depth limit (batches rarely span many queues).
+    let mut created: Vec<(&str, u64)> = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        if let Some(j) = repeats.get(i).copied().flatten() {
+            let outcome = match outcomes[j as usize] {
+                InsertOutcome::Created(id) | InsertOutcome::Deduplicated(id) => {
+                    InsertOutcome::Deduplicated(id)
+                }
+                full @ InsertOutcome::QueueFull { .. } => full,
+            };
+            outcomes.push(outcome);
+            continue;
+        }
+        if job.dedup.is_some()
+            && let Some(rec) = facts.record(i)
+            && dedup::is_live(rec.expires_at, now)
+        {
+            outcomes.push(InsertOutcome::Deduplicated(rec.job_id));
+            continue;
+        }
+        if let Some(limit) = job.max_queue_depth {
+            let slot = match created.iter().position(|(q, _)| *q == &*job.queue) {
+                Some(s) => s,
+                None => {
+                    created.push((&job.queue, 0));
+                    created.len() - 1
+                }
+            };
+            if facts.depth(&job.queue) + created[slot].1 >= limit {
+                outcomes.push(InsertOutcome::QueueFull { limit });
+                continue;
+            }
+            created[slot].1 += 1;
+        }
+        outcomes.push(InsertOutcome::Created(job.id));
+    }
+    let refused = outcomes
+        .iter()
+        .any(|o| matches!(o, InsertOutcome::QueueFull { .. }));
+    EnqueuePlan {
+        outcomes,
+        write: !(atomic && refused),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{DedupClaim, JobId, KeyRecord};
+    use std::sync::Arc;
+
+    struct Facts {
+        records: Vec<Option<KeyRecord>>,
+        depth: u64,
+    }
+
+    impl EnqueueFacts for Facts {
+        fn record(&self, i: usize) -> Option<KeyRecord> {
+            self.records.get(i).copied().flatten()
+        }
+        fn depth(&self, _: &str) -> u64 {
+            self.depth
+        }
+    }
+
+    fn job(id: u128, key: Option<&str>, depth: Option<u64>) -> NewJob {
+        NewJob {
+            id: JobId(id),
+            queue: Arc::from("q"),
+            job_type: "t".into(),
+            payload: None,
+            priority: 0,
+            max_attempts: 1,
+            trace_context: None,
+            custom: Default::default(),
+            enqueued_at: 0,
+            scheduled_at: None,
+            dedup: key.map(|k| DedupClaim {
+                key: k.into(),
+                expires_at: 100,
+            }),
+            max_queue_depth: depth,
+            reply_bytes: 1,
+        }
+    }
+
+    fn record(id: u128, expires_at: UnixMs) -> Option<KeyRecord> {
+        Some(KeyRecord {
+            job_id: JobId(id),
+            created_at: 0,
+            expires_at,
+        })
+    }
+
+    #[test]
+    fn the_second_job_with_a_key_is_a_hit_of_the_first() {
+        let jobs = [
+            job(1, Some("a"), None),
+            job(2, Some("a"), None),
+            job(3, None, None),
+        ];
+        let repeats = prepass(&jobs);
+        assert_eq!(repeats, vec![None, Some(0), None]);
+        let plan = decide(
+            &jobs,
+            &repeats,
+            &Facts {
+                records: vec![],
+                depth: 0,
+            },
+            false,
+            0,
+        );
+        assert_eq!(
+            plan.outcomes,
+            vec![
+                InsertOutcome::Created(JobId(1)),
+                InsertOutcome::Deduplicated(JobId(1)),
+                InsertOutcome::Created(JobId(3)),
+            ]
+        );
+        assert!(plan.write);
+    }
+
+    #[test]
+    fn a_record_deduplicates_until_its_expiry_and_not_at_it() {
+        let jobs = [job(1, Some("a"), None)];
+        let facts = Facts {
+            records: vec![record(9, 50)],
+            depth: 0,
+        };
+        let at = |now| decide(&jobs, &prepass(&jobs), &facts, false, now).outcomes[0];
+        assert_eq!(at(49), InsertOutcome::Deduplicated(JobId(9)));
+        assert_eq!(at(50), InsertOutcome::Created(JobId(1)));
+    }
+
+    #[test]
+    fn depth_counts_the_jobs_the_batch_creates_and_not_its_hits() {
+        let jobs = [
+            job(1, Some("a"), Some(3)),
+            job(2, Some("a"), Some(3)),
+            job(3, None, Some(3)),
+            job(4, None, Some(3)),
+        ];
+        let facts = Facts {
+            records: vec![],
+            depth: 1,
+        };
+        let plan = decide(&jobs, &prepass(&jobs), &facts, false, 0);
+        assert_eq!(
+            plan.outcomes,
+            vec![
+                InsertOutcome::Created(JobId(1)),
+                InsertOutcome::Deduplicated(JobId(1)),
+                InsertOutcome::Created(JobId(3)),
+                InsertOutcome::QueueFull { limit: 3 },
+            ]
+        );
+        assert!(plan.write, "best effort writes the jobs it accepts");
+        let atomic = decide(&jobs, &prepass(&jobs), &facts, true, 0);
+        assert!(
+            !atomic.write,
+            "an atomic batch with a refusal writes nothing"
+        );
+    }
+
+    #[test]
+    fn a_repeat_of_a_refused_job_is_refused_too() {
+        let jobs = [job(1, Some("a"), Some(1)), job(2, Some("a"), Some(1))];
+        let facts = Facts {
+            records: vec![],
+            depth: 1,
+        };
+        let plan = decide(&jobs, &prepass(&jobs), &facts, false, 0);
+        assert_eq!(
+            plan.outcomes,
+            vec![
+                InsertOutcome::QueueFull { limit: 1 },
+                InsertOutcome::QueueFull { limit: 1 },
+            ]
+        );
+    }
+}

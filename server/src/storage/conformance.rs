@@ -1,0 +1,1149 @@
+//! The behavioural suite every [`Store`] backend must pass: the queue's rules (`queue/`) over
+//! the backend, driven by a [`ManualClock`] (time advances; nothing sleeps).
+//!
+//! A backend runs it with one line in its own tests:
+//!
+//! ```ignore
+//! crate::storage::conformance::conformance_suite!(my_backend());
+//! ```
+//!
+//! where `my_backend()` returns a [`Backend`]: something that opens the store under test, and
+//! opens it again on the same data after a close (recovery). Each case is a `#[tokio::test]`
+//! named after the rule it checks; between them they call every method of the trait. Cases
+//! reach the store through [`Queue`] (the rules live there, and the store must apply their
+//! plans) and call the store directly where the queue layer offers no path (`close`,
+//! `health`).
+
+use crate::config::{Config, QueueConfig, RetryBackoff};
+use crate::domain::{DeadLetterCause, Job, JobId, JobState, Payload, UnixMs, Value};
+use crate::error::QueueError;
+use crate::queue::admin::SelectorInput;
+use crate::queue::clock::{Clock, ManualClock};
+use crate::queue::limits::Limits;
+use crate::queue::model::{EnqueueInput, JobOutcome, Rejection};
+use crate::queue::sweeper::SweepReport;
+use crate::queue::{NackStrategy, Queue, ReserveInput};
+use crate::storage::{StorageError, StorageHealth, Store};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The time every case starts at (2024-01-01T00:00:00Z).
+pub(crate) const T0: UnixMs = 1_704_067_200_000;
+
+/// A backend under test.
+#[async_trait::async_trait]
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Opens the store: empty on the first call, the same data on later calls (after the
+    /// previous store was closed). `now` is the time of the open.
+    async fn open(&self, now: UnixMs) -> Arc<dyn Store>;
+}
+
+/// Runs every case of the suite as its own `#[tokio::test]` against the backend `$backend`
+/// (an expression giving a fresh [`Backend`] for each case).
+macro_rules! conformance_suite {
+    ($backend:expr) => {
+        $crate::storage::conformance::conformance_suite!(@cases $backend;
+            a_job_is_enqueued_ready_and_reserved_under_a_lease,
+            reserve_order_is_priority_then_enqueue_order_then_list_order,
+            a_reserve_stops_before_its_reply_budget_but_always_takes_one_job,
+            a_repeated_key_in_one_batch_is_a_hit_of_the_first_in_both_modes,
+            a_key_deduplicates_until_its_window_ends_and_not_at_its_end,
+            a_hit_names_the_job_after_it_was_acked_dead_lettered_or_requeued,
+            depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits,
+            an_atomic_batch_with_a_refused_job_writes_nothing,
+            paused_queues_are_skipped_until_resumed,
+            fencing_refuses_a_wrong_attempt_an_old_attempt_and_a_finished_job,
+            a_late_ack_nack_or_extend_before_any_sweep_is_refused,
+            nack_plans_retry_at_once_after_a_delay_or_dead_letter,
+            lease_expiry_redelivers_and_on_the_last_attempt_dead_letters,
+            scheduled_jobs_are_promoted_when_due_keeping_their_order,
+            dead_letters_are_kept_for_their_retention_then_purged,
+            a_finished_keyed_job_leaves_a_tombstone_until_its_key_expires,
+            drain_returns_the_oldest_dead_letters_and_removes_them,
+            admin_lists_pages_requeues_and_deletes_dead_letters,
+            queue_stats_count_each_state,
+            a_waiting_reserve_gets_a_job_enqueued_later,
+            recovery_brings_back_everything_durable_and_nothing_settled,
+            a_closed_store_refuses_writes_and_a_serving_one_says_so,
+        );
+    };
+    (@cases $backend:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let backend = $backend;
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(60),
+                    $crate::storage::conformance::cases::$case(Box::new(backend)),
+                )
+                .await
+                .expect("the case finished within 60 s");
+            }
+        )*
+    };
+}
+pub(crate) use conformance_suite;
+
+/// A queue over the backend under test, with a manual clock.
+pub(crate) struct Harness {
+    backend: Box<dyn Backend>,
+    config: Config,
+    /// The clock of every transition.
+    pub(crate) clock: Arc<ManualClock>,
+    /// The store under test.
+    pub(crate) store: Arc<dyn Store>,
+    /// The queue layer over it.
+    pub(crate) queue: Arc<Queue>,
+}
+
+impl Harness {
+    async fn new(backend: Box<dyn Backend>, tweak: impl FnOnce(&mut Config)) -> Self {
+        let mut config = Config::default();
+        tweak(&mut config);
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = backend.open(T0).await;
+        let queue = Self::queue_over(&store, &config, &clock);
+        Harness {
+            backend,
+            config,
+            clock,
+            store,
+            queue,
+        }
+    }
+
+    fn queue_over(store: &Arc<dyn Store>, config: &Config, clock: &Arc<ManualClock>) -> Arc<Queue> {
+        Arc::new(Queue::new(
+            store.clone(),
+            Arc::new(Limits::from_config(config).expect("valid limits")),
+            clock.clone(),
+            CancellationToken::new(),
+        ))
+    }
+
+    /// Closes the store and opens it again on the same data, as a restart does. The old
+    /// store is dropped first (a backend may hold a lock on its data).
+    async fn reopen(self) -> Self {
+        self.store.close().await.expect("close");
+        let Harness {
+            backend,
+            config,
+            clock,
+            store,
+            queue,
+        } = self;
+        drop(queue);
+        drop(store);
+        let store = backend.open(clock.now()).await;
+        let queue = Self::queue_over(&store, &config, &clock);
+        Harness {
+            backend,
+            config,
+            clock,
+            store,
+            queue,
+        }
+    }
+
+    fn now(&self) -> UnixMs {
+        self.clock.now()
+    }
+
+    fn advance(&self, ms: i64) -> UnixMs {
+        self.clock.advance(ms)
+    }
+
+    async fn sweep(&self) -> SweepReport {
+        self.queue.sweep(10_000).await.expect("sweep")
+    }
+
+    async fn enqueue(&self, jobs: Vec<EnqueueInput>) -> Vec<JobOutcome> {
+        self.queue.enqueue_batch(jobs).await.expect("enqueue")
+    }
+
+    /// Enqueues one job and returns its id.
+    async fn put(&self, job: EnqueueInput) -> JobId {
+        let out = self.enqueue(vec![job]).await;
+        out[0].as_ref().expect("accepted").job_id
+    }
+
+    async fn reserve(&self, queues: &[&str], max_jobs: u32, lease_ms: i64) -> Vec<Job> {
+        self.queue
+            .reserve(ReserveInput {
+                queues: queues.iter().map(|q| q.to_string()).collect(),
+                wait_timeout_ms: None,
+                lease_ms: Some(lease_ms),
+                worker_id: Some("w".into()),
+                max_jobs: Some(max_jobs),
+            })
+            .await
+            .expect("reserve")
+    }
+
+    async fn reserve_one(&self, queue: &str, lease_ms: i64) -> Option<Job> {
+        self.reserve(&[queue], 1, lease_ms).await.into_iter().next()
+    }
+
+    async fn state(&self, id: JobId) -> Option<JobState> {
+        self.queue
+            .get_job(&id.to_string())
+            .await
+            .expect("get_job")
+            .map(|j| j.state)
+    }
+
+    async fn stats(&self, queue: &str) -> crate::domain::QueueStats {
+        self.queue.queue_stats(queue).await.expect("stats")
+    }
+}
+
+/// An unkeyed job of type `t` on `queue`.
+fn job(queue: &str) -> EnqueueInput {
+    EnqueueInput {
+        queue: queue.into(),
+        job_type: "t".into(),
+        ..Default::default()
+    }
+}
+
+fn keyed(queue: &str, key: &str) -> EnqueueInput {
+    EnqueueInput {
+        idempotency_key: Some(key.into()),
+        ..job(queue)
+    }
+}
+
+fn accepted(o: &JobOutcome) -> (JobId, bool) {
+    let a = o.as_ref().expect("accepted");
+    (a.job_id, a.deduplicated)
+}
+
+fn not_in_flight(r: Result<impl std::fmt::Debug, QueueError>) {
+    match r {
+        Err(QueueError::JobNotInFlight(_)) => {}
+        other => panic!("expected JobNotInFlight, got {other:?}"),
+    }
+}
+
+fn mismatch(r: Result<impl std::fmt::Debug, QueueError>, current: u32) {
+    match r {
+        Err(QueueError::AttemptMismatch { current: c, .. }) if c == current => {}
+        other => panic!("expected AttemptMismatch (current {current}), got {other:?}"),
+    }
+}
+
+/// The cases, one function per rule.
+pub(crate) mod cases {
+    use super::*;
+
+    pub(crate) async fn a_job_is_enqueued_ready_and_reserved_under_a_lease(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |_| {}).await;
+        let input = EnqueueInput {
+            payload: Some(Payload {
+                data: b"hello".to_vec(),
+                encoding: "text/plain".into(),
+            }),
+            priority: Some(4),
+            max_attempts: Some(5),
+            custom: vec![("n".into(), Some(Value::Int(7)))],
+            ..job("q")
+        };
+        let id = h.put(input).await;
+        assert_eq!(h.state(id).await, Some(JobState::Ready));
+        let j = h.reserve_one("q", 30_000).await.expect("a ready job");
+        assert_eq!(j.id, id);
+        assert_eq!(j.attempt, 1, "the first delivery is attempt 1");
+        assert_eq!(j.max_attempts, 5);
+        assert_eq!(j.priority, 4);
+        assert_eq!(j.enqueued_at, T0);
+        assert_eq!(j.lease_expires_at, Some(T0 + 30_000));
+        assert_eq!(j.payload.as_ref().map(|p| &p.data[..]), Some(&b"hello"[..]));
+        assert_eq!(j.custom.get("n"), Some(&Value::Int(7)));
+        let info = h.queue.get_job(&id.to_string()).await.unwrap().unwrap();
+        assert_eq!(info.state, JobState::InFlight);
+        assert_eq!(info.lease_expires_at, Some(T0 + 30_000));
+        assert_eq!(info.worker_id.as_deref(), Some("w"));
+        assert!(h.reserve_one("q", 30_000).await.is_none(), "leased once");
+        h.queue.ack(&id.to_string(), 1).await.expect("ack");
+        assert_eq!(h.state(id).await, None, "an acked unkeyed job is gone");
+        assert!(h.queue.get_job("not-a-job").await.unwrap().is_none());
+    }
+
+    pub(crate) async fn reserve_order_is_priority_then_enqueue_order_then_list_order(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |_| {}).await;
+        let p = |q: &str, prio| EnqueueInput {
+            priority: Some(prio),
+            ..job(q)
+        };
+        let low1 = h.put(p("a", 1)).await;
+        h.advance(1);
+        let high = h.put(p("a", 9)).await;
+        h.advance(1);
+        let low2 = h.put(p("a", 1)).await;
+        let other = h.put(p("b", 9)).await;
+        // List order: every ready job of "b" before any of "a", whatever the priorities.
+        let got: Vec<JobId> = h
+            .reserve(&["b", "a"], 10, 30_000)
+            .await
+            .iter()
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(got, vec![other, high, low1, low2]);
+    }
+
+    pub(crate) async fn a_reserve_stops_before_its_reply_budget_but_always_takes_one_job(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.limits.max_reserve_reply_bytes = 65_536;
+            c.limits.max_payload_bytes = 40_000;
+            c.limits.max_custom_total_bytes = 1_000;
+        })
+        .await;
+        let big = |n: u8| EnqueueInput {
+            payload: Some(Payload {
+                data: vec![n; 30_000],
+                encoding: "bin".into(),
+            }),
+            ..job("q")
+        };
+        for n in 0..3 {
+            h.put(big(n)).await;
+        }
+        // Two 30 kB jobs fit 64 KiB, a third does not: it stays ready, never leased.
+        let first = h.reserve(&["q"], 10, 30_000).await;
+        assert_eq!(first.len(), 2);
+        let s = h.stats("q").await;
+        assert_eq!((s.ready, s.in_flight), (1, 2));
+        let rest = h.reserve(&["q"], 10, 30_000).await;
+        assert_eq!(rest.len(), 1);
+    }
+
+    pub(crate) async fn a_repeated_key_in_one_batch_is_a_hit_of_the_first_in_both_modes(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |_| {}).await;
+        let out = h
+            .enqueue(vec![
+                keyed("q", "k"),
+                job("q"),
+                keyed("q", "k"),
+                keyed("r", "k"),
+            ])
+            .await;
+        let (first, dup0) = accepted(&out[0]);
+        assert!(!dup0);
+        assert_eq!(accepted(&out[2]), (first, true));
+        let (other_queue, dup3) = accepted(&out[3]);
+        assert!(!dup3, "keys are scoped per queue");
+        assert_ne!(other_queue, first);
+        let atomic = h
+            .queue
+            .enqueue_atomic(vec![keyed("q", "a"), keyed("q", "a")])
+            .await
+            .unwrap()
+            .expect("committed");
+        assert!(!atomic[0].deduplicated);
+        assert_eq!(atomic[1].job_id, atomic[0].job_id);
+        assert!(atomic[1].deduplicated);
+        assert_eq!(h.stats("q").await.ready, 3, "k, the unkeyed job, a");
+    }
+
+    pub(crate) async fn a_key_deduplicates_until_its_window_ends_and_not_at_its_end(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dedup_window_ms = 10_000).await;
+        let id = h.put(keyed("q", "k")).await;
+        let until = T0 + 10_000;
+        let rec = h
+            .queue
+            .lookup_idempotency_key("q", "k")
+            .await
+            .unwrap()
+            .expect("a live record");
+        assert_eq!(
+            (rec.job_id, rec.created_at, rec.expires_at),
+            (id, T0, until)
+        );
+        // A hit does not extend the window.
+        h.clock.set(until - 5_000);
+        assert_eq!(
+            accepted(&h.enqueue(vec![keyed("q", "k")]).await[0]),
+            (id, true)
+        );
+        // Live at until - 1, even after a sweep.
+        h.clock.set(until - 1);
+        h.sweep().await;
+        assert_eq!(
+            accepted(&h.enqueue(vec![keyed("q", "k")]).await[0]),
+            (id, true)
+        );
+        assert!(
+            h.queue
+                .lookup_idempotency_key("q", "k")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        // Gone at until, before any sweep: the next enqueue creates a fresh job.
+        h.clock.set(until);
+        assert!(
+            h.queue
+                .lookup_idempotency_key("q", "k")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let (fresh, dup) = accepted(&h.enqueue(vec![keyed("q", "k")]).await[0]);
+        assert!(!dup);
+        assert_ne!(fresh, id);
+        // The fresh record has its own window, from now.
+        let rec = h
+            .queue
+            .lookup_idempotency_key("q", "k")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((rec.job_id, rec.expires_at), (fresh, until + 10_000));
+        assert_eq!(h.stats("q").await.dedup_records, 1);
+        // Swept after its window.
+        h.clock.set(until + 10_000);
+        let r = h.sweep().await;
+        assert_eq!(r.done.dedup_purged, 1);
+        assert_eq!(h.stats("q").await.dedup_records, 0);
+    }
+
+    pub(crate) async fn a_hit_names_the_job_after_it_was_acked_dead_lettered_or_requeued(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 60_000).await;
+        let acked = h.put(keyed("q", "acked")).await;
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        h.queue.ack(&j.id.to_string(), 1).await.unwrap();
+        assert_eq!(
+            accepted(&h.enqueue(vec![keyed("q", "acked")]).await[0]),
+            (acked, true)
+        );
+        assert_eq!(h.state(acked).await, Some(JobState::Acked));
+
+        let dead = h.put(keyed("q", "dead")).await;
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert!(
+            h.queue
+                .nack(&j.id.to_string(), 1, NackStrategy::DeadLetter, None)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            accepted(&h.enqueue(vec![keyed("q", "dead")]).await[0]),
+            (dead, true)
+        );
+        // Requeue: same id, and the dedup index is neither consulted nor written.
+        let requeued = h
+            .queue
+            .requeue_dead_letters(SelectorInput {
+                job_ids: vec![dead.to_string()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(requeued, vec![dead]);
+        assert_eq!(
+            accepted(&h.enqueue(vec![keyed("q", "dead")]).await[0]),
+            (dead, true)
+        );
+        let rec = h
+            .queue
+            .lookup_idempotency_key("q", "dead")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.created_at, T0, "the record was not rewritten");
+        assert_eq!(h.stats("q").await.ready, 1, "one job for the key, requeued");
+    }
+
+    pub(crate) async fn depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.queues.push(QueueConfig {
+                name: "small".into(),
+                max_queue_depth: Some(3),
+                ..Default::default()
+            });
+        })
+        .await;
+        h.put(keyed("small", "k")).await; // ready
+        h.put(EnqueueInput {
+            scheduled_at: Some(Ok(T0 + 60_000)),
+            ..job("small")
+        })
+        .await; // scheduled
+        h.put(job("small")).await;
+        h.reserve_one("small", 30_000).await.unwrap(); // in flight
+        let s = h.stats("small").await;
+        assert_eq!((s.ready, s.scheduled, s.in_flight), (1, 1, 1));
+        // Full: a new job is refused, a hit on a stored key is not.
+        let out = h.enqueue(vec![job("small"), keyed("small", "k")]).await;
+        assert_eq!(
+            out[0],
+            Err(Rejection::QueueFull {
+                queue: "small".into(),
+                limit: 3
+            })
+        );
+        assert!(accepted(&out[1]).1);
+        // Other queues are unlimited by default.
+        assert!(
+            h.enqueue(vec![job("big"); 5])
+                .await
+                .iter()
+                .all(Result::is_ok)
+        );
+        // A job that leaves frees a place.
+        let j = h.reserve_one("small", 30_000).await.unwrap();
+        h.queue.ack(&j.id.to_string(), j.attempt).await.unwrap();
+        let out = h.enqueue(vec![job("small"), job("small")]).await;
+        assert!(out[0].is_ok());
+        assert!(matches!(out[1], Err(Rejection::QueueFull { limit: 3, .. })));
+    }
+
+    pub(crate) async fn an_atomic_batch_with_a_refused_job_writes_nothing(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| {
+            c.queues.push(QueueConfig {
+                name: "small".into(),
+                max_queue_depth: Some(2),
+                ..Default::default()
+            });
+        })
+        .await;
+        let failures = h
+            .queue
+            .enqueue_atomic(vec![
+                keyed("other", "x"),
+                job("small"),
+                job("small"),
+                job("small"),
+            ])
+            .await
+            .unwrap()
+            .expect_err("refused");
+        assert_eq!(failures.len(), 1);
+        assert_eq!(failures[0].0, 3);
+        assert_eq!(h.stats("small").await.ready, 0);
+        assert_eq!(h.stats("other").await.ready, 0);
+        assert!(
+            h.queue
+                .lookup_idempotency_key("other", "x")
+                .await
+                .unwrap()
+                .is_none(),
+            "no dedup record either"
+        );
+        let ok = h
+            .queue
+            .enqueue_atomic(vec![keyed("other", "x"), job("small"), job("small")])
+            .await
+            .unwrap()
+            .expect("fits");
+        assert_eq!(ok.len(), 3);
+        assert_eq!(h.stats("small").await.ready, 2);
+    }
+
+    pub(crate) async fn paused_queues_are_skipped_until_resumed(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |_| {}).await;
+        let a = h.put(job("a")).await;
+        let b2 = h.put(job("b")).await;
+        h.queue.set_paused("a", true).await.unwrap();
+        assert!(h.stats("a").await.paused);
+        assert!(h.reserve_one("a", 1_000).await.is_none());
+        let got = h.reserve(&["a", "b"], 5, 1_000).await;
+        assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![b2]);
+        // Pausing a queue that never held a job.
+        h.queue.set_paused("empty", true).await.unwrap();
+        assert!(h.stats("empty").await.paused);
+        h.queue.set_paused("a", false).await.unwrap();
+        assert!(!h.stats("a").await.paused);
+        assert_eq!(h.reserve_one("a", 1_000).await.map(|j| j.id), Some(a));
+    }
+
+    pub(crate) async fn fencing_refuses_a_wrong_attempt_an_old_attempt_and_a_finished_job(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 60_000).await;
+        let id = h.put(job("q")).await;
+        let s = id.to_string();
+        let j = h.reserve_one("q", 1_000).await.unwrap();
+        mismatch(h.queue.ack(&s, 2).await, 1);
+        mismatch(h.queue.extend(&s, 7, Some(1_000)).await, 1);
+        mismatch(h.queue.nack(&s, 0, NackStrategy::Default, None).await, 1);
+        // After redelivery, the old attempt is someone else's delivery now.
+        h.advance(1_000);
+        h.sweep().await;
+        let again = h.reserve_one("q", 1_000).await.unwrap();
+        assert_eq!(again.attempt, j.attempt + 1);
+        mismatch(h.queue.ack(&s, 1).await, 2);
+        // Dead-lettered: nothing is in flight any more.
+        assert!(
+            h.queue
+                .nack(&s, 2, NackStrategy::DeadLetter, None)
+                .await
+                .unwrap()
+        );
+        not_in_flight(h.queue.ack(&s, 2).await);
+        not_in_flight(h.queue.extend(&s, 2, Some(1_000)).await);
+        // Never existed, or not a job id at all.
+        not_in_flight(h.queue.ack(&JobId(5).to_string(), 1).await);
+        not_in_flight(h.queue.ack("nope", 1).await);
+        // A job that is ready (not leased) is not in flight either.
+        let r = h.put(job("q")).await;
+        not_in_flight(h.queue.ack(&r.to_string(), 0).await);
+    }
+
+    pub(crate) async fn a_late_ack_nack_or_extend_before_any_sweep_is_refused(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 60_000).await;
+        let id = h
+            .put(EnqueueInput {
+                max_attempts: Some(3),
+                ..job("q")
+            })
+            .await;
+        let s = id.to_string();
+        let j = h.reserve_one("q", 1_000).await.unwrap();
+        let deadline = j.lease_expires_at.unwrap();
+        assert_eq!(deadline, T0 + 1_000);
+        // One millisecond before the deadline the lease holds: extend works.
+        h.clock.set(deadline - 1);
+        let deadline = h.queue.extend(&s, 1, Some(1_000)).await.expect("in force");
+        assert_eq!(deadline, T0 + 999 + 1_000);
+        // At the deadline and after it, with no sweep in between, everything is refused.
+        for at in [deadline, deadline + 1, deadline + 60_000] {
+            h.clock.set(at);
+            not_in_flight(h.queue.ack(&s, 1).await);
+            not_in_flight(h.queue.extend(&s, 1, Some(60_000)).await);
+            not_in_flight(h.queue.nack(&s, 1, NackStrategy::Default, None).await);
+            not_in_flight(h.queue.nack(&s, 1, NackStrategy::DeadLetter, None).await);
+        }
+        // Nothing was applied: the job is still leased under attempt 1 until the sweep, the
+        // refused extend did not move the deadline, and the sweep redelivers it.
+        let info = h.queue.get_job(&s).await.unwrap().unwrap();
+        assert_eq!(info.state, JobState::InFlight);
+        assert_eq!(info.lease_expires_at, Some(deadline));
+        assert_eq!(h.sweep().await.done.redelivered, 1);
+        let again = h.reserve_one("q", 1_000).await.unwrap();
+        assert_eq!((again.id, again.attempt), (id, 2));
+        h.advance(999);
+        h.queue.ack(&s, 2).await.expect("attempt 2 is in force");
+        assert_eq!(h.stats("q").await.dead_lettered, 0);
+    }
+
+    pub(crate) async fn nack_plans_retry_at_once_after_a_delay_or_dead_letter(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| {
+            c.storage.dead_letter_retention_ms = 60_000;
+            c.limits.retry_delay_ms = 1_000;
+            c.limits.retry_backoff = RetryBackoff::Exponential;
+        })
+        .await;
+        let id = h
+            .put(EnqueueInput {
+                max_attempts: Some(4),
+                ..job("q")
+            })
+            .await;
+        let s = id.to_string();
+        // Delay 0: ready at once, attempt + 1 on the next delivery, reason kept.
+        h.reserve_one("q", 30_000).await.unwrap();
+        assert!(
+            !h.queue
+                .nack(&s, 1, NackStrategy::Delay(0), Some("first".into()))
+                .await
+                .unwrap()
+        );
+        let info = h.queue.get_job(&s).await.unwrap().unwrap();
+        assert_eq!(info.state, JobState::Ready);
+        assert_eq!(info.last_reason.as_deref(), Some("first"));
+        // The default policy: exponential backoff of attempt 2, 1500..2000 ms.
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(j.attempt, 2);
+        assert_eq!(j.enqueued_at, T0, "a retried job keeps its enqueue time");
+        h.queue
+            .nack(&s, 2, NackStrategy::Default, None)
+            .await
+            .unwrap();
+        let info = h.queue.get_job(&s).await.unwrap().unwrap();
+        assert_eq!(info.state, JobState::Scheduled);
+        let due = info.scheduled_at.unwrap();
+        assert!((T0 + 1_500..=T0 + 2_000).contains(&due), "{due}");
+        assert_eq!(info.last_reason, None, "a nack without a reason clears it");
+        h.clock.set(due - 1);
+        h.sweep().await;
+        assert!(
+            h.reserve_one("q", 30_000).await.is_none(),
+            "not before it is due"
+        );
+        h.clock.set(due);
+        assert_eq!(h.sweep().await.done.promoted, 1);
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(j.attempt, 3);
+        // An explicit delay, clamped to the horizon.
+        h.queue
+            .nack(&s, 3, NackStrategy::Delay(i64::MAX), None)
+            .await
+            .unwrap();
+        let horizon = h.queue.limits().defaults.max_schedule_horizon_ms as i64;
+        let info = h.queue.get_job(&s).await.unwrap().unwrap();
+        assert_eq!(info.scheduled_at, Some(due + horizon));
+        h.clock.set(due + horizon);
+        h.sweep().await;
+        // The last attempt: a retry dead-letters with ATTEMPTS_EXHAUSTED.
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(j.attempt, 4);
+        assert!(
+            h.queue
+                .nack(&s, 4, NackStrategy::Default, Some("last".into()))
+                .await
+                .unwrap()
+        );
+        let dead = h.queue.drain_dead_letters(None, Some(10)).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].cause, DeadLetterCause::AttemptsExhausted);
+        assert_eq!(dead[0].final_attempt, 4);
+        assert_eq!(dead[0].last_reason.as_deref(), Some("last"));
+        assert_eq!(dead[0].failed_at, due + horizon);
+        // An explicit dead-letter on attempt 1: REJECTED.
+        let r = h.put(job("q")).await;
+        h.reserve_one("q", 30_000).await.unwrap();
+        assert!(
+            h.queue
+                .nack(&r.to_string(), 1, NackStrategy::DeadLetter, None)
+                .await
+                .unwrap()
+        );
+        let dead = h.queue.drain_dead_letters(None, Some(10)).await.unwrap();
+        assert_eq!(dead[0].cause, DeadLetterCause::Rejected);
+    }
+
+    pub(crate) async fn lease_expiry_redelivers_and_on_the_last_attempt_dead_letters(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 60_000).await;
+        let id = h
+            .put(EnqueueInput {
+                max_attempts: Some(2),
+                ..job("q")
+            })
+            .await;
+        h.reserve_one("q", 1_000).await.unwrap();
+        h.advance(999);
+        assert_eq!(
+            h.sweep().await.done.redelivered,
+            0,
+            "in force until the deadline"
+        );
+        h.advance(1);
+        let r = h.sweep().await;
+        assert_eq!((r.done.redelivered, r.done.dead_lettered), (1, 0));
+        let j = h.reserve_one("q", 1_000).await.unwrap();
+        assert_eq!((j.id, j.attempt), (id, 2));
+        h.advance(1_000);
+        let r = h.sweep().await;
+        assert_eq!((r.done.redelivered, r.done.dead_lettered), (0, 1));
+        let dead = h
+            .queue
+            .drain_dead_letters(Some("q".into()), Some(5))
+            .await
+            .unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].job.id, id);
+        assert_eq!(dead[0].cause, DeadLetterCause::LeaseExpired);
+        assert_eq!(dead[0].final_attempt, 2);
+        assert_eq!(dead[0].failed_at, h.now());
+    }
+
+    pub(crate) async fn scheduled_jobs_are_promoted_when_due_keeping_their_order(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |_| {}).await;
+        let later = h
+            .put(EnqueueInput {
+                scheduled_at: Some(Ok(T0 + 100)),
+                ..job("q")
+            })
+            .await;
+        // A time in the past (or now) means ready at once.
+        let past = h
+            .put(EnqueueInput {
+                scheduled_at: Some(Ok(T0 - 5)),
+                ..job("q")
+            })
+            .await;
+        assert_eq!(h.state(later).await, Some(JobState::Scheduled));
+        assert_eq!(h.state(past).await, Some(JobState::Ready));
+        h.advance(99);
+        let r = h.sweep().await;
+        assert_eq!(r.done.promoted, 0);
+        assert_eq!(r.next_deadline, Some(T0 + 100));
+        h.advance(1);
+        assert_eq!(h.sweep().await.done.promoted, 1);
+        // Promoted, it keeps its enqueue order: it was enqueued first.
+        let got: Vec<JobId> = h
+            .reserve(&["q"], 5, 1_000)
+            .await
+            .iter()
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(got, vec![later, past]);
+    }
+
+    pub(crate) async fn dead_letters_are_kept_for_their_retention_then_purged(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 10_000).await;
+        let id = h.put(job("q")).await;
+        h.reserve_one("q", 30_000).await.unwrap();
+        h.queue
+            .nack(&id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        assert_eq!(h.stats("q").await.dead_lettered, 1);
+        h.advance(9_999);
+        let r = h.sweep().await;
+        assert_eq!(r.done.records_purged, 0);
+        assert_eq!(r.next_deadline, Some(T0 + 10_000));
+        h.advance(1);
+        assert_eq!(h.sweep().await.done.records_purged, 1);
+        assert_eq!(h.stats("q").await.dead_lettered, 0);
+        assert_eq!(h.state(id).await, None, "unkeyed: nothing stays");
+    }
+
+    pub(crate) async fn a_finished_keyed_job_leaves_a_tombstone_until_its_key_expires(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dedup_window_ms = 50_000).await;
+        let acked = h.put(keyed("q", "a")).await;
+        let dead = h.put(keyed("q", "d")).await;
+        for _ in 0..2 {
+            let j = h.reserve_one("q", 30_000).await.unwrap();
+            if j.id == acked {
+                h.queue.ack(&j.id.to_string(), 1).await.unwrap();
+            } else {
+                h.queue
+                    .nack(&j.id.to_string(), 1, NackStrategy::DeadLetter, None)
+                    .await
+                    .unwrap();
+            }
+        }
+        let a = h.queue.get_job(&acked.to_string()).await.unwrap().unwrap();
+        assert_eq!(a.state, JobState::Acked);
+        assert_eq!(a.finished_at, Some(T0));
+        let d = h.queue.get_job(&dead.to_string()).await.unwrap().unwrap();
+        assert_eq!(d.state, JobState::DeadLettered);
+        assert_eq!(d.dead_letter_cause, Some(DeadLetterCause::Rejected));
+        assert_eq!(h.stats("q").await.dead_lettered, 0, "retention is off");
+        assert!(
+            h.queue
+                .drain_dead_letters(None, Some(5))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        h.clock.set(T0 + 49_999);
+        h.sweep().await;
+        assert_eq!(h.state(acked).await, Some(JobState::Acked));
+        h.clock.set(T0 + 50_000);
+        let r = h.sweep().await;
+        assert_eq!(r.done.records_purged, 2, "both tombstones");
+        assert_eq!(r.done.dedup_purged, 2, "and both records");
+        assert_eq!(h.state(acked).await, None);
+        assert_eq!(h.state(dead).await, None);
+    }
+
+    pub(crate) async fn drain_returns_the_oldest_dead_letters_and_removes_them(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 600_000).await;
+        let mut dead = Vec::new();
+        for q in ["a", "b", "a", "b"] {
+            let id = h.put(job(q)).await;
+            h.reserve_one(q, 30_000).await.unwrap();
+            h.queue
+                .nack(&id.to_string(), 1, NackStrategy::DeadLetter, None)
+                .await
+                .unwrap();
+            dead.push(id);
+            h.advance(10);
+        }
+        let first = h.queue.drain_dead_letters(None, Some(3)).await.unwrap();
+        assert_eq!(
+            first.iter().map(|d| d.job.id).collect::<Vec<_>>(),
+            dead[..3].to_vec()
+        );
+        assert_eq!(first[0].job.queue, "a");
+        assert!(
+            h.queue
+                .drain_dead_letters(Some("a".into()), Some(5))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let rest = h
+            .queue
+            .drain_dead_letters(Some("b".into()), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            rest.iter().map(|d| d.job.id).collect::<Vec<_>>(),
+            vec![dead[3]]
+        );
+        assert_eq!(h.stats("b").await.dead_lettered, 0);
+    }
+
+    pub(crate) async fn admin_lists_pages_requeues_and_deletes_dead_letters(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 600_000).await;
+        let mut dead = Vec::new();
+        for _ in 0..5 {
+            let id = h.put(job("q")).await;
+            h.reserve_one("q", 30_000).await.unwrap();
+            h.queue
+                .nack(
+                    &id.to_string(),
+                    1,
+                    NackStrategy::DeadLetter,
+                    Some("r".into()),
+                )
+                .await
+                .unwrap();
+            dead.push(id);
+            h.advance(10);
+        }
+        // Pages of two, oldest first, nothing removed.
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = h
+                .queue
+                .list_dead_letters(Some("q".into()), Some(2), &token)
+                .await
+                .unwrap();
+            assert!(page.records.len() <= 2);
+            seen.extend(page.records.iter().map(|d| d.job.id));
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+        assert_eq!(seen, dead);
+        assert_eq!(h.stats("q").await.dead_lettered, 5);
+        // Requeue the oldest two: same ids, attempt 1 next, enqueued now, after the jobs
+        // already ready.
+        let waiting = h.put(job("q")).await;
+        let requeued = h
+            .queue
+            .requeue_dead_letters(SelectorInput {
+                queue: Some("q".into()),
+                max: Some(2),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(requeued, dead[..2].to_vec());
+        let got = h.reserve(&["q"], 5, 30_000).await;
+        assert_eq!(
+            got.iter().map(|j| j.id).collect::<Vec<_>>(),
+            vec![waiting, dead[0], dead[1]]
+        );
+        assert!(
+            got[1..]
+                .iter()
+                .all(|j| j.attempt == 1 && j.enqueued_at == h.now())
+        );
+        let info = h
+            .queue
+            .get_job(&dead[0].to_string())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(info.last_reason, None);
+        // Delete by id; ids that are not dead letters are skipped.
+        let deleted = h
+            .queue
+            .delete_dead_letters(SelectorInput {
+                job_ids: vec![dead[2].to_string(), dead[0].to_string(), "zz".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(deleted, vec![dead[2]]);
+        let left: Vec<JobId> = h
+            .queue
+            .list_dead_letters(None, None, "")
+            .await
+            .unwrap()
+            .records
+            .iter()
+            .map(|d| d.job.id)
+            .collect();
+        assert_eq!(left, dead[3..].to_vec());
+    }
+
+    pub(crate) async fn queue_stats_count_each_state(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| {
+            c.storage.dead_letter_retention_ms = 60_000;
+            c.storage.dedup_window_ms = 1_000;
+        })
+        .await;
+        h.enqueue(vec![keyed("q", "1"), keyed("q", "2"), job("q"), job("q")])
+            .await;
+        h.put(EnqueueInput {
+            scheduled_at: Some(Ok(T0 + 500)),
+            ..job("q")
+        })
+        .await;
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        h.queue
+            .nack(&j.id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        h.reserve_one("q", 30_000).await.unwrap();
+        let s = h.stats("q").await;
+        assert_eq!(
+            (
+                s.ready,
+                s.scheduled,
+                s.in_flight,
+                s.dead_lettered,
+                s.dedup_records,
+                s.paused
+            ),
+            (2, 1, 1, 1, 2, false)
+        );
+        assert_eq!(h.stats("elsewhere").await, Default::default());
+        // Expired records count until they are swept.
+        h.clock.set(T0 + 1_000);
+        assert_eq!(h.stats("q").await.dedup_records, 2);
+        h.sweep().await;
+        let s = h.stats("q").await;
+        assert_eq!((s.ready, s.scheduled, s.dedup_records), (3, 0, 0));
+    }
+
+    pub(crate) async fn a_waiting_reserve_gets_a_job_enqueued_later(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |_| {}).await;
+        let queue = h.queue.clone();
+        let waiter = tokio::spawn(async move {
+            queue
+                .reserve(ReserveInput {
+                    queues: vec!["idle".into(), "q".into()],
+                    wait_timeout_ms: Some(60_000),
+                    lease_ms: Some(1_000),
+                    worker_id: None,
+                    max_jobs: Some(1),
+                })
+                .await
+        });
+        // Registered on both queues, after its first (empty) look.
+        h.queue.ready_signals().waiting(2).await;
+        let id = h.put(job("q")).await;
+        let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("woken by the enqueue")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+        assert_eq!(h.queue.ready_signals().queues_waited_on(), 0);
+    }
+
+    pub(crate) async fn recovery_brings_back_everything_durable_and_nothing_settled(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 600_000).await;
+        let ready = h.put(keyed("q", "ready")).await;
+        let acked = h.put(job("q")).await;
+        let flying = h.put(job("q")).await;
+        let dead = h.put(job("q")).await;
+        let scheduled = h
+            .put(EnqueueInput {
+                scheduled_at: Some(Ok(T0 + 5_000)),
+                ..job("q")
+            })
+            .await;
+        let got = h.reserve(&["q"], 4, 30_000).await;
+        assert_eq!(got.len(), 4);
+        h.queue.ack(&acked.to_string(), 1).await.unwrap();
+        h.queue
+            .nack(
+                &dead.to_string(),
+                1,
+                NackStrategy::DeadLetter,
+                Some("x".into()),
+            )
+            .await
+            .unwrap();
+        h.queue
+            .nack(&ready.to_string(), 1, NackStrategy::Delay(0), None)
+            .await
+            .unwrap();
+        h.queue.set_paused("p", true).await.unwrap();
+        h.advance(100);
+
+        let h = h.reopen().await;
+        let s = h.stats("q").await;
+        assert_eq!(
+            (
+                s.ready,
+                s.scheduled,
+                s.in_flight,
+                s.dead_lettered,
+                s.dedup_records
+            ),
+            (1, 1, 1, 1, 1)
+        );
+        assert!(h.stats("p").await.paused, "a pause survives a restart");
+        assert_eq!(h.state(acked).await, None, "an acked job stays acked");
+        assert_eq!(h.state(ready).await, Some(JobState::Ready));
+        assert_eq!(h.state(scheduled).await, Some(JobState::Scheduled));
+        let f = h.queue.get_job(&flying.to_string()).await.unwrap().unwrap();
+        assert_eq!((f.state, f.attempt), (JobState::InFlight, 1));
+        assert_eq!(f.lease_expires_at, Some(T0 + 30_000));
+        let d = h
+            .queue
+            .list_dead_letters(None, None, "")
+            .await
+            .unwrap()
+            .records;
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            (d[0].job.id, d[0].last_reason.as_deref()),
+            (dead, Some("x"))
+        );
+        // The key still deduplicates; the in-flight job comes back when its lease expires.
+        assert_eq!(
+            accepted(&h.enqueue(vec![keyed("q", "ready")]).await[0]),
+            (ready, true)
+        );
+        let again = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!((again.id, again.attempt), (ready, 2));
+        h.clock.set(T0 + 30_000);
+        h.sweep().await;
+        let back: Vec<(JobId, u32)> = h
+            .reserve(&["q"], 5, 30_000)
+            .await
+            .iter()
+            .map(|j| (j.id, j.attempt))
+            .collect();
+        assert_eq!(back, vec![(flying, 2), (scheduled, 1)]);
+    }
+
+    pub(crate) async fn a_closed_store_refuses_writes_and_a_serving_one_says_so(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |_| {}).await;
+        assert_eq!(*h.store.health().borrow(), StorageHealth::Serving);
+        h.put(job("q")).await;
+        h.store.close().await.expect("close");
+        match h.queue.enqueue_batch(vec![job("q")]).await {
+            Err(QueueError::Storage(StorageError::Unavailable(_))) => {}
+            other => panic!("expected Unavailable after close, got {other:?}"),
+        }
+    }
+}
