@@ -102,11 +102,40 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
+    serve_with(
+        listener,
+        config,
+        Arc::new(SystemClock),
+        shutdown,
+        |r: &Running| on_ready(r.addr),
+    )
+    .await
+}
+
+/// What a server that accepts connections hands to [`serve_with`]'s `on_ready`.
+pub struct Running {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// The queue layer it serves (tests wait on its ready signals, or run a sweeper pass).
+    pub queue: Arc<Queue>,
+}
+
+/// [`serve`] with the clock every transition reads (a [`queue::clock::ManualClock`] in tests)
+/// and the running server handed to `on_ready`.
+///
+/// # Errors
+/// As [`serve`].
+pub async fn serve_with(
+    listener: TcpListener,
+    config: Config,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_ready: impl FnOnce(&Running),
+) -> Result<(), ServeError> {
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Transport(e.to_string()))?;
     let limits = Arc::new(Limits::from_config(&config)?);
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let opts = EmbeddedOptions {
         path: config.server.db_path.clone(),
         persist_mode: config.storage.persist_mode,
@@ -135,7 +164,7 @@ pub async fn serve(
         config.storage.sweep_interval_ms,
         stopping.clone(),
     ));
-    let edge = api::build(&config, queue).await?;
+    let edge = api::build(&config, queue.clone()).await?;
     let health = edge.health.clone();
     // Storage health (no space left, a failed write) drives the health service.
     tokio::spawn(api::forward_storage_health(
@@ -161,7 +190,7 @@ pub async fn serve(
     }
     let max_message = usize::try_from(config.limits.max_message_bytes).unwrap_or(usize::MAX);
     let limit: net::LimitFn = Arc::new(move |path| api::message_limit(path, max_message));
-    on_ready(addr);
+    on_ready(&Running { addr, queue });
     net::serve(
         listener,
         edge.tls,

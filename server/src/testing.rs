@@ -2,10 +2,13 @@
 //! process. Used by this crate's tests, the client core's tests and the benchmarks.
 
 use crate::config::{Config, PersistMode};
+use crate::queue::Queue;
+use crate::queue::clock::{Clock, ManualClock, SystemClock};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -57,6 +60,8 @@ pub struct TestServer {
     handle: Option<tokio::task::JoinHandle<()>>,
     /// The data directory's parent.
     pub dir: TempDir,
+    queue: Arc<Queue>,
+    clock: Option<Arc<ManualClock>>,
 }
 
 impl TestServer {
@@ -68,8 +73,26 @@ impl TestServer {
     /// Starts a server on `dir` (for restarts on the same data).
     ///
     /// # Panics
-    /// When the config is invalid or the port cannot be bound.
+    /// When the config is invalid, the port cannot be bound or the server does not start.
     pub async fn start_in(dir: TempDir, tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::launch(dir, None, tweak).await
+    }
+
+    /// Starts a server whose transitions read `clock`: time moves only when the test advances
+    /// it. The sweeper still runs on its own, at the manual clock's time; a test that crossed a
+    /// deadline runs a pass itself with [`TestServer::sweep`].
+    pub async fn start_with_clock(
+        clock: Arc<ManualClock>,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Self {
+        Self::launch(TempDir::new(), Some(clock), tweak).await
+    }
+
+    async fn launch(
+        dir: TempDir,
+        manual: Option<Arc<ManualClock>>,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Self {
         let mut config = Config::default();
         config.server.listen_addr = SocketAddr::from(([127, 0, 0, 1], 0));
         config.server.db_path = dir.path().join("data");
@@ -79,25 +102,68 @@ impl TestServer {
         crate::queue::limits::Limits::from_config(&config).expect("test limits are valid");
         let listener = crate::bind(&config).await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
+        let clock: Arc<dyn Clock> = match &manual {
+            Some(c) => c.clone(),
+            None => Arc::new(SystemClock),
+        };
         let (tx, rx) = oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = oneshot::channel::<Arc<Queue>>();
         let handle = tokio::spawn(async move {
-            crate::serve(
+            crate::serve_with(
                 listener,
                 config,
+                clock,
                 async {
                     let _ = rx.await;
                 },
-                |_| {},
+                |r| {
+                    let _ = ready_tx.send(r.queue.clone());
+                },
             )
             .await
             .expect("server ran");
         });
+        let queue = tokio::time::timeout(Duration::from_secs(30), ready_rx)
+            .await
+            .expect("the server started within 30 s")
+            .expect("the server started");
         TestServer {
             addr,
             stop: Some(tx),
             handle: Some(handle),
             dir,
+            queue,
+            clock: manual,
         }
+    }
+
+    /// The manual clock of a server started with [`TestServer::start_with_clock`].
+    ///
+    /// # Panics
+    /// When the server reads the system clock.
+    pub fn clock(&self) -> &ManualClock {
+        self.clock
+            .as_deref()
+            .expect("a server started with start_with_clock")
+    }
+
+    /// Resolves once Reserves wait on at least `n` queues in total (a Reserve listing two
+    /// queues counts two), so that a test acts only once its Reserve waits.
+    pub async fn reserves_waiting(&self, n: usize) {
+        self.queue.ready_signals().waiting(n).await;
+    }
+
+    /// Resolves once no Reserve waits any more.
+    pub async fn no_reserve_waiting(&self) {
+        self.queue.ready_signals().waiting_at_most(0).await;
+    }
+
+    /// Runs one sweeper pass now, at the server clock's time.
+    ///
+    /// # Panics
+    /// When the pass fails.
+    pub async fn sweep(&self) {
+        self.queue.sweep(100_000).await.expect("sweeper pass");
     }
 
     /// `http://ADDR`.

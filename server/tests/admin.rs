@@ -8,6 +8,8 @@ use sepp_proto::admin::v1 as apb;
 use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
 use sepp_rs::{EnqueueRequest, NackRetry, ReserveOptions, SeppClient};
 use sepp_server::config::QueueConfig;
+use sepp_server::queue::clock::{Clock, ManualClock, SystemClock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tonic::transport::Channel;
 
@@ -172,7 +174,8 @@ async fn key_lookup_names_the_job_and_expiry() {
     assert!(!missing.found);
 }
 
-async fn make_dead(c: &SeppClient, queue: &str, n: usize) -> Vec<String> {
+/// Dead-letters `n` new jobs of `queue`, each at its own time on the server's manual clock.
+async fn make_dead(server: &TestServer, c: &SeppClient, queue: &str, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for i in 0..n {
         c.enqueue(
@@ -185,17 +188,20 @@ async fn make_dead(c: &SeppClient, queue: &str, n: usize) -> Vec<String> {
         let j = reserve(c, queue, 30_000).await;
         c.nack(&j.id, 1, NackRetry::DeadLetter, None).await.unwrap();
         ids.push(j.id);
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        server.clock().advance(3);
     }
     ids
 }
 
 #[tokio::test]
 async fn dead_letters_can_be_listed_in_pages_requeued_and_deleted() {
-    let server = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
+    let server = TestServer::start_with_clock(Arc::new(ManualClock::new(SystemClock.now())), |c| {
+        c.storage.dead_letter_retention_ms = 60_000
+    })
+    .await;
     let c = server.client().await;
     let mut admin = server.admin().await;
-    let ids = make_dead(&c, "q", 5).await;
+    let ids = make_dead(&server, &c, "q", 5).await;
 
     let mut seen = Vec::new();
     let mut token = String::new();
@@ -314,7 +320,7 @@ async fn a_paused_queue_accepts_enqueues_but_hands_out_nothing_until_resumed() {
             .unwrap()
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.reserves_waiting(1).await;
     admin
         .resume_queue(apb::ResumeQueueRequest { queue: "q".into() })
         .await

@@ -164,15 +164,18 @@ fn terminate(p: &sepp_server::testing::ServerProcess) {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_waiting_reserves_empty_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
         "[server]\ndb_path = \"{}\"\n[metrics]\nenabled = true\n",
         dir.path().join("data").display()
     );
-    let mut p = ServerProcess::start(dir.path(), &toml);
-    let client = sepp_rs::SeppClient::connect(p.url()).await.unwrap();
+    // The server logs when a Reserve starts waiting: the signal that it waits.
+    let mut p = start_logged_with(dir.path(), &toml, "info,sepp_server::queue::reserve=debug");
+    let client = sepp_rs::SeppClient::connect(format!("http://{}", p.addr))
+        .await
+        .unwrap();
     let waiting = {
         let client = client.clone();
         tokio::spawn(async move {
@@ -184,9 +187,9 @@ async fn sigterm_answers_waiting_reserves_empty_and_exits_zero() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| p.line_time("reserve waiting"));
     let t0 = Instant::now();
-    terminate(&p);
+    p.terminate();
     let jobs = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("the waiting reserve returned")
@@ -198,10 +201,7 @@ async fn sigterm_answers_waiting_reserves_empty_and_exits_zero() {
         "took {:?}",
         t0.elapsed()
     );
-    let status = tokio::task::spawn_blocking(move || p.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let (_, status) = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(10)));
     assert_eq!(status.code(), Some(0));
 }
 
@@ -236,6 +236,11 @@ struct LoggedProcess {
 }
 
 fn start_logged(dir: &std::path::Path, toml: &str) -> LoggedProcess {
+    start_logged_with(dir, toml, "info")
+}
+
+/// As [`start_logged`], with `SEPP_LOG` set to `log`.
+fn start_logged_with(dir: &std::path::Path, toml: &str, log: &str) -> LoggedProcess {
     use std::io::BufRead;
     let cfg = dir.join("sepp.toml");
     std::fs::write(&cfg, toml).unwrap();
@@ -243,7 +248,7 @@ fn start_logged(dir: &std::path::Path, toml: &str) -> LoggedProcess {
         .arg("--config")
         .arg(&cfg)
         .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
-        .env("SEPP_LOG", "info")
+        .env("SEPP_LOG", log)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -6,9 +6,16 @@ mod common;
 use common::{Clients, TestServer};
 use sepp_proto::v1 as pb;
 use sepp_rs::{EnqueueRequest, Job, LeaseError, NackRetry, ReserveOptions, SeppClient};
-use sepp_server::config::{QueueConfig, RetryBackoff};
+use sepp_server::config::{Config, QueueConfig, RetryBackoff};
+use sepp_server::queue::clock::{Clock, ManualClock, SystemClock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tonic::Code;
+
+/// A server whose clock moves only when the test advances it (from the wall clock's now).
+async fn manual_server(tweak: impl FnOnce(&mut Config)) -> TestServer {
+    TestServer::start_with_clock(Arc::new(ManualClock::new(SystemClock.now())), tweak).await
+}
 
 fn job(queue: &str) -> EnqueueRequest {
     EnqueueRequest::new(queue, "t").unwrap()
@@ -101,7 +108,8 @@ async fn a_waiting_reserve_gets_a_job_enqueued_later_at_once() {
             (jobs, t0.elapsed())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Registered on both queues: the job enqueued now must wake it.
+    server.reserves_waiting(2).await;
     let t_enqueue = Instant::now();
     c.enqueue(job("q")).await.unwrap();
     let (jobs, _) = waiter.await.unwrap();
@@ -129,10 +137,11 @@ async fn a_cancelled_waiting_reserve_leases_nothing() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.reserves_waiting(1).await;
     waiter.abort();
     let _ = waiter.await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server dropped the cancelled Reserve before the job arrives.
+    server.no_reserve_waiting().await;
     c.enqueue(job("q")).await.unwrap();
     let got = reserve_wait(&c, "q", 30_000, 2_000).await;
     assert!(got.is_some(), "the job went to the cancelled reserve");
@@ -203,17 +212,19 @@ async fn ack_is_fenced_by_attempt_and_a_second_ack_finds_nothing() {
 
 #[tokio::test]
 async fn extend_keeps_a_job_past_its_first_lease() {
-    let server = TestServer::start(|_| {}).await;
+    let server = manual_server(|_| {}).await;
     let c = server.client().await;
     c.enqueue(job("q")).await.unwrap();
     let j = reserve_one(&c, "q", 500).await.unwrap();
     for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        server.clock().advance(250);
         c.extend(&j.id, j.attempt, Duration::from_millis(500))
             .await
             .unwrap();
     }
-    // 1 s after the first lease would have ended, nobody else got it.
+    // 500 ms after the first lease would have ended, a sweep leaves it leased: nobody else
+    // gets it.
+    server.sweep().await;
     assert!(reserve_one(&c, "q", 500).await.is_none());
     c.ack(&j.id, j.attempt).await.unwrap();
 }
@@ -290,7 +301,7 @@ async fn exponential_backoff_delays_stay_within_their_jitter_bounds() {
 
 #[tokio::test]
 async fn the_last_attempt_dead_letters_with_its_cause_and_reason() {
-    let server = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
+    let server = manual_server(|c| c.storage.dead_letter_retention_ms = 60_000).await;
     let c = server.client().await;
     c.enqueue(job("q").with_max_attempts(2)).await.unwrap();
     let j = reserve_one(&c, "q", 30_000).await.unwrap();
@@ -313,7 +324,8 @@ async fn the_last_attempt_dead_letters_with_its_cause_and_reason() {
     // Lease expiry on the last attempt: LEASE_EXPIRED.
     c.enqueue(job("q").with_max_attempts(1)).await.unwrap();
     let k = reserve_one(&c, "q", 200).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    server.clock().advance(200);
+    server.sweep().await;
     let dead = c.drain_dead_letters(Some("q"), 10).await.unwrap();
     assert_eq!(dead.len(), 2, "{dead:?}");
     assert_eq!(dead[0].job.id, j.id);
@@ -336,7 +348,7 @@ async fn without_retention_dead_jobs_are_deleted() {
 
 #[tokio::test]
 async fn drain_returns_the_oldest_first_up_to_max_and_removes_them() {
-    let server = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
+    let server = manual_server(|c| c.storage.dead_letter_retention_ms = 60_000).await;
     let c = server.client().await;
     let mut dead_ids = Vec::new();
     for q in ["a", "b", "a", "b"] {
@@ -344,7 +356,8 @@ async fn drain_returns_the_oldest_first_up_to_max_and_removes_them() {
         let j = reserve_one(&c, q, 30_000).await.unwrap();
         c.nack(&j.id, 1, NackRetry::DeadLetter, None).await.unwrap();
         dead_ids.push(j.id);
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Each dead letter fails at its own time.
+        server.clock().advance(5);
     }
     let first = c.drain_dead_letters(None, 3).await.unwrap();
     assert_eq!(
@@ -472,28 +485,43 @@ async fn malformed_requests_get_the_statuses_of_the_protocol() {
 
 #[tokio::test]
 async fn a_keyed_job_that_is_retried_and_redelivered_stays_one_job() {
-    let server = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
+    let server = manual_server(|c| c.storage.dead_letter_retention_ms = 60_000).await;
     let c = server.client().await;
     let keyed = || job("q").with_idempotency_key("K").with_max_attempts(3);
     let original = c.enqueue(keyed()).await.unwrap();
-    // Producers keep enqueueing K while the job fails, is retried and redelivered.
+    // A producer keeps enqueueing K, from before the first delivery until after the
+    // redelivery, while the job fails, is retried and redelivered.
+    let done = Arc::new(tokio::sync::Notify::new());
     let producer = {
-        let c = c.clone();
+        let (c, done) = (c.clone(), done.clone());
         tokio::spawn(async move {
             let mut ids = Vec::new();
-            for _ in 0..50 {
-                ids.push(c.enqueue(keyed()).await.unwrap());
-                tokio::time::sleep(Duration::from_millis(10)).await;
+            let stop = done.notified();
+            tokio::pin!(stop);
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => break,
+                    ack = c.enqueue(keyed()) => ids.push(ack.unwrap()),
+                }
             }
             ids
         })
     };
     let j = reserve_one(&c, "q", 30_000).await.unwrap();
     c.nack(&j.id, 1, NackRetry::Default, None).await.unwrap();
-    let _redelivered = reserve_one(&c, "q", 200).await.unwrap(); // its lease runs out
-    let j = reserve_wait(&c, "q", 30_000, 5_000).await.unwrap();
+    let _redelivered = reserve_one(&c, "q", 200).await.unwrap();
+    // Its lease runs out.
+    server.clock().advance(200);
+    server.sweep().await;
+    let j = reserve_one(&c, "q", 30_000).await.unwrap();
     assert_eq!(j.attempt, 3);
-    for ack in producer.await.unwrap() {
+    // One more enqueue of K after the redelivery, then stop.
+    assert!(c.enqueue(keyed()).await.unwrap().deduplicated);
+    done.notify_one();
+    let acks = producer.await.unwrap();
+    assert!(!acks.is_empty());
+    for ack in acks {
         assert!(ack.deduplicated);
         assert_eq!(ack.job_id, original.job_id);
     }

@@ -168,3 +168,91 @@ pub async fn forward_storage_health(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::queue::clock::ManualClock;
+    use crate::queue::limits::Limits;
+    use crate::queue::model::EnqueueInput;
+    use crate::storage::Store;
+    use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
+    use tonic_health::ServingStatus;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus as Wire;
+    use tonic_health::pb::health_server::Health;
+    use tonic_health::server::HealthService;
+
+    async fn status(svc: &HealthService, service: &str) -> i32 {
+        svc.check(tonic::Request::new(HealthCheckRequest {
+            service: service.into(),
+        }))
+        .await
+        .expect("check")
+        .into_inner()
+        .status
+    }
+
+    /// A write that fails turns the health service NOT_SERVING, for `""` and for
+    /// `sepp.v1.QueueService`, and the failed enqueue gets `UNAVAILABLE`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_write_turns_health_not_serving() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let t0 = 1_700_000_000_000;
+        let store = Arc::new(
+            EmbeddedStore::open(
+                EmbeddedOptions {
+                    path: dir.path().join("data"),
+                    persist_mode: crate::domain::PersistMode::Buffer,
+                    min_free_bytes: 0,
+                },
+                t0,
+            )
+            .expect("open"),
+        );
+        let queue = Queue::new(
+            store.clone(),
+            Arc::new(Limits::from_config(&Config::default()).expect("limits")),
+            Arc::new(ManualClock::new(t0)),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let (reporter, _) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", ServingStatus::Serving)
+            .await;
+        let svc = HealthService::from_health_reporter(reporter.clone());
+        let stop = tokio_util::sync::CancellationToken::new();
+        let forward = tokio::spawn(forward_storage_health(
+            store.health(),
+            reporter,
+            stop.clone(),
+        ));
+        let job = || EnqueueInput {
+            queue: "q".into(),
+            job_type: "t".into(),
+            ..Default::default()
+        };
+        queue
+            .enqueue_batch(vec![job()])
+            .await
+            .expect("a write works");
+        assert_eq!(status(&svc, "").await, Wire::Serving as i32);
+
+        store.inject_commit_failure();
+        let err = queue.enqueue_batch(vec![job()]).await.expect_err("refused");
+        assert_eq!(tonic::Status::from(err).code(), tonic::Code::Unavailable);
+        // The forwarder runs on its own task: wait for the status it sets.
+        let queue_service = "sepp.v1.QueueService";
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while status(&svc, "").await != Wire::NotServing as i32
+            || status(&svc, queue_service).await != Wire::NotServing as i32
+        {
+            assert!(tokio::time::Instant::now() < deadline, "still serving");
+            tokio::task::yield_now().await;
+        }
+        stop.cancel();
+        forward.await.expect("forwarder");
+        store.close().await.expect("close");
+    }
+}

@@ -60,6 +60,7 @@ pub async fn reserve_with_wait(
         if !jobs.is_empty() || shutdown.is_cancelled() || Instant::now() >= deadline {
             return Ok(jobs);
         }
+        tracing::debug!(queues = spec.queues.len(), wait_ms, "reserve waiting");
         tokio::select! {
             _ = select_all(wakeups) => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
@@ -175,6 +176,12 @@ impl ReadySignals {
     pub async fn waiting(&self, n: usize) {
         let mut rx = self.waiting.subscribe();
         let _ = rx.wait_for(|w| *w >= n).await;
+    }
+
+    /// Resolves once at most `n` registrations are waiting.
+    pub async fn waiting_at_most(&self, n: usize) {
+        let mut rx = self.waiting.subscribe();
+        let _ = rx.wait_for(|w| *w <= n).await;
     }
 }
 
