@@ -10,7 +10,7 @@
 //! the sections the queue layer does not own (`[server]`, `[auth]`, the durability keys of
 //! `[storage]`). It imports nothing of `queue/`: the checks of `[limits]`, the per-queue
 //! policies and `[[queues]]` live with the rules they feed, in
-//! [`crate::queue::limits::Limits::from_config`]; [`crate::load_config`] runs both.
+//! `queue::limits::Limits::from_config`; [`crate::load_config`] runs both.
 
 pub use crate::domain::PersistMode;
 use serde::{Deserialize, Serialize};
@@ -398,7 +398,7 @@ impl Config {
     }
 
     /// Checks the ranges and consistency of `[server]`, `[auth]` and the durability keys of
-    /// `[storage]` (the rest: [`crate::queue::limits::Limits::from_config`]).
+    /// `[storage]` (the rest: `queue::limits::Limits::from_config`).
     ///
     /// # Errors
     /// [`ConfigError`] naming the first offending key, its value and the allowed range.

@@ -1,8 +1,10 @@
 //! The sepp server as a library, so tests can run it in-process.
 //!
 //! Dependencies point one way: `main` → [`serve`] → [`api`] (gRPC edge) → [`queue`] (what a
-//! durable job queue means) → [`storage`] (the [`storage::Store`] trait, implemented by
-//! [`storage::embedded`]).
+//! durable job queue means: every rule, decided once) → [`storage`] (the [`storage::Store`]
+//! trait, a transition engine that applies the queue's plans, implemented by
+//! [`storage::embedded`]) → [`domain`] (the types they all speak). [`config`] is plain data
+//! the layers read; it imports none of them.
 //!
 //! | module | holds |
 //! |---|---|
@@ -10,11 +12,14 @@
 //! | [`api`] | one short handler per RPC, status mapping, API keys |
 //! | [`net`] | accepting, TLS, HTTP/2, connection limits and timeouts, bounded shutdown |
 //! | [`queue::validate`] | the per-job validation order |
-//! | [`queue::dedup`] | idempotency key and dedup window rules |
-//! | [`queue::lease`], [`queue::backoff`] | lease clamping, retry delays |
-//! | [`queue::reserve`] | long-poll Reserve |
+//! | [`queue::dedup`], [`queue::enqueue`] | idempotency key and dedup window; dedup hits and depth at commit |
+//! | [`queue::lease`], [`queue::lifecycle`], [`queue::backoff`] | lease clamping and fencing; where a job goes next; retry delays |
+//! | [`queue::reserve`] | long-poll Reserve and its ready signals |
 //! | [`queue::sweeper`] | lease expiry, scheduled promotion, dedup and record purge |
+//! | [`queue::clock`] | the one clock every transition reads |
+//! | [`storage`] | the `Store` trait and its conformance suite |
 //! | [`storage::embedded`] | the fjall backend: job index, dedup index, group commit, recovery |
+//! | [`domain`] | jobs, facts, plans, refusals, inspection records |
 
 pub mod api;
 pub mod config;

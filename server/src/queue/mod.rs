@@ -1,9 +1,12 @@
 //! What a durable job queue means: the rules of `docs/` and the spec, on domain types.
 //!
 //! [`Queue`] is the one entry point the gRPC edge calls. It validates and resolves requests
-//! (pure functions in [`validate`], [`dedup`], [`lease`], [`backoff`], [`limits`]), hands one
-//! atomic transition to the [`Store`], and turns the result into domain outcomes. Waiting
-//! (long-poll Reserve) lives in [`reserve`]; background expiry in [`sweeper`].
+//! (pure functions in [`validate`], [`dedup`], [`lease`], [`backoff`], [`limits`]), and hands
+//! each transition to the [`Store`] together with the rule that decides it ([`enqueue`],
+//! [`lease::fence`], [`lifecycle`]): the store reads the facts, calls the rule and applies its
+//! plan atomically. After a transition it wakes the Reserves waiting on queues that got ready
+//! jobs ([`reserve`]) and moves the sweeper's alarm ([`sweeper`]). Time comes from one
+//! [`clock::Clock`].
 
 pub mod admin;
 pub mod backoff;

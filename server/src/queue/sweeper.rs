@@ -1,7 +1,7 @@
 //! The sweeper: one background task that expires leases, promotes due scheduled jobs, purges
 //! expired dedup records and retained records past their retention.
 //!
-//! Each pass is [`Queue::sweep`]: one bounded [`Store::maintain`] transition with the queue's
+//! Each pass is [`Queue::sweep`]: one bounded [`crate::storage::Store::maintain`] transition with the queue's
 //! rules for what an expired lease does and what stays of a dead letter past its retention. The
 //! task sleeps until the earliest deadline the pass reports, is woken early when a transition
 //! creates an earlier one ([`SweepWake`]), never sleeps longer than `sweep_interval_ms` (a

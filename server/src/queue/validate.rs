@@ -4,13 +4,15 @@
 //! Order: structure (→ `InvalidRequest`) → strict-mode unknown queue → queue name length →
 //! job type length → allowed job types → idempotency key length → payload size → allowed
 //! encodings → custom entry count → each custom key length → total custom bytes → schedule
-//! horizon. Commit-time checks (queue closing, dedup lookup, `max_queue_depth`) happen in storage.
+//! horizon. Commit-time checks (dedup hits, `max_queue_depth`) are decided by `queue::enqueue`
+//! inside the store's transition.
 //! All lengths are UTF-8 bytes.
 
 use super::dedup;
+use super::lifecycle;
 use super::limits::Limits;
 use super::model::{EnqueueInput, Rejection};
-use crate::domain::{JobId, NewJob, UnixMs, Value};
+use crate::domain::{JobId, NewJob, Placement, UnixMs, Value};
 use crate::error::QueueError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -195,17 +197,22 @@ pub fn validate_job(
             actual: total,
         });
     }
+    // Scheduled only when its time is still ahead ([`lifecycle::placement`]): a past or
+    // present time means ready at once.
     let scheduled_at = match input.scheduled_at {
-        Some(Ok(at)) if at > now => {
-            let horizon = i64::try_from(policy.max_schedule_horizon_ms).unwrap_or(i64::MAX);
-            if at - now > horizon {
-                return Err(Rejection::ScheduledTooFar {
-                    horizon_ms: policy.max_schedule_horizon_ms,
-                    actual: at,
-                });
+        Some(Ok(at)) => match lifecycle::placement(at, now) {
+            Placement::Scheduled { due } => {
+                let horizon = i64::try_from(policy.max_schedule_horizon_ms).unwrap_or(i64::MAX);
+                if due - now > horizon {
+                    return Err(Rejection::ScheduledTooFar {
+                        horizon_ms: policy.max_schedule_horizon_ms,
+                        actual: due,
+                    });
+                }
+                Some(due)
             }
-            Some(at)
-        }
+            Placement::Ready => None,
+        },
         _ => None,
     };
     check_field_sizes(&input, limits)?;

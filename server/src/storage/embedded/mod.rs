@@ -17,7 +17,7 @@
 //! 2. **One shape for every transition**, under the state lock: first read and check
 //!    everything (writability, the facts, the rule's plan, every body the reply needs), then
 //!    change memory and append the writes to the filling batch, with no `?` after the first
-//!    change. [`GroupCommit::append`] cannot fail once [`GroupCommit::check_writable`] passed
+//!    change. `GroupCommit::append` cannot fail once `GroupCommit::check_writable` passed
 //!    under the same lock hold, because refusals and close are only set under the state lock.
 //!    So a transition either changes nothing or changes memory *and* appends its writes.
 //! 3. **Batches follow state order.** Writes are appended while the state lock is held, so a
