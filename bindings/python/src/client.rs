@@ -144,7 +144,7 @@ impl SeppClient {
     }
 
     #[getter]
-    fn max_idempotency_key_bytes(&self) -> PyResult<u32> {
+    fn max_idempotency_key_bytes(&self) -> PyResult<Option<u32>> {
         Ok(self.core()?.max_idempotency_key_bytes())
     }
 
@@ -423,6 +423,7 @@ impl SeppClient {
             Some(c) => format!(
                 "<SeppClient max_idempotency_key_bytes={}>",
                 c.max_idempotency_key_bytes()
+                    .map_or_else(|| "None".to_string(), |n| n.to_string())
             ),
             None => "<SeppClient closed>".into(),
         }

@@ -135,7 +135,7 @@ class EnqueueRequest:
             idempotency_key: Names what the job is about (an order id, an event id): within
                 the queue's dedup window, a second enqueue with the same key on the same queue
                 returns the first job's id instead of creating a job. 1 to
-                `max_idempotency_key_bytes` UTF-8 bytes (256 by default).
+                `max_idempotency_key_bytes` UTF-8 bytes (the server's limit, 256 by default).
             priority: 0 (lowest) to 9 (highest). None: the queue's default.
             max_attempts: Deliveries before the job is dead-lettered; at least 1. None: the
                 queue's default. The server clamps it to its ceiling.
@@ -723,9 +723,11 @@ class SeppClient:
         """
 
     @property
-    def max_idempotency_key_bytes(self) -> int:
-        """The idempotency key limit requests are checked against, in UTF-8 bytes (the
-        server's, read at connect and by `get_server_info`).
+    def max_idempotency_key_bytes(self) -> Optional[int]:
+        """The idempotency key limit requests are checked against before they are sent, in
+        UTF-8 bytes: the server's, read at connect and by `get_server_info`. None when the
+        server did not advertise one (a server without `GetServerInfo`): key lengths are then
+        left to the server.
 
         Raises:
             RuntimeError: The client is closed.
