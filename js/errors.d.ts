@@ -217,13 +217,15 @@ export declare class IdempotencyKeyTooLong extends Rejection {
   readonly actual: number;
 }
 
-/** `scheduledAt` is beyond the schedule horizon. Has `horizonMs`, `actual` (a Date). */
+/** `scheduledAt` is beyond the schedule horizon. Has `horizonMs`, `scheduledAt`. */
 export declare class ScheduledTooFar extends Rejection {
   static readonly code: "SCHEDULED_TOO_FAR";
   readonly code: "SCHEDULED_TOO_FAR";
   /** The schedule horizon, in milliseconds. */
   readonly horizonMs: number;
   /** The requested `scheduledAt`. */
+  readonly scheduledAt: Date;
+  /** @deprecated The requested `scheduledAt`: read `scheduledAt`. */
   readonly actual: Date;
 }
 

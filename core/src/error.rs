@@ -286,6 +286,96 @@ impl Rejection {
             message: message.into(),
         }
     }
+
+    /// The rejection's fields, flattened: each kind sets its own and leaves the others `None`.
+    ///
+    /// Bindings copy these instead of matching the variants themselves: the match is written
+    /// once, here, without a wildcard arm, so a new kind of rejection cannot be added without
+    /// saying which fields it carries, and a new field cannot be added without every binding
+    /// (which destructures [`RejectionFields`] whole) handing it on.
+    pub fn fields(&self) -> RejectionFields {
+        let none = RejectionFields::default();
+        match self {
+            Rejection::UnknownQueue { queue } | Rejection::QueueClosing { queue } => {
+                RejectionFields {
+                    queue: Some(queue.clone()),
+                    ..none
+                }
+            }
+            Rejection::QueueFull { queue, limit } => RejectionFields {
+                queue: Some(queue.clone()),
+                limit: Some(*limit),
+                ..none
+            },
+            Rejection::PayloadTooLarge { limit, actual }
+            | Rejection::CustomMapTooLarge { limit, actual } => RejectionFields {
+                limit: Some(*limit),
+                actual: Some(*actual),
+                ..none
+            },
+            Rejection::CustomEntriesTooMany { limit, actual } => RejectionFields {
+                limit: Some(u64::from(*limit)),
+                actual: Some(u64::from(*actual)),
+                ..none
+            },
+            Rejection::QueueNameTooLong { limit, actual }
+            | Rejection::JobTypeNameTooLong { limit, actual }
+            | Rejection::IdempotencyKeyTooLong { limit, actual } => RejectionFields {
+                limit: Some(u64::from(*limit)),
+                actual: Some(*actual),
+                ..none
+            },
+            Rejection::CustomKeyTooLong { key, limit, actual } => RejectionFields {
+                key: Some(key.clone()),
+                limit: Some(u64::from(*limit)),
+                actual: Some(*actual),
+                ..none
+            },
+            Rejection::EncodingNotAllowed { encoding, allowed } => RejectionFields {
+                encoding: Some(encoding.clone()),
+                allowed: Some(allowed.clone()),
+                ..none
+            },
+            Rejection::JobTypeNotAllowed { job_type, allowed } => RejectionFields {
+                job_type: Some(job_type.clone()),
+                allowed: Some(allowed.clone()),
+                ..none
+            },
+            Rejection::ScheduledTooFar { horizon, actual } => RejectionFields {
+                horizon: Some(*horizon),
+                scheduled_at: Some(*actual),
+                ..none
+            },
+            // The code and the message say everything about these.
+            Rejection::InvalidRequest { .. } | Rejection::Unknown => none,
+        }
+    }
+}
+
+/// The fields of a [`Rejection`] as one flat record ([`Rejection::fields`]), for the bindings:
+/// Python's `Rejection` value and the properties of a JavaScript rejection error. Only the
+/// fields of the rejection's kind are set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RejectionFields {
+    /// The queue named by `UNKNOWN_QUEUE`, `QUEUE_FULL` and `QUEUE_CLOSING`.
+    pub queue: Option<String>,
+    /// The limit of the size and count rejections (bytes or entries), and the depth limit of
+    /// `QUEUE_FULL`.
+    pub limit: Option<u64>,
+    /// The size or count sent, for the size and count rejections.
+    pub actual: Option<u64>,
+    /// The encoding sent, for `ENCODING_NOT_ALLOWED`.
+    pub encoding: Option<String>,
+    /// The allowed encodings or job types.
+    pub allowed: Option<Vec<String>>,
+    /// The job type sent, for `JOB_TYPE_NOT_ALLOWED`.
+    pub job_type: Option<String>,
+    /// The custom key, for `CUSTOM_KEY_TOO_LONG`.
+    pub key: Option<String>,
+    /// The schedule horizon, for `SCHEDULED_TOO_FAR`.
+    pub horizon: Option<Duration>,
+    /// The requested time, for `SCHEDULED_TOO_FAR`.
+    pub scheduled_at: Option<std::time::SystemTime>,
 }
 
 /// A failure not about one job: the transport, auth, or the server.

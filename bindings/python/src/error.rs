@@ -44,66 +44,34 @@ pub(crate) struct Rejection {
 }
 
 impl Rejection {
-    /// Converts the core's rejection.
+    /// Converts the core's rejection. The fields are destructured whole, so a field added to
+    /// the core's `RejectionFields` does not compile here until it is handed on.
     pub(crate) fn from_core(r: &sepp_rs::Rejection) -> Self {
-        use sepp_rs::Rejection as R;
-        let mut v = Rejection {
+        let sepp_rs::RejectionFields {
+            queue,
+            limit,
+            actual,
+            encoding,
+            allowed,
+            job_type,
+            key,
+            horizon,
+            scheduled_at,
+        } = r.fields();
+        Rejection {
             code: r.code().as_str(),
             message: r.to_string(),
             transient: r.is_transient(),
-            queue: None,
-            limit: None,
-            actual: None,
-            encoding: None,
-            allowed: None,
-            job_type: None,
-            key: None,
-            horizon: None,
-            scheduled_at: None,
-        };
-        match r {
-            R::UnknownQueue { queue } | R::QueueClosing { queue } => v.queue = Some(queue.clone()),
-            R::QueueFull { queue, limit } => {
-                v.queue = Some(queue.clone());
-                v.limit = Some(*limit);
-            }
-            R::PayloadTooLarge { limit, actual } | R::CustomMapTooLarge { limit, actual } => {
-                v.limit = Some(*limit);
-                v.actual = Some(*actual);
-            }
-            R::CustomEntriesTooMany { limit, actual } => {
-                v.limit = Some(u64::from(*limit));
-                v.actual = Some(u64::from(*actual));
-            }
-            R::QueueNameTooLong { limit, actual }
-            | R::JobTypeNameTooLong { limit, actual }
-            | R::IdempotencyKeyTooLong { limit, actual } => {
-                v.limit = Some(u64::from(*limit));
-                v.actual = Some(*actual);
-            }
-            R::CustomKeyTooLong { key, limit, actual } => {
-                v.key = Some(key.clone());
-                v.limit = Some(u64::from(*limit));
-                v.actual = Some(*actual);
-            }
-            R::EncodingNotAllowed { encoding, allowed } => {
-                v.encoding = Some(encoding.clone());
-                v.allowed = Some(allowed.clone());
-            }
-            R::JobTypeNotAllowed { job_type, allowed } => {
-                v.job_type = Some(job_type.clone());
-                v.allowed = Some(allowed.clone());
-            }
-            R::ScheduledTooFar { horizon, actual } => {
-                v.horizon = Some(*horizon);
-                v.scheduled_at = Some(*actual);
-            }
-            // The code and message say everything about these. A kind added to the core later
-            // still gets its code and message here; its fields need a line above.
-            R::InvalidRequest { .. } | R::Unknown => {}
-            _ => {}
+            queue,
+            limit,
+            actual,
+            encoding,
+            allowed,
+            job_type,
+            key,
+            horizon,
+            scheduled_at,
         }
-        v
     }
 }
 
