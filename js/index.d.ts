@@ -31,7 +31,7 @@ export declare class Engine {
    * Starts an engine over `client`: its poller begins reserving at once (the client may
    * still be used for other calls).
    *
-   * Rejects with `InvalidArgument` for no queues, a lease that is not positive,
+   * Rejects with `InvalidArgumentError` for no queues, a lease that is not positive,
    * `maxInFlight` 0 or a negative duration.
    *
    * @example
@@ -48,9 +48,9 @@ export declare class Engine {
    * Settles delivery `attempt` of job `jobId`, handed out by `next`: acks it for
    * `{ kind: 'success' }`, nacks it otherwise; frees its slot either way.
    *
-   * Rejects with `JobNotInFlight` or `AttemptMismatch` when the lease was lost (the job
-   * will be, or was, delivered again), `InvalidArgument` for a negative `delayMs`, or
-   * `Transport` and the like when the call failed (the lease then runs out and the job is
+   * Rejects with `JobNotInFlightError` or `AttemptMismatchError` when the lease was lost (the job
+   * will be, or was, delivered again), `InvalidArgumentError` for a negative `delayMs`, or
+   * `TransportError` and the like when the call failed (the lease then runs out and the job is
    * redelivered).
    */
   complete(jobId: string, attempt: number, outcome: Outcome): Promise<void>
@@ -68,7 +68,7 @@ export declare class Engine {
    * Waits until no job is held, or `timeoutMs` milliseconds pass. Resolves to whether it
    * got idle.
    *
-   * Rejects with `InvalidArgument` for a negative `timeoutMs`.
+   * Rejects with `InvalidArgumentError` for a negative `timeoutMs`.
    */
   waitIdle(timeoutMs: number): Promise<boolean>
   /**
@@ -116,8 +116,8 @@ export declare class SeppClient {
    * Connects to `url` (`http://host:port`, `https://host:port` or `host:port`), then reads
    * the server's limits, so that requests are checked against them before sending.
    *
-   * Rejects with `InvalidConfig` for an unusable url or option value (a negative
-   * duration), `Transport` when the server cannot be reached, `Unauthenticated` for a
+   * Rejects with `InvalidConfigError` for an unusable url or option value (a negative
+   * duration), `TransportError` when the server cannot be reached, `UnauthenticatedError` for a
    * missing or wrong API key.
    *
    * @example
@@ -137,9 +137,9 @@ export declare class SeppClient {
    * priority 0 to 9, ...) and the idempotency key's length against the server's
    * `maxIdempotencyKeyBytes` (256 unless the server says otherwise).
    *
-   * Rejects with the job's `Rejection` subclass (`IdempotencyKeyTooLong` with `limit` and
-   * `actual` in bytes, `InvalidRequest`, `PayloadTooLarge`, `QueueFull`, ...), or
-   * `Transport`, `Unauthenticated`, `Overloaded`, `ServerFault` when the call fails. A
+   * Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with `limit` and
+   * `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`, `QueueFullError`, ...), or
+   * `TransportError`, `UnauthenticatedError`, `OverloadedError`, `ServerFaultError` when the call fails. A
    * keyed enqueue is always safe to retry: a repeat is a dedup hit.
    *
    * @example
@@ -151,7 +151,7 @@ export declare class SeppClient {
    * job that fails the checks of `enqueue` is not sent and gets `status: 'rejected'`; the
    * others are committed together.
    *
-   * Rejects with `InvalidArgument` for an empty batch, one larger than the server's
+   * Rejects with `InvalidArgumentError` for an empty batch, one larger than the server's
    * `maxEnqueueBatch`, or a value that cannot be sent; otherwise as `enqueue` for the call
    * as a whole.
    */
@@ -169,17 +169,17 @@ export declare class SeppClient {
    * `waitTimeoutMs` for the first; resolves to an empty array when none came. Never
    * retried automatically: a lost reply would lease jobs twice.
    *
-   * Rejects with `InvalidArgument` before sending (no queues, a lease that is not
-   * positive, `maxJobs` 0, a negative duration), `FailedPrecondition` when the server is
+   * Rejects with `InvalidArgumentError` before sending (no queues, a lease that is not
+   * positive, `maxJobs` 0, a negative duration), `FailedPreconditionError` when the server is
    * in strict mode and a queue is not declared, or as `enqueue` for the call.
    */
   reserve(options: ReserveOptions): Promise<Job[]>
   /**
    * Acks delivery `attempt` of job `jobId`: the job is done and removed.
    *
-   * Rejects with `JobNotInFlight` when the job is not in flight (acked already, lease
-   * expired, dead-lettered, never existed) and `AttemptMismatch` when it was redelivered
-   * under another attempt: either way the lease is lost. `InvalidArgument` for an
+   * Rejects with `JobNotInFlightError` when the job is not in flight (acked already, lease
+   * expired, dead-lettered, never existed) and `AttemptMismatchError` when it was redelivered
+   * under another attempt: either way the lease is lost. `InvalidArgumentError` for an
    * `attempt` that is not a non-negative integer; otherwise as `enqueue` for the call.
    */
   ack(jobId: string, attempt: number): Promise<void>
@@ -188,7 +188,7 @@ export declare class SeppClient {
    * dead-letters it. Resolves to `true` when the job was dead-lettered (`'deadLetter'`,
    * or its last attempt).
    *
-   * Rejects as `ack`; `InvalidArgument` also for a negative `delayMs`.
+   * Rejects as `ack`; `InvalidArgumentError` also for a negative `delayMs`.
    */
   nack(jobId: string, attempt: number, options?: NackOptions): Promise<boolean>
   /**
@@ -196,7 +196,7 @@ export declare class SeppClient {
    * milliseconds (clamped by the server). Resolves to the new expiry. Does not add an
    * attempt; may be called any number of times.
    *
-   * Rejects with `InvalidArgument` for a duration that is not positive; otherwise as `ack`.
+   * Rejects with `InvalidArgumentError` for a duration that is not positive; otherwise as `ack`.
    */
   extend(jobId: string, attempt: number, leaseDurationMs: number): Promise<Date>
   /**
@@ -204,20 +204,20 @@ export declare class SeppClient {
    * all. Destructive, and never retried automatically. Empty unless the server keeps dead
    * letters (`deadLetterRetentionEnabled`).
    *
-   * Rejects with `InvalidArgument` for `max` 0 or not an integer; otherwise as `reserve`.
+   * Rejects with `InvalidArgumentError` for `max` 0 or not an integer; otherwise as `reserve`.
    */
   drainDeadLetters(options: DrainDeadLettersOptions): Promise<DeadLetterRecord[]>
   /**
    * The server's version and limits. Also refreshes the limits this client checks
    * requests against.
    *
-   * Rejects with `Transport`, `Unauthenticated`, `Overloaded` or `ServerFault`.
+   * Rejects with `TransportError`, `UnauthenticatedError`, `OverloadedError` or `ServerFaultError`.
    */
   getServerInfo(): Promise<ServerInfo>
   /**
    * Everything the server knows about job `jobId` (`state: 'unknown'` if nothing).
    *
-   * Rejects with `Unsupported` from a server without the admin service, otherwise as
+   * Rejects with `UnsupportedError` from a server without the admin service, otherwise as
    * `getServerInfo`.
    */
   getJob(jobId: string): Promise<JobInfo>
@@ -225,14 +225,14 @@ export declare class SeppClient {
    * The live dedup record of idempotency key `key` on `queue`, or `null` when none (never
    * used, or its dedup window has passed).
    *
-   * Rejects with `InvalidArgument` for an empty queue or key, otherwise as `getJob`.
+   * Rejects with `InvalidArgumentError` for an empty queue or key, otherwise as `getJob`.
    */
   lookupIdempotencyKey(queue: string, key: string): Promise<KeyRecord | null>
   /**
    * One page of dead letters, oldest first, without removing them. Pass `nextPageToken`
    * back as `pageToken` for the next page.
    *
-   * Rejects with `InvalidArgument` for `pageSize` 0 or a token the server did not issue,
+   * Rejects with `InvalidArgumentError` for `pageSize` 0 or a token the server did not issue,
    * otherwise as `getJob`.
    */
   listDeadLetters(options?: ListDeadLettersOptions): Promise<DeadLetterPage>
@@ -243,7 +243,7 @@ export declare class SeppClient {
    * `max`, at least 1, of one queue or of all). Resolves to the ids requeued. Never
    * retried automatically.
    *
-   * Rejects with `InvalidArgument` for `max` 0, otherwise as `getJob`.
+   * Rejects with `InvalidArgumentError` for `max` 0, otherwise as `getJob`.
    */
   requeueDeadLetters(selector: { jobIds: string[] } | { queue?: string; max: number }): Promise<string[]>
   /**
@@ -445,8 +445,8 @@ export interface EnqueueRequest {
 
 /**
  * The outcome of one job of `enqueueBatch`: `status: 'enqueued'` with the ack's fields, or
- * `status: 'rejected'` with the `SeppError` saying why (a `Rejection` subclass such as
- * `IdempotencyKeyTooLong`).
+ * `status: 'rejected'` with the `SeppError` saying why (a `JobRejectedError` subclass such as
+ * `IdempotencyKeyTooLongError`).
  */
 export type EnqueueResult =
   | { status: 'enqueued'; /** As `EnqueueAck.jobId`. */
@@ -454,6 +454,13 @@ export type EnqueueResult =
   deduplicated: boolean }
   | { status: 'rejected'; /** Why. */
   error: SeppError }
+
+/**
+ * The name of each code's `SeppError` subclass, by code: the code in PascalCase followed by
+ * `Error` (`IDEMPOTENCY_KEY_TOO_LONG` → `"IdempotencyKeyTooLongError"`), the same name as the
+ * Python class. A test checks `errors.js` against it.
+ */
+export declare function errorClassNames(): Record<ErrorCode, string>
 
 /**
  * Every stable error code of the core (`ErrorCode::ALL`), e.g. `"IDEMPOTENCY_KEY_TOO_LONG"`.

@@ -158,7 +158,7 @@ export declare class Worker {
    * Processes jobs until `stop()`, SIGTERM or SIGINT, then shuts down gracefully; resolves to
    * what it did. May run again once it has resolved.
    *
-   * Rejects with a `TypeError` for a mistyped option, `InvalidArgument` for no queues, a
+   * Rejects with a `TypeError` for a mistyped option, `InvalidArgumentError` for no queues, a
    * lease that is not positive or `maxInFlight` 0, an `Error` with code `ERR_SEPP_CLIENT_CLOSED`
    * for a closed client, and an `Error` when the worker is already running.
    */

@@ -9,7 +9,7 @@
 
 import { nativeClient } from "./bridge.js";
 import { Engine } from "./engine.js";
-import { AttemptMismatch, JobNotInFlight } from "./errors.js";
+import { AttemptMismatchError, JobNotInFlightError } from "./errors.js";
 
 /** Guards the constructor of HandlerError: use its static methods. */
 const fromFactory = Symbol("HandlerError");
@@ -218,7 +218,7 @@ export class Worker {
     }
     this.#onError = onError;
     this.#client = client;
-    // Only the engine's fields; the engine checks them (a TypeError or InvalidArgument from run()).
+    // Only the engine's fields; the engine checks them (a TypeError or InvalidArgumentError from run()).
     const { queues, leaseDurationMs, maxInFlight, autoExtend, waitTimeoutMs, workerId } = options;
     this.#engineOptions = { queues, leaseDurationMs, maxInFlight, autoExtend, waitTimeoutMs, workerId };
     this.#shutdownTimeoutMs = shutdownTimeoutMs;
@@ -393,7 +393,7 @@ export class Worker {
     try {
       await engine.complete(job.id, job.attempt, outcome);
     } catch (err) {
-      if (err instanceof JobNotInFlight || err instanceof AttemptMismatch) return "leaseLost";
+      if (err instanceof JobNotInFlightError || err instanceof AttemptMismatchError) return "leaseLost";
       process.emitWarning(
         `could not settle job ${job.id} (attempt ${job.attempt}): ${err instanceof Error ? err.message : String(err)}; its lease will run out and it will be delivered again`,
         { code: "SEPP_SETTLE_FAILED" },

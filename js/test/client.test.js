@@ -3,11 +3,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import {
-  AttemptMismatch,
-  InvalidArgument,
-  InvalidRequest,
-  JobNotInFlight,
-  Rejection,
+  AttemptMismatchError,
+  InvalidArgumentError,
+  InvalidRequestError,
+  JobNotInFlightError,
+  JobRejectedError,
   SeppClient,
   SeppError,
 } from "sepp";
@@ -231,18 +231,18 @@ describe("enqueueBatch and enqueueAtomic", T, () => {
     for (const r of [empty, priority]) {
       assert.equal(r.status, "rejected");
       if (r.status !== "rejected") continue;
-      assert.ok(r.error instanceof InvalidRequest);
-      assert.ok(r.error instanceof Rejection);
+      assert.ok(r.error instanceof InvalidRequestError);
+      assert.ok(r.error instanceof JobRejectedError);
       assert.equal(r.error.code, "INVALID_REQUEST");
       assert.equal(r.error.retryable, false);
     }
   });
 
   test("enqueueBatch refuses an empty batch and one over maxEnqueueBatch", async () => {
-    await assert.rejects(client.enqueueBatch([]), InvalidArgument);
+    await assert.rejects(client.enqueueBatch([]), InvalidArgumentError);
     const tooMany = Array.from({ length: 257 }, () => ({ queue: "q", jobType: "t" }));
     await assert.rejects(client.enqueueBatch(tooMany), (e) => {
-      assert.ok(e instanceof InvalidArgument);
+      assert.ok(e instanceof InvalidArgumentError);
       assert.match(e.message, /max_enqueue_batch is 256/);
       return true;
     });
@@ -318,7 +318,7 @@ describe("reserve, ack, nack, extend, drainDeadLetters", T, () => {
     const job = await reserveOne(queue);
     assert.equal(await client.ack(job.id, job.attempt), undefined);
     await assert.rejects(client.ack(job.id, job.attempt), (e) => {
-      assert.ok(e instanceof JobNotInFlight);
+      assert.ok(e instanceof JobNotInFlightError);
       assert.ok(e instanceof SeppError);
       assert.equal(e.code, "JOB_NOT_IN_FLIGHT");
       assert.equal(e.jobId, job.id);
@@ -336,7 +336,7 @@ describe("reserve, ack, nack, extend, drainDeadLetters", T, () => {
     assert.equal(second.id, first.id);
     assert.equal(second.attempt, 2);
     // The first delivery's lease is gone: its attempt no longer matches.
-    await assert.rejects(client.ack(first.id, first.attempt), AttemptMismatch);
+    await assert.rejects(client.ack(first.id, first.attempt), AttemptMismatchError);
     await client.ack(second.id, second.attempt);
   });
 
@@ -391,7 +391,7 @@ describe("reserve, ack, nack, extend, drainDeadLetters", T, () => {
     assert.ok(until instanceof Date);
     assert.ok(until.getTime() > (job.leaseExpiresAt?.getTime() ?? 0) + 60_000);
     await client.ack(job.id, job.attempt);
-    await assert.rejects(client.extend(job.id, job.attempt, 1_000), JobNotInFlight);
+    await assert.rejects(client.extend(job.id, job.attempt, 1_000), JobNotInFlightError);
   });
 });
 

@@ -18,14 +18,14 @@ import {
   type EnqueueRequest,
   type EnqueueResult,
   type ErrorCode,
-  IdempotencyKeyTooLong,
+  IdempotencyKeyTooLongError,
   type Job,
   type JobInfo,
   type JobState,
   type KeyRecord,
   type QueueStats,
-  QueueFull,
-  Rejection,
+  QueueFullError,
+  JobRejectedError,
   SeppClient,
   SeppError,
   type ServerInfo,
@@ -120,12 +120,12 @@ export async function rightUsage(): Promise<void> {
   try {
     await client.enqueue({ queue: "q", jobType: "t", idempotencyKey: "k".repeat(257) });
   } catch (e) {
-    if (e instanceof IdempotencyKeyTooLong) {
+    if (e instanceof IdempotencyKeyTooLongError) {
       const bytes: number = e.limit + e.actual;
       const code: "IDEMPOTENCY_KEY_TOO_LONG" = e.code;
-      const rejection: Rejection = e;
+      const rejection: JobRejectedError = e;
       void bytes, code, rejection;
-    } else if (e instanceof QueueFull) {
+    } else if (e instanceof QueueFullError) {
       const queue: string = e.queue;
       const retryable: boolean = e.retryable;
       void queue, retryable;
@@ -270,8 +270,8 @@ export async function wrongUsage(client: SeppClient): Promise<void> {
   try {
     await client.enqueue({ queue: "q", jobType: "t" });
   } catch (e) {
-    if (e instanceof IdempotencyKeyTooLong) {
-      // @ts-expect-error IdempotencyKeyTooLong has no queue
+    if (e instanceof IdempotencyKeyTooLongError) {
+      // @ts-expect-error IdempotencyKeyTooLongError has no queue
       e.queue;
     }
   }

@@ -8,8 +8,8 @@ import { after, before, describe, test } from "node:test";
 import {
   Engine,
   HandlerError,
-  InvalidArgument,
-  JobNotInFlight,
+  InvalidArgumentError,
+  JobNotInFlightError,
   SeppClient,
   Worker,
 } from "sepp";
@@ -422,9 +422,9 @@ describe("bad input", T, () => {
   });
 
   test("run() rejects bad engine options, and a second concurrent run", async () => {
-    await assert.rejects(new Worker(client, { queues: [] }).run(), InvalidArgument);
-    await assert.rejects(new Worker(client, { queues: ["q"], maxInFlight: 0 }).run(), InvalidArgument);
-    await assert.rejects(new Worker(client, { queues: ["q"], leaseDurationMs: -1 }).run(), InvalidArgument);
+    await assert.rejects(new Worker(client, { queues: [] }).run(), InvalidArgumentError);
+    await assert.rejects(new Worker(client, { queues: ["q"], maxInFlight: 0 }).run(), InvalidArgumentError);
+    await assert.rejects(new Worker(client, { queues: ["q"], leaseDurationMs: -1 }).run(), InvalidArgumentError);
     await assert.rejects(
       new Worker(client, /** @type {any} */ ({ queues: "q" })).run(),
       (/** @type {any} */ e) => e instanceof TypeError && /options\.queues/.test(e.message),
@@ -459,7 +459,7 @@ describe("Engine", T, () => {
     );
     await assert.rejects(
       engine.complete(first.job.id, first.job.attempt, { kind: "retryAfter", delayMs: -1 }),
-      InvalidArgument,
+      InvalidArgumentError,
     );
     // Settling resolves lost() with false: nothing keeps the process alive afterwards.
     const lost = first.lost();
@@ -479,7 +479,7 @@ describe("Engine", T, () => {
     assert.equal(info.state, "ready");
     assert.equal(info.lastReason, "test over");
     // Completing it now is refused: it is not in flight any more.
-    await assert.rejects(engine.complete(second.job.id, second.job.attempt, { kind: "success" }), JobNotInFlight);
+    await assert.rejects(engine.complete(second.job.id, second.job.attempt, { kind: "success" }), JobNotInFlightError);
   });
 
   test("Engine.start checks its arguments", async () => {
@@ -487,6 +487,6 @@ describe("Engine", T, () => {
     await assert.rejects(Engine.start(client, /** @type {any} */ ({ queues: ["q"], autoExtend: "no" })), (e) =>
       e instanceof TypeError && /options\.autoExtend must be a boolean/.test(e.message),
     );
-    await assert.rejects(Engine.start(client, { queues: ["q"], waitTimeoutMs: Number.NaN }), InvalidArgument);
+    await assert.rejects(Engine.start(client, { queues: ["q"], waitTimeoutMs: Number.NaN }), InvalidArgumentError);
   });
 });

@@ -134,7 +134,7 @@ async def test_a_batch_rejection_converts_to_its_exception(client: sepp.SeppClie
     [rejection] = await client.enqueue_batch([EnqueueRequest("q", "t", idempotency_key="é" * 200)])
     assert isinstance(rejection, sepp.Rejection)
     error = sepp.JobRejectedError.for_rejection(rejection, index=0)
-    assert isinstance(error, sepp.IdempotencyKeyTooLong)
+    assert isinstance(error, sepp.IdempotencyKeyTooLongError)
     assert (error.limit, error.actual, error.code) == (256, 400, rejection.code)
     assert error.rejection == rejection
 
@@ -149,7 +149,7 @@ async def test_enqueue_atomic_writes_all_jobs(client: sepp.SeppClient, queue: st
 async def test_enqueue_atomic_writes_nothing_when_one_job_fails(
     client: sepp.SeppClient, queue: str
 ) -> None:
-    with pytest.raises(sepp.JobTypeNotAllowed) as caught:
+    with pytest.raises(sepp.JobTypeNotAllowedError) as caught:
         await client.enqueue_atomic(
             [
                 EnqueueRequest(queue, "t"),
@@ -169,7 +169,7 @@ async def test_enqueue_atomic_writes_nothing_when_one_job_fails(
 async def test_enqueue_atomic_refuses_a_too_long_key_before_sending(
     client: sepp.SeppClient, queue: str
 ) -> None:
-    with pytest.raises(sepp.IdempotencyKeyTooLong) as caught:
+    with pytest.raises(sepp.IdempotencyKeyTooLongError) as caught:
         await client.enqueue_atomic(
             [EnqueueRequest(queue, "t"), EnqueueRequest(queue, "t", idempotency_key="k" * 257)]
         )

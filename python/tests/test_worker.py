@@ -520,7 +520,7 @@ async def test_the_engine_hands_out_leases_and_settles_what_it_is_told(
     await engine.complete(
         second.job.id, second.job.attempt, Outcome.retry_after(timedelta(hours=1), "later")
     )
-    with pytest.raises(sepp.JobNotInFlight):
+    with pytest.raises(sepp.JobNotInFlightError):
         await engine.complete(first.job.id, first.job.attempt, Outcome.success())
     assert await engine.wait_idle(timedelta(milliseconds=50)) is False
     assert await engine.abandon_all("test over") == 1

@@ -69,8 +69,8 @@ impl SeppClient {
     /// Connects to `url` (`http://host:port`, `https://host:port` or `host:port`), then reads
     /// the server's limits, so that requests are checked against them before sending.
     ///
-    /// Rejects with `InvalidConfig` for an unusable url or option value (a negative
-    /// duration), `Transport` when the server cannot be reached, `Unauthenticated` for a
+    /// Rejects with `InvalidConfigError` for an unusable url or option value (a negative
+    /// duration), `TransportError` when the server cannot be reached, `UnauthenticatedError` for a
     /// missing or wrong API key.
     ///
     /// @example
@@ -128,9 +128,9 @@ impl SeppClient {
     /// priority 0 to 9, ...) and the idempotency key's length against the server's
     /// `maxIdempotencyKeyBytes` (256 unless the server says otherwise).
     ///
-    /// Rejects with the job's `Rejection` subclass (`IdempotencyKeyTooLong` with `limit` and
-    /// `actual` in bytes, `InvalidRequest`, `PayloadTooLarge`, `QueueFull`, ...), or
-    /// `Transport`, `Unauthenticated`, `Overloaded`, `ServerFault` when the call fails. A
+    /// Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with `limit` and
+    /// `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`, `QueueFullError`, ...), or
+    /// `TransportError`, `UnauthenticatedError`, `OverloadedError`, `ServerFaultError` when the call fails. A
     /// keyed enqueue is always safe to retry: a repeat is a dedup hit.
     ///
     /// @example
@@ -164,7 +164,7 @@ impl SeppClient {
     /// job that fails the checks of `enqueue` is not sent and gets `status: 'rejected'`; the
     /// others are committed together.
     ///
-    /// Rejects with `InvalidArgument` for an empty batch, one larger than the server's
+    /// Rejects with `InvalidArgumentError` for an empty batch, one larger than the server's
     /// `maxEnqueueBatch`, or a value that cannot be sent; otherwise as `enqueue` for the call
     /// as a whole.
     #[napi(
@@ -224,8 +224,8 @@ impl SeppClient {
     /// `waitTimeoutMs` for the first; resolves to an empty array when none came. Never
     /// retried automatically: a lost reply would lease jobs twice.
     ///
-    /// Rejects with `InvalidArgument` before sending (no queues, a lease that is not
-    /// positive, `maxJobs` 0, a negative duration), `FailedPrecondition` when the server is
+    /// Rejects with `InvalidArgumentError` before sending (no queues, a lease that is not
+    /// positive, `maxJobs` 0, a negative duration), `FailedPreconditionError` when the server is
     /// in strict mode and a queue is not declared, or as `enqueue` for the call.
     #[napi(
         ts_args_type = "options: ReserveOptions",
@@ -254,9 +254,9 @@ impl SeppClient {
 
     /// Acks delivery `attempt` of job `jobId`: the job is done and removed.
     ///
-    /// Rejects with `JobNotInFlight` when the job is not in flight (acked already, lease
-    /// expired, dead-lettered, never existed) and `AttemptMismatch` when it was redelivered
-    /// under another attempt: either way the lease is lost. `InvalidArgument` for an
+    /// Rejects with `JobNotInFlightError` when the job is not in flight (acked already, lease
+    /// expired, dead-lettered, never existed) and `AttemptMismatchError` when it was redelivered
+    /// under another attempt: either way the lease is lost. `InvalidArgumentError` for an
     /// `attempt` that is not a non-negative integer; otherwise as `enqueue` for the call.
     #[napi(
         ts_args_type = "jobId: string, attempt: number",
@@ -287,7 +287,7 @@ impl SeppClient {
     /// dead-letters it. Resolves to `true` when the job was dead-lettered (`'deadLetter'`,
     /// or its last attempt).
     ///
-    /// Rejects as `ack`; `InvalidArgument` also for a negative `delayMs`.
+    /// Rejects as `ack`; `InvalidArgumentError` also for a negative `delayMs`.
     #[napi(
         ts_args_type = "jobId: string, attempt: number, options?: NackOptions",
         ts_return_type = "Promise<boolean>"
@@ -320,7 +320,7 @@ impl SeppClient {
     /// milliseconds (clamped by the server). Resolves to the new expiry. Does not add an
     /// attempt; may be called any number of times.
     ///
-    /// Rejects with `InvalidArgument` for a duration that is not positive; otherwise as `ack`.
+    /// Rejects with `InvalidArgumentError` for a duration that is not positive; otherwise as `ack`.
     #[napi(
         ts_args_type = "jobId: string, attempt: number, leaseDurationMs: number",
         ts_return_type = "Promise<Date>"
@@ -356,7 +356,7 @@ impl SeppClient {
     /// all. Destructive, and never retried automatically. Empty unless the server keeps dead
     /// letters (`deadLetterRetentionEnabled`).
     ///
-    /// Rejects with `InvalidArgument` for `max` 0 or not an integer; otherwise as `reserve`.
+    /// Rejects with `InvalidArgumentError` for `max` 0 or not an integer; otherwise as `reserve`.
     #[napi(
         ts_args_type = "options: DrainDeadLettersOptions",
         ts_return_type = "Promise<DeadLetterRecord[]>"
@@ -388,7 +388,7 @@ impl SeppClient {
     /// The server's version and limits. Also refreshes the limits this client checks
     /// requests against.
     ///
-    /// Rejects with `Transport`, `Unauthenticated`, `Overloaded` or `ServerFault`.
+    /// Rejects with `TransportError`, `UnauthenticatedError`, `OverloadedError` or `ServerFaultError`.
     #[napi(ts_return_type = "Promise<ServerInfo>")]
     pub fn get_server_info<'env>(
         &self,

@@ -193,7 +193,7 @@ impl Engine {
     /// Starts an engine over `client`: its poller begins reserving at once (the client may
     /// still be used for other calls).
     ///
-    /// Rejects with `InvalidArgument` for no queues, a lease that is not positive,
+    /// Rejects with `InvalidArgumentError` for no queues, a lease that is not positive,
     /// `maxInFlight` 0 or a negative duration.
     ///
     /// @example
@@ -258,9 +258,9 @@ impl Engine {
     /// Settles delivery `attempt` of job `jobId`, handed out by `next`: acks it for
     /// `{ kind: 'success' }`, nacks it otherwise; frees its slot either way.
     ///
-    /// Rejects with `JobNotInFlight` or `AttemptMismatch` when the lease was lost (the job
-    /// will be, or was, delivered again), `InvalidArgument` for a negative `delayMs`, or
-    /// `Transport` and the like when the call failed (the lease then runs out and the job is
+    /// Rejects with `JobNotInFlightError` or `AttemptMismatchError` when the lease was lost (the job
+    /// will be, or was, delivered again), `InvalidArgumentError` for a negative `delayMs`, or
+    /// `TransportError` and the like when the call failed (the lease then runs out and the job is
     /// redelivered).
     #[napi(
         ts_args_type = "jobId: string, attempt: number, outcome: Outcome",
@@ -321,7 +321,7 @@ impl Engine {
     /// Waits until no job is held, or `timeoutMs` milliseconds pass. Resolves to whether it
     /// got idle.
     ///
-    /// Rejects with `InvalidArgument` for a negative `timeoutMs`.
+    /// Rejects with `InvalidArgumentError` for a negative `timeoutMs`.
     #[napi(
         ts_args_type = "timeoutMs: number",
         ts_return_type = "Promise<boolean>"

@@ -17,6 +17,7 @@ from typing import Literal, Optional, Union, final
 __all__ = [
     "__version__",
     "ERROR_CODES",
+    "ERROR_CLASS_NAMES",
     "DeadLetterPage",
     "DeadLetterRecord",
     "Engine",
@@ -48,6 +49,11 @@ ERROR_CODES: tuple[str, ...]
 `sepp.errors` has an exception class for each.
 """
 
+ERROR_CLASS_NAMES: dict[str, str]
+"""The exception class of each code in `sepp.errors`, by code: the code in PascalCase then
+``Error`` (``"JOB_NOT_IN_FLIGHT"`` -> ``"JobNotInFlightError"``), the name TypeScript uses too.
+"""
+
 _CustomValue = Union[str, int, float, bool]
 _DeadLetterCause = Literal["UNSPECIFIED", "ATTEMPTS_EXHAUSTED", "REJECTED", "LEASE_EXPIRED", "ADMIN"]
 
@@ -67,7 +73,7 @@ class Payload:
             data: The bytes (copied from a `bytearray`). Must be non-empty when used in an
                 `EnqueueRequest`: omit the payload when there is no data.
             encoding: A non-empty hint such as a MIME type (``"application/json"``). A queue
-                may restrict the encodings it accepts (`EncodingNotAllowed`).
+                may restrict the encodings it accepts (`EncodingNotAllowedError`).
 
         Raises:
             TypeError: `data` is not `bytes` or `bytearray`, or `encoding` is not a `str`.
@@ -146,7 +152,7 @@ class EnqueueRequest:
 
         Raises:
             TypeError: An argument has the wrong type (the message names it).
-            InvalidRequest: A value is invalid: an empty `queue`, `job_type`, key, payload or
+            InvalidRequestError: A value is invalid: an empty `queue`, `job_type`, key, payload or
                 custom key, `priority` over 9, `max_attempts` of 0, a naive `scheduled_at`, ...
         """
 
@@ -753,8 +759,8 @@ class SeppClient:
             TypeError: `request` is not an `EnqueueRequest`.
             RuntimeError: The client is closed.
             JobRejectedError: The job was rejected; the subclass names why, e.g.
-                `IdempotencyKeyTooLong` (`.limit`, `.actual` in UTF-8 bytes, raised before
-                sending), `PayloadTooLarge`, `UnknownQueue`, `QueueFull` (transient).
+                `IdempotencyKeyTooLongError` (`.limit`, `.actual` in UTF-8 bytes, raised before
+                sending), `PayloadTooLargeError`, `UnknownQueueError`, `QueueFullError` (transient).
             TransportError: The call failed in transit. A keyed enqueue is safe to repeat; an
                 unkeyed one may have been committed.
             UnauthenticatedError: Missing or wrong API key.
@@ -855,9 +861,9 @@ class SeppClient:
         Raises:
             TypeError: An argument has the wrong type.
             RuntimeError: The client is closed.
-            JobNotInFlight: The job is not in flight (already acked, lease expired,
+            JobNotInFlightError: The job is not in flight (already acked, lease expired,
                 dead-lettered, unknown). The lease is lost.
-            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            AttemptMismatchError: The job is in flight under another attempt. The lease is lost.
             InvalidArgumentError: `attempt` is negative or too large.
             TransportError: The call failed in transit.
         """
@@ -884,8 +890,8 @@ class SeppClient:
         Raises:
             TypeError: An argument has the wrong type.
             RuntimeError: The client is closed.
-            JobNotInFlight: The job is not in flight. The lease is lost.
-            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            JobNotInFlightError: The job is not in flight. The lease is lost.
+            AttemptMismatchError: The job is in flight under another attempt. The lease is lost.
             InvalidArgumentError: `attempt` is negative or too large.
             TransportError: The call failed in transit.
         """
@@ -904,8 +910,8 @@ class SeppClient:
         Raises:
             TypeError: An argument has the wrong type.
             RuntimeError: The client is closed.
-            JobNotInFlight: The job is not in flight. The lease is lost.
-            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            JobNotInFlightError: The job is not in flight. The lease is lost.
+            AttemptMismatchError: The job is in flight under another attempt. The lease is lost.
             InvalidArgumentError: A zero or negative `lease_duration`.
             TransportError: The call failed in transit.
         """
@@ -1349,8 +1355,8 @@ class Engine:
 
         Raises:
             TypeError: An argument has the wrong type.
-            JobNotInFlight: The lease was lost; the job will be, or was, delivered again.
-            AttemptMismatch: The lease was lost and the job redelivered.
+            JobNotInFlightError: The lease was lost; the job will be, or was, delivered again.
+            AttemptMismatchError: The lease was lost and the job redelivered.
             TransportError: The call failed in transit; the lease runs out and the job is
                 delivered again.
         """
