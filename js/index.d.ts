@@ -133,14 +133,17 @@ export declare class SeppClient {
   /**
    * Enqueues one job.
    *
-   * The request is checked before anything is sent: its structure (non-empty names,
-   * priority 0 to 9, ...) and the idempotency key's length against the server's
-   * `maxIdempotencyKeyBytes` (256 unless the server says otherwise).
+   * The request is checked when this is called, before anything is sent, by the core (as
+   * in every language): its structure (a valid queue name, a non-empty job type, priority 0
+   * to 9, ...; a value that cannot be held, such as a fractional priority, is
+   * `InvalidRequestError` too), then the lengths up to the idempotency key's against the
+   * limits the server advertised at connect.
    *
-   * Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with `limit` and
-   * `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`, `QueueFullError`, ...), or
-   * `TransportError`, `UnauthenticatedError`, `OverloadedError`, `ServerFaultError` when the call fails. A
-   * keyed enqueue is always safe to retry: a repeat is a dedup hit.
+   * Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with
+   * `limit` and `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`,
+   * `QueueFullError`, ...), or `TransportError`, `UnauthenticatedError`, `OverloadedError`,
+   * `ServerFaultError` when the call fails. A keyed enqueue is always safe to retry: a
+   * repeat is a dedup hit.
    *
    * @example
    * const ack = await client.enqueue({ queue: "emails", jobType: "welcome", idempotencyKey: "user-42" });
@@ -148,12 +151,12 @@ export declare class SeppClient {
   enqueue(request: EnqueueRequest): Promise<EnqueueAck>
   /**
    * Enqueues each job on its own (one round trip): one result per request, in order. A
-   * job that fails the checks of `enqueue` is not sent and gets `status: 'rejected'`; the
-   * others are committed together.
+   * job that fails the checks of `enqueue` (a value that cannot be held included) is not
+   * sent and gets `status: 'rejected'` in its slot; the others are committed together.
    *
-   * Rejects with `InvalidArgumentError` for an empty batch, one larger than the server's
-   * `maxEnqueueBatch`, or a value that cannot be sent; otherwise as `enqueue` for the call
-   * as a whole.
+   * Rejects with `InvalidArgumentError` for an empty batch or one larger than the server's
+   * `maxEnqueueBatch`, a `TypeError` for a mistyped request; otherwise as `enqueue` for the
+   * call as a whole.
    */
   enqueueBatch(requests: EnqueueRequest[]): Promise<EnqueueResult[]>
   /**

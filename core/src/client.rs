@@ -526,6 +526,21 @@ impl SeppClient {
         &self,
         requests: Vec<EnqueueRequest>,
     ) -> Result<Vec<Result<EnqueueAck, Rejection>>, BatchError> {
+        self.enqueue_batch_prepared(requests.into_iter().map(Ok).collect())
+            .await
+    }
+
+    /// [`SeppClient::enqueue_batch`] for requests a binding built from another language's
+    /// values: a slot whose value could not become a request (a negative priority, a naive
+    /// datetime, ...) carries its rejection, which is its result, as if the checks before
+    /// sending had refused it. So a bad job is a rejection in its own slot in every language.
+    ///
+    /// # Errors
+    /// As [`SeppClient::enqueue_batch`].
+    pub async fn enqueue_batch_prepared(
+        &self,
+        requests: Vec<Result<EnqueueRequest, Rejection>>,
+    ) -> Result<Vec<Result<EnqueueAck, Rejection>>, BatchError> {
         self.check_batch_len(requests.len())?;
         let limits = self.limits();
         let mut results: Vec<Option<Result<EnqueueAck, Rejection>>> =
@@ -534,8 +549,12 @@ impl SeppClient {
         let mut slots = Vec::with_capacity(requests.len());
         let mut keyed = true;
         for (i, r) in requests.iter().enumerate() {
-            match r.check_before_sending(limits.as_ref()) {
-                Ok(()) => {
+            let checked = r
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|r| r.check_before_sending(limits.as_ref()).map(|()| r));
+            match checked {
+                Ok(r) => {
                     keyed &= r.is_keyed();
                     jobs.push(r.to_proto());
                     slots.push(i);
@@ -592,20 +611,37 @@ impl SeppClient {
         &self,
         requests: Vec<EnqueueRequest>,
     ) -> Result<Result<Vec<EnqueueAck>, Vec<(u32, Rejection)>>, BatchError> {
+        self.enqueue_atomic_prepared(requests.into_iter().map(Ok).collect())
+            .await
+    }
+
+    /// [`SeppClient::enqueue_atomic`] for requests a binding built from another language's
+    /// values, as [`SeppClient::enqueue_batch_prepared`]: a slot carrying a rejection fails
+    /// the batch, listed with the others, without any network call.
+    ///
+    /// # Errors
+    /// As [`SeppClient::enqueue_batch`].
+    pub async fn enqueue_atomic_prepared(
+        &self,
+        requests: Vec<Result<EnqueueRequest, Rejection>>,
+    ) -> Result<Result<Vec<EnqueueAck>, Vec<(u32, Rejection)>>, BatchError> {
         self.check_batch_len(requests.len())?;
         let limits = self.limits();
         let failures: Vec<(u32, Rejection)> = requests
             .iter()
             .enumerate()
             .filter_map(|(i, r)| {
-                r.check_before_sending(limits.as_ref())
-                    .err()
-                    .map(|e| (i as u32, e))
+                let checked = match r {
+                    Ok(r) => r.check_before_sending(limits.as_ref()),
+                    Err(rejection) => Err(rejection.clone()),
+                };
+                checked.err().map(|e| (i as u32, e))
             })
             .collect();
         if !failures.is_empty() {
             return Ok(Err(failures));
         }
+        let requests: Vec<EnqueueRequest> = requests.into_iter().flatten().collect();
         let class = if requests.iter().all(EnqueueRequest::is_keyed) {
             RetryClass::KeyedEnqueue
         } else {

@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import {
   AttemptMismatchError,
+  IdempotencyKeyTooLongError,
   InvalidArgumentError,
   InvalidRequestError,
   JobNotInFlightError,
@@ -71,6 +72,24 @@ describe("connect and getServerInfo", T, () => {
 });
 
 describe("enqueue", T, () => {
+  test("keys are checked against the limit the server advertises, not 256", async () => {
+    const big = await startServer({ extraToml: "[limits]\nmax_idempotency_key_bytes = 1024" });
+    const c = await SeppClient.connect(big.url);
+    try {
+      const queue = freshQueue("keys");
+      const ack = await c.enqueue({ queue, jobType: "t", idempotencyKey: "k".repeat(300) });
+      assert.equal(ack.deduplicated, false);
+      await assert.rejects(c.enqueue({ queue, jobType: "t", idempotencyKey: "k".repeat(1025) }), (e) => {
+        assert.ok(e instanceof IdempotencyKeyTooLongError);
+        assert.deepEqual([e.limit, e.actual], [1024, 1025]);
+        return true;
+      });
+    } finally {
+      c.close();
+      await big.stop();
+    }
+  });
+
   test("enqueue returns a new job id, not deduplicated", async () => {
     const ack = await client.enqueue({ queue: freshQueue("plain"), jobType: "t" });
     assert.match(ack.jobId, /^[0-9a-f-]{36}$/);

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 import sepp
 from sepp import EnqueueRequest, Payload
+
+from conftest import Server
 
 LEASE = timedelta(seconds=30)
 
@@ -175,3 +178,17 @@ async def test_enqueue_atomic_refuses_a_too_long_key_before_sending(
         )
     assert (caught.value.index, caught.value.limit, caught.value.actual) == (1, 256, 257)
     assert await client.reserve([queue], lease_duration=LEASE) == []
+
+
+async def test_keys_are_checked_against_the_limit_the_server_advertises(
+    launch: Callable[[str], Server], queue: str
+) -> None:
+    # A server configured for 1,024-byte keys: the client checks against its limit, not 256.
+    server = launch("[limits]\nmax_idempotency_key_bytes = 1024")
+    async with await sepp.SeppClient.connect(server.url) as client:
+        assert client.max_idempotency_key_bytes == 1024
+        ack = await client.enqueue(EnqueueRequest(queue, "t", idempotency_key="k" * 300))
+        assert not ack.deduplicated
+        with pytest.raises(sepp.IdempotencyKeyTooLongError) as caught:
+            await client.enqueue(EnqueueRequest(queue, "t", idempotency_key="k" * 1025))
+        assert (caught.value.limit, caught.value.actual) == (1024, 1025)

@@ -162,14 +162,24 @@ async def test_a_too_long_key_is_refused_before_anything_is_sent(
         ({"scheduled_at": datetime(2030, 1, 1)}, "scheduled_at"),
     ],
 )
-def test_an_invalid_value_raises_invalid_request_on_construction(
-    kwargs: dict[str, Any], field: str
+async def test_an_invalid_value_is_rejected_when_sent_and_in_its_slot_of_a_batch(
+    client: sepp.SeppClient, kwargs: dict[str, Any], field: str
 ) -> None:
+    # As in Node: building the request checks only types; the values are checked when it is
+    # sent, and a bad job in a batch is a rejection in its slot, not a raise.
     args = {"queue": "q", "job_type": "t", **kwargs}
+    bad = EnqueueRequest(args.pop("queue"), args.pop("job_type"), **args)
     with pytest.raises(sepp.InvalidRequestError, match=field) as caught:
-        EnqueueRequest(args.pop("queue"), args.pop("job_type"), **args)
+        await client.enqueue(bad)
     assert caught.value.code == "INVALID_REQUEST"
     assert isinstance(caught.value, ValueError)
+    good, rejected = await client.enqueue_batch([EnqueueRequest("q", "t"), bad])
+    assert isinstance(good, sepp.EnqueueAck)
+    assert isinstance(rejected, sepp.Rejection)
+    assert (rejected.code, rejected.message) == ("INVALID_REQUEST", str(caught.value))
+    with pytest.raises(sepp.InvalidRequestError) as atomic:
+        await client.enqueue_atomic([EnqueueRequest("q", "t"), bad])
+    assert atomic.value.index == 1
 
 
 @pytest.mark.parametrize(

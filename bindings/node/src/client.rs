@@ -39,18 +39,16 @@ fn invalid_config(message: String) -> SeppFailure {
     SeppFailure::new(ErrorCode::InvalidConfig, message)
 }
 
-fn invalid_request(message: String) -> Rejection {
-    Rejection::InvalidRequest { message }
-}
-
-/// Reads `value` as an enqueue request at `path` and converts it to the core's.
-fn core_request(
-    value: Option<Unknown<'_>>,
-    path: &str,
-) -> Result<sepp_rs::EnqueueRequest, BadInput> {
-    EnqueueRequest::read(value, path)?
-        .into_core(path)
-        .map_err(BadInput::Value)
+/// Reads the array argument `requests` (a `TypeError` for a mistyped one) and converts each
+/// request, a slot that cannot be held carrying its rejection.
+fn core_requests(
+    requests: Option<Unknown<'_>>,
+) -> Result<Vec<Result<sepp_rs::EnqueueRequest, Rejection>>, Failure> {
+    let read = read::array(requests, "requests", |v, path| {
+        EnqueueRequest::read(Some(v), path)
+    })
+    .map_err(|e| e.into_failure(BatchError::Invalid))?;
+    Ok(read.into_iter().map(EnqueueRequest::into_core).collect())
 }
 
 /// Reads the `jobId` and `attempt` arguments of ack, nack and extend.
@@ -124,14 +122,17 @@ impl SeppClient {
 
     /// Enqueues one job.
     ///
-    /// The request is checked before anything is sent: its structure (non-empty names,
-    /// priority 0 to 9, ...) and the idempotency key's length against the server's
-    /// `maxIdempotencyKeyBytes` (256 unless the server says otherwise).
+    /// The request is checked when this is called, before anything is sent, by the core (as
+    /// in every language): its structure (a valid queue name, a non-empty job type, priority 0
+    /// to 9, ...; a value that cannot be held, such as a fractional priority, is
+    /// `InvalidRequestError` too), then the lengths up to the idempotency key's against the
+    /// limits the server advertised at connect.
     ///
-    /// Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with `limit` and
-    /// `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`, `QueueFullError`, ...), or
-    /// `TransportError`, `UnauthenticatedError`, `OverloadedError`, `ServerFaultError` when the call fails. A
-    /// keyed enqueue is always safe to retry: a repeat is a dedup hit.
+    /// Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with
+    /// `limit` and `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`,
+    /// `QueueFullError`, ...), or `TransportError`, `UnauthenticatedError`, `OverloadedError`,
+    /// `ServerFaultError` when the call fails. A keyed enqueue is always safe to retry: a
+    /// repeat is a dedup hit.
     ///
     /// @example
     /// const ack = await client.enqueue({ queue: "emails", jobType: "welcome", idempotencyKey: "user-42" });
@@ -145,28 +146,27 @@ impl SeppClient {
         request: Option<Unknown<'env>>,
     ) -> napi::Result<PromiseRaw<'env, EnqueueAck>> {
         let call = (|| -> Result<_, Failure> {
-            let request =
-                core_request(request, "request").map_err(|e| e.into_failure(invalid_request))?;
-            request.validate()?;
-            Ok((self.core()?, request))
+            let request = EnqueueRequest::read(request, "request")
+                .map_err(|e| e.into_failure(|message| Rejection::InvalidRequest { message }))?;
+            Ok((self.core()?, request.into_core()))
         })();
         settle(
             env,
             async move {
                 let (client, request) = call?;
-                Ok(client.enqueue(request).await?)
+                Ok(client.enqueue(request?).await?)
             },
             EnqueueAck::from,
         )
     }
 
     /// Enqueues each job on its own (one round trip): one result per request, in order. A
-    /// job that fails the checks of `enqueue` is not sent and gets `status: 'rejected'`; the
-    /// others are committed together.
+    /// job that fails the checks of `enqueue` (a value that cannot be held included) is not
+    /// sent and gets `status: 'rejected'` in its slot; the others are committed together.
     ///
-    /// Rejects with `InvalidArgumentError` for an empty batch, one larger than the server's
-    /// `maxEnqueueBatch`, or a value that cannot be sent; otherwise as `enqueue` for the call
-    /// as a whole.
+    /// Rejects with `InvalidArgumentError` for an empty batch or one larger than the server's
+    /// `maxEnqueueBatch`, a `TypeError` for a mistyped request; otherwise as `enqueue` for the
+    /// call as a whole.
     #[napi(
         ts_args_type = "requests: EnqueueRequest[]",
         ts_return_type = "Promise<EnqueueResult[]>"
@@ -176,16 +176,12 @@ impl SeppClient {
         env: &'env Env,
         requests: Option<Unknown<'env>>,
     ) -> napi::Result<PromiseRaw<'env, Vec<EnqueueResult>>> {
-        let call = (|| -> Result<_, Failure> {
-            let requests = read::array(requests, "requests", |v, path| core_request(Some(v), path))
-                .map_err(|e| e.into_failure(BatchError::Invalid))?;
-            Ok((self.core()?, requests))
-        })();
+        let call = core_requests(requests).and_then(|r| Ok((self.core()?, r)));
         settle(
             env,
             async move {
                 let (client, requests) = call?;
-                Ok(client.enqueue_batch(requests).await?)
+                Ok(client.enqueue_batch_prepared(requests).await?)
             },
             |results| results.into_iter().map(EnqueueResult::from).collect(),
         )
@@ -205,16 +201,12 @@ impl SeppClient {
         env: &'env Env,
         requests: Option<Unknown<'env>>,
     ) -> napi::Result<PromiseRaw<'env, AtomicResult>> {
-        let call = (|| -> Result<_, Failure> {
-            let requests = read::array(requests, "requests", |v, path| core_request(Some(v), path))
-                .map_err(|e| e.into_failure(BatchError::Invalid))?;
-            Ok((self.core()?, requests))
-        })();
+        let call = core_requests(requests).and_then(|r| Ok((self.core()?, r)));
         settle(
             env,
             async move {
                 let (client, requests) = call?;
-                Ok(client.enqueue_atomic(requests).await?)
+                Ok(client.enqueue_atomic_prepared(requests).await?)
             },
             AtomicResult::from,
         )

@@ -222,18 +222,23 @@ impl EnqueueRequest {
         })
     }
 
-    /// The core's request. Not validated here: `enqueue` validates it, and `enqueueBatch`
-    /// leaves that to the core so that a bad job is a rejection in its slot.
-    ///
-    /// # Errors
-    /// A message naming the field at `path` for a value the core cannot hold.
-    pub fn into_core(self, path: &str) -> Result<sepp_rs::EnqueueRequest, String> {
-        let field = |name: &str| format!("{path}.{name}");
+    /// The core's request, or the rejection for a value the core's types cannot hold (a
+    /// fractional or negative count, an invalid `Date`, a `bigint` outside int64), which is
+    /// `INVALID_REQUEST` naming the field as the core's checks do (`priority is -1: expected
+    /// an integer from 0 to 4294967295`, the message Python gives). The core's own checks run
+    /// when the request is sent, so a bad job is a rejection in its slot of a batch.
+    pub fn into_core(self) -> Result<sepp_rs::EnqueueRequest, sepp_rs::Rejection> {
+        let invalid = |message: String| sepp_rs::Rejection::InvalidRequest { message };
         let mut custom = std::collections::BTreeMap::new();
         for (k, v) in self.custom.unwrap_or_default() {
-            let value = value::custom_to_core(&field(&format!("custom.{k}")), v)?;
+            let value = value::custom_to_core(&format!("custom[{k:?}]"), v).map_err(invalid)?;
             custom.insert(k, value);
         }
+        let count = |name: &str, n: Option<f64>| {
+            n.map(|n| value::uint32(name, n))
+                .transpose()
+                .map_err(invalid)
+        };
         Ok(sepp_rs::EnqueueRequest {
             queue: self.queue,
             job_type: self.job_type,
@@ -242,14 +247,8 @@ impl EnqueueRequest {
                 encoding: p.encoding,
             }),
             idempotency_key: self.idempotency_key,
-            priority: self
-                .priority
-                .map(|n| value::uint32(&field("priority"), n))
-                .transpose()?,
-            max_attempts: self
-                .max_attempts
-                .map(|n| value::uint32(&field("maxAttempts"), n))
-                .transpose()?,
+            priority: count("priority", self.priority)?,
+            max_attempts: count("max_attempts", self.max_attempts)?,
             custom,
             trace_context: self.trace_context.map(|t| sepp_rs::TraceContext {
                 traceparent: t.traceparent,
@@ -257,8 +256,9 @@ impl EnqueueRequest {
             }),
             scheduled_at: self
                 .scheduled_at
-                .map(|d| d.to_system_time(&field("scheduledAt")))
-                .transpose()?,
+                .map(|d| d.to_system_time("scheduled_at"))
+                .transpose()
+                .map_err(invalid)?,
         })
     }
 }

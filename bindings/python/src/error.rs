@@ -89,8 +89,6 @@ impl Rejection {
 /// Which sepp error reports an unusable value given from Python.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Invalid {
-    /// An `EnqueueRequest` field: the `INVALID_REQUEST` rejection, as the core reports it.
-    Request,
     /// An argument of a call: `INVALID_ARGUMENT`.
     Argument,
     /// A connection setting: `INVALID_CONFIG`.
@@ -102,9 +100,6 @@ impl Invalid {
     pub(crate) fn failure(self, message: impl Into<String>) -> Failure {
         let message = message.into();
         match self {
-            Invalid::Request => {
-                Failure::Rejected(vec![(0, sepp_rs::Rejection::InvalidRequest { message })])
-            }
             Invalid::Argument => Failure::call(ErrorCode::InvalidArgument, message),
             Invalid::Config => Failure::call(ErrorCode::InvalidConfig, message),
         }

@@ -2,9 +2,9 @@
 //! its [`Payload`] and [`TraceContext`], the [`NackRetry`] strategy, and the connection
 //! settings [`RetryPolicy`] and [`TlsOptions`].
 
-use crate::error::{Failure, Invalid};
+use crate::error::Invalid;
 use crate::repr::repr;
-use crate::time::{datetime_to_py, duration_arg, opt_datetime_arg, opt_duration_arg, type_name};
+use crate::time::{datetime_to_py, datetime_value, duration_arg, opt_duration_arg, type_name};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyMapping, PyString};
@@ -16,6 +16,12 @@ use std::collections::BTreeMap;
 /// # Errors
 /// `TypeError` for a non-int (a `bool` included); the `invalid` error when out of range.
 pub(crate) fn u32_arg(obj: &Bound<'_, PyAny>, name: &str, invalid: Invalid) -> PyResult<u32> {
+    u32_value(obj, name)?.map_err(|m| invalid.err(obj.py(), m))
+}
+
+/// Reads the integer `name` as a `u32`: `Err` (`TypeError`) for a non-int, `Ok(Err(message))`
+/// for an int out of range, with the message the Node package gives for the same value.
+fn u32_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<u32, String>> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "{name} must be int, not {}",
@@ -23,12 +29,12 @@ pub(crate) fn u32_arg(obj: &Bound<'_, PyAny>, name: &str, invalid: Invalid) -> P
         )));
     }
     let v = obj.extract::<i64>().unwrap_or(i64::MAX);
-    u32::try_from(v).map_err(|_| {
-        invalid.err(
-            obj.py(),
-            format!("{name} is {}: it must be between 0 and {}", obj, u32::MAX),
+    Ok(u32::try_from(v).map_err(|_| {
+        format!(
+            "{name} is {obj}: expected an integer from 0 to {}",
+            u32::MAX
         )
-    })
+    }))
 }
 
 /// Like [`u32_arg`], with `None` for a missing or `None` argument.
@@ -57,9 +63,9 @@ fn bytes_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
     }
 }
 
-/// Reads the `custom` mapping: `str` keys, `str | int | float | bool` values.
-fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
-    let py = obj.py();
+/// Reads the `custom` mapping: `str` keys, `str | int | float | bool` values; `Ok(Err(_))`
+/// names an int outside the 64-bit range.
+fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<Result<BTreeMap<String, Value>, String>> {
     let mapping = obj.cast::<PyMapping>().map_err(|_| {
         PyTypeError::new_err(format!(
             "custom must be a mapping of str to str, int, float or bool, not {}",
@@ -78,12 +84,14 @@ fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
         let value = if let Ok(b) = v.cast::<PyBool>() {
             Value::Bool(b.is_true())
         } else if v.is_instance_of::<PyInt>() {
-            Value::Int(v.extract::<i64>().map_err(|_| {
-                Invalid::Request.err(
-                    py,
-                    format!("custom[{key:?}] is {v}: outside the 64-bit integer range"),
-                )
-            })?)
+            match v.extract::<i64>() {
+                Ok(i) => Value::Int(i),
+                Err(_) => {
+                    return Ok(Err(format!(
+                        "custom[{key:?}] is outside the signed 64-bit integer range"
+                    )));
+                }
+            }
         } else if let Ok(f) = v.cast::<PyFloat>() {
             Value::Double(f.value())
         } else if let Ok(s) = v.cast::<PyString>() {
@@ -96,7 +104,7 @@ fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
         };
         out.insert(key, value);
     }
-    Ok(out)
+    Ok(Ok(out))
 }
 
 /// A custom value as a Python `str`, `int`, `float` or `bool`.
@@ -214,13 +222,34 @@ impl TraceContext {
     }
 }
 
-/// One job to enqueue, checked by the core when constructed.
+/// One job to enqueue. Only the argument types are checked here; the values are checked by
+/// the core when the request is sent, as in every language.
 #[pyclass(module = "sepp._native", frozen)]
 pub(crate) struct EnqueueRequest {
     /// The request the core sends.
     pub(crate) inner: sepp_rs::EnqueueRequest,
     /// The `Payload` object given, returned as is by the getter.
     payload: Option<Py<Payload>>,
+    /// Why a value given could not become part of `inner` (a count out of range, a naive
+    /// datetime, ...): the request's `INVALID_REQUEST` rejection, reported when it is sent.
+    fault: Option<String>,
+}
+
+impl EnqueueRequest {
+    /// The core's request, or its rejection for a value that could not be held.
+    pub(crate) fn prepared(&self) -> Result<sepp_rs::EnqueueRequest, sepp_rs::Rejection> {
+        match &self.fault {
+            Some(message) => Err(sepp_rs::Rejection::InvalidRequest {
+                message: message.clone(),
+            }),
+            None => Ok(self.inner.clone()),
+        }
+    }
+}
+
+/// Keeps the first value fault of a request, returning the value when there is none.
+fn keep<T>(fault: &mut Option<String>, value: Result<T, String>) -> Option<T> {
+    value.map_err(|m| fault.get_or_insert(m).clone()).ok()
 }
 
 #[pymethods]
@@ -243,24 +272,39 @@ impl EnqueueRequest {
         trace_context: Option<PyRef<'_, TraceContext>>,
         scheduled_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let rejected = |r| Failure::Rejected(vec![(0, r)]).into_pyerr(py);
-        let mut inner = sepp_rs::EnqueueRequest::new(queue, job_type).map_err(rejected)?;
-        inner.payload = payload.as_ref().map(|p| p.get().to_core(py));
-        inner.idempotency_key = idempotency_key;
-        inner.priority = opt_u32_arg(priority, "priority", Invalid::Request)?;
-        inner.max_attempts = opt_u32_arg(max_attempts, "max_attempts", Invalid::Request)?;
-        if let Some(c) = custom.filter(|c| !c.is_none()) {
-            inner.custom = custom_arg(c)?;
-        }
-        inner.trace_context = trace_context.map(|t| sepp_rs::TraceContext {
-            traceparent: t.traceparent.clone(),
-            tracestate: t.tracestate.clone(),
-        });
-        inner.scheduled_at = opt_datetime_arg(scheduled_at, "scheduled_at", Invalid::Request)?;
-        inner.validate().map_err(rejected)?;
+        let mut fault = None;
+        let count = |obj: Option<&Bound<'_, PyAny>>, name: &str| match obj {
+            Some(o) if !o.is_none() => u32_value(o, name).map(Some),
+            _ => Ok(None),
+        };
+        let priority = count(priority, "priority")?.and_then(|r| keep(&mut fault, r));
+        let max_attempts = count(max_attempts, "max_attempts")?.and_then(|r| keep(&mut fault, r));
+        let custom = match custom.filter(|c| !c.is_none()) {
+            Some(c) => keep(&mut fault, custom_arg(c)?).unwrap_or_default(),
+            None => BTreeMap::new(),
+        };
+        let scheduled_at = match scheduled_at.filter(|t| !t.is_none()) {
+            Some(t) => keep(&mut fault, datetime_value(t, "scheduled_at")?),
+            None => None,
+        };
+        let inner = sepp_rs::EnqueueRequest {
+            queue,
+            job_type,
+            payload: payload.as_ref().map(|p| p.get().to_core(py)),
+            idempotency_key,
+            priority,
+            max_attempts,
+            custom,
+            trace_context: trace_context.map(|t| sepp_rs::TraceContext {
+                traceparent: t.traceparent.clone(),
+                tracestate: t.tracestate.clone(),
+            }),
+            scheduled_at,
+        };
         Ok(EnqueueRequest {
             inner,
             payload: payload.map(Bound::unbind),
+            fault,
         })
     }
 

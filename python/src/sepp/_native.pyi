@@ -111,11 +111,16 @@ class TraceContext:
 
 @final
 class EnqueueRequest:
-    """One job to enqueue, checked when constructed.
+    """One job to enqueue.
 
-    The structural checks of the core run here (empty names, priority range, empty key, empty
-    payload, ...); the idempotency key's length is checked by `SeppClient.enqueue` against the
-    server's limit, before anything is sent.
+    Building one checks the argument types only. The values are checked by the core when the
+    request is sent (`SeppClient.enqueue`, `enqueue_batch`, `enqueue_atomic`), before anything
+    goes out, as in every language: the structural rules with the server's messages (the queue
+    name, empty names, priority range, empty key, empty payload, ...), then the lengths up to
+    the idempotency key's against the limits the server advertised. A value that cannot be
+    held (a negative `priority`, an int over 64 bits in `custom`, a naive `scheduled_at`) is an
+    `InvalidRequestError` at that point too; its field then reads None (or is left out of
+    `custom`).
     """
 
     def __new__(
@@ -151,9 +156,8 @@ class EnqueueRequest:
             scheduled_at: Not ready before this time; timezone-aware. A past time means at once.
 
         Raises:
-            TypeError: An argument has the wrong type (the message names it).
-            InvalidRequestError: A value is invalid: an empty `queue`, `job_type`, key, payload or
-                custom key, `priority` over 9, `max_attempts` of 0, a naive `scheduled_at`, ...
+            TypeError: An argument has the wrong type (the message names it). Invalid values
+                are reported when the request is sent, not here.
         """
 
     @property
@@ -746,8 +750,8 @@ class SeppClient:
     async def enqueue(self, request: EnqueueRequest) -> EnqueueAck:
         """Enqueues one job.
 
-        The idempotency key's length is checked against the server's limit first, with no
-        network call.
+        The request is checked first, with no network call (see `EnqueueRequest`): its values,
+        then the lengths up to the idempotency key's against the limits the server advertised.
 
         Args:
             request: The job.
@@ -758,9 +762,10 @@ class SeppClient:
         Raises:
             TypeError: `request` is not an `EnqueueRequest`.
             RuntimeError: The client is closed.
-            JobRejectedError: The job was rejected; the subclass names why, e.g.
-                `IdempotencyKeyTooLongError` (`.limit`, `.actual` in UTF-8 bytes, raised before
-                sending), `PayloadTooLargeError`, `UnknownQueueError`, `QueueFullError` (transient).
+            JobRejectedError: The job was rejected, before sending or by the server; the
+                subclass names why, e.g. `InvalidRequestError`, `IdempotencyKeyTooLongError`
+                (`.limit`, `.actual` in UTF-8 bytes), `PayloadTooLargeError`,
+                `UnknownQueueError`, `QueueFullError` (transient).
             TransportError: The call failed in transit. A keyed enqueue is safe to repeat; an
                 unkeyed one may have been committed.
             UnauthenticatedError: Missing or wrong API key.
@@ -773,8 +778,8 @@ class SeppClient:
     ) -> list[Union[EnqueueAck, Rejection]]:
         """Enqueues each job on its own, in one call: the accepted ones are committed together.
 
-        Jobs failing the client-side checks are not sent and get their `Rejection` in the
-        results.
+        Jobs failing the checks of `enqueue` (a value that cannot be held included) are not sent
+        and get their `Rejection` in their slot of the results, as in every language.
 
         Args:
             requests: The jobs; 1 to the server's `max_enqueue_batch`.
