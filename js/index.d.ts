@@ -12,19 +12,24 @@ import type { ErrorCode, SeppError } from './errors.js'
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 /**
- * The worker engine of the core: it reserves jobs, keeps their leases and settles them; the
- * host (such as `Worker`) only asks for the next job and reports what became of it.
+ * The worker engine of the core, and the whole policy of a worker: it reserves jobs, keeps
+ * their leases, settles them, and counts; the host (such as `Worker`) only asks for the next
+ * job, runs its handler until the lease's `done()` resolves, and reports what became of it.
  *
  * - A poller reserves in batches sized to the free slots (`maxInFlight` minus the jobs held),
  *   long-polls, and backs off exponentially (up to `maxBackoffMs`) while the server fails.
- * - With `autoExtend`, each held job's lease is extended when a third of it is left; if it is
- *   lost anyway (expired, redelivered), the job's `Lease.lost()` resolves with `true`.
+ * - With `autoExtend`, each held job's lease is extended when a third of it is left. A lease
+ *   lost anyway (expired, redelivered) frees its slot without a call, and the job's
+ *   `Lease.done()` resolves with kind `'lost'`.
+ * - `jobTypes` and `handlerTimeoutMs` let the engine nack the jobs nobody handles and the
+ *   jobs whose handler takes too long.
  * - `shutdown` stops reserving: a waiting reserve is cancelled (it leases nothing), and jobs
- *   reserved but not yet handed out are released at once; `abandonAll` nacks whatever is
- *   still held once the host's grace period is over.
+ *   reserved but not yet handed out are released at once; `drain` then waits up to
+ *   `shutdownTimeoutMs` for the held jobs and nacks the rest.
  *
  * Create it with `Engine.start`. Methods reject with a `TypeError` for a missing or mistyped
- * argument, and with a `SeppError` subclass otherwise.
+ * argument, and with a `SeppError` subclass otherwise. Collected while it holds jobs, it
+ * nacks them.
  */
 export declare class Engine {
   /**
@@ -46,12 +51,19 @@ export declare class Engine {
   next(): Promise<Lease | null>
   /**
    * Settles delivery `attempt` of job `jobId`, handed out by `next`: acks it for
-   * `{ kind: 'success' }`, nacks it otherwise; frees its slot either way.
+   * `{ kind: 'success' }`, nacks it otherwise; frees its slot either way. The engine counts
+   * the job (`report`) whatever happens.
    *
-   * Rejects with `JobNotInFlightError` or `AttemptMismatchError` when the lease was lost (the job
-   * will be, or was, delivered again), `InvalidArgumentError` for a negative `delayMs`, or
-   * `TransportError` and the like when the call failed (the lease then runs out and the job is
-   * redelivered).
+   * Rejects with `JobNotInFlightError` when the engine no longer holds the job (lost,
+   * timed out, abandoned, or settled already: nothing is sent) or the server says the lease
+   * is lost, `AttemptMismatchError` when the job was redelivered, `InvalidArgumentError`
+   * for a negative `delayMs`, or `TransportError` and the like when the call failed (the
+   * lease then runs out and the job is redelivered).
+   */
+  settle(jobId: string, attempt: number, outcome: Outcome): Promise<void>
+  /**
+   * The former name of `settle`.
+   * @deprecated Use `settle`.
    */
   complete(jobId: string, attempt: number, outcome: Outcome): Promise<void>
   /**
@@ -72,9 +84,20 @@ export declare class Engine {
    */
   waitIdle(timeoutMs: number): Promise<boolean>
   /**
+   * Shuts down gracefully: stops reserving, waits up to `shutdownTimeoutMs` (or until
+   * `endGracePeriod()`) for the held jobs to be settled, then nacks the rest with the
+   * queue's retry policy and the reason `worker shut down before the job finished`; their
+   * leases' `done()` resolve with kind `'abandoned'`. Resolves to how many were nacked.
+   */
+  drain(): Promise<number>
+  /** Ends the grace period of a running (or the next) `drain()` at once. */
+  endGracePeriod(): void
+  /** The counts of the run so far. */
+  get report(): EngineReport
+  /**
    * Nacks every job still held, with the queue's retry policy and `reason` (kept as the
-   * jobs' last reason), and resolves their leases' `lost()` with `false`. Resolves to how
-   * many were nacked. Meant for the end of a shutdown grace period, after `shutdown`.
+   * jobs' last reason); their leases' `done()` resolve with kind `'abandoned'`. Resolves
+   * to how many were nacked.
    */
   abandonAll(reason: string): Promise<number>
 }
@@ -84,14 +107,16 @@ export declare class Lease {
   /** The job (a new object on each read). */
   get job(): Job
   /**
+   * Resolves once the engine has let go of the job, with why (see `LeaseEnd`). Before the
+   * job is settled, any kind means: stop its handler, the engine did what the job needs.
+   * Never rejects; resolves for every job, so it never keeps the process alive after.
+   */
+  done(): Promise<LeaseEnd>
+  /**
    * Resolves to `true` when the lease is known to be lost (an extension found the job gone
-   * or under another attempt, or the lease expired while extensions failed): stop working
-   * on the job, it is someone else's now. Resolves to `false` once the job is completed or
-   * abandoned without that happening, so the Promise never keeps the process alive after
-   * the job is done. Never rejects.
-   *
-   * Loss is only noticed by auto-extension: with `autoExtend: false` a lease that runs out
-   * is not reported here.
+   * or under another attempt, or the lease ran out), to `false` once the engine let go of
+   * the job otherwise (settled, timed out, abandoned), so the Promise never keeps the
+   * process alive after the job is done. Never rejects.
    */
   lost(): Promise<boolean>
   /** Whether the lease is known to be lost. */
@@ -399,6 +424,45 @@ export interface EngineOptions {
   maxBackoffMs?: number
   /** A label sent with each reserve, shown by job inspection (`JobInfo.workerId`). */
   workerId?: string
+  /**
+   * The job types the host has a handler for: a job of another type is nacked with the
+   * queue's retry policy (reason `no handler for job type "T"`) and never handed out.
+   * Unset: every type is handed out.
+   */
+  jobTypes?: Array<string>
+  /**
+   * The longest a job may stay handed out, in milliseconds; past it the engine nacks it
+   * (reason `the handler ran past handler_timeout (N ms)`) and its `Lease.done()` resolves
+   * with kind `'timedOut'`. Unset: no limit.
+   */
+  handlerTimeoutMs?: number
+  /**
+   * How long `drain()` waits for the held jobs to be settled before it nacks the rest, in
+   * milliseconds.
+   * @default 30000
+   */
+  shutdownTimeoutMs?: number
+}
+
+/**
+ * What a worker run did: counts of jobs, kept by the engine (`WorkerReport` of the worker
+ * adds the deprecated names).
+ */
+export interface EngineReport {
+  /** Jobs acked. */
+  acked: number
+  /**
+   * Jobs nacked (retry, delay or dead-letter): thrown errors, job types without a
+   * handler and handlers past `handlerTimeoutMs` included.
+   */
+  nacked: number
+  /** Jobs whose lease was lost while held. */
+  leaseLost: number
+  /**
+   * Jobs nacked because the worker shut down before they were settled (or given back
+   * because they were reserved during shutdown).
+   */
+  abandoned: number
 }
 
 /** The answer to an accepted enqueue. */
@@ -534,7 +598,7 @@ export interface JobInfo {
 }
 
 /** Where a job is. */
-export type JobState = 'unknown' | 'scheduled' | 'ready' | 'inFlight' | 'deadLettered' | 'completed'
+export type JobState = 'unknown' | 'scheduled' | 'ready' | 'inFlight' | 'deadLettered' | 'acked'
 
 /** A live dedup record. */
 export interface KeyRecord {
@@ -544,6 +608,21 @@ export interface KeyRecord {
   createdAt?: Date
   /** When it stops deduplicating. */
   expiresAt?: Date
+}
+
+/**
+ * Why the engine let go of a job, as `Lease.done()` resolves: the kind, and a sentence
+ * saying so (the `AbortSignal` reason a worker gives a handler it stops).
+ */
+export interface LeaseEnd {
+  /**
+   * `'settled'` (by `settle`), `'lost'` (the slot was freed without a call; the server's
+   * lease expiry decides), `'timedOut'` (past `handlerTimeoutMs`; the engine nacked the
+   * job) or `'abandoned'` (the worker shut down; the engine nacked the job).
+   */
+  kind: 'settled' | 'lost' | 'timedOut' | 'abandoned'
+  /** Why, in words. */
+  reason: string
 }
 
 /** Options of `listDeadLetters`. */
@@ -574,7 +653,7 @@ export interface NackOptions {
 }
 
 /**
- * What became of a job, as `Engine.complete` reports it: `'success'` acks it; the others nack
+ * What became of a job, as `Engine.settle` reports it: `'success'` acks it; the others nack
  * it, and each dead-letters the job on its last attempt.
  */
 export type Outcome =

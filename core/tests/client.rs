@@ -255,10 +255,7 @@ async fn every_queue_call_round_trips() {
     );
 
     // Admin calls.
-    assert_eq!(
-        c.get_job(&ack.job_id).await.unwrap().state,
-        JobState::Completed
-    );
+    assert_eq!(c.get_job(&ack.job_id).await.unwrap().state, JobState::Acked);
     assert_eq!(
         c.get_job(&k.id).await.unwrap().state,
         JobState::DeadLettered

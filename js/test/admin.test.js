@@ -62,7 +62,7 @@ describe("admin calls", { timeout: 30_000 }, () => {
     assert.ok(inFlight.leaseExpiresAt instanceof Date);
 
     await client.ack(job.id, job.attempt);
-    assert.equal((await client.getJob(jobId)).state, "completed");
+    assert.equal((await client.getJob(jobId)).state, "acked");
   });
 
   test("getJob of an id the server never saw is unknown", async () => {

@@ -26,8 +26,9 @@ pub enum JobState {
     InFlight,
     /// Dead-lettered.
     DeadLettered,
-    /// Acked (kept while its idempotency key's dedup record lives).
-    Completed,
+    /// Acked (kept while its idempotency key's dedup record lives). Earlier releases said
+    /// `'completed'`.
+    Acked,
 }
 
 impl From<core::JobState> for JobState {
@@ -38,7 +39,7 @@ impl From<core::JobState> for JobState {
             core::JobState::Ready => JobState::Ready,
             core::JobState::InFlight => JobState::InFlight,
             core::JobState::DeadLettered => JobState::DeadLettered,
-            core::JobState::Completed => JobState::Completed,
+            core::JobState::Acked => JobState::Acked,
         }
     }
 }

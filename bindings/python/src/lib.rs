@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `admin` | what the operator calls return: `JobInfo`, `KeyRecord`, `DeadLetterPage`, `QueueStats` |
 //! | `client` | `SeppClient`: connect, enqueue, reserve, ack, nack, extend, ..., operator calls |
-//! | `engine` | the core's worker engine under `sepp.worker`: `EngineOptions`, `Engine`, `Lease`, `Outcome` |
+//! | `engine` | the core's worker engine under `sepp.worker`: `EngineOptions`, `Engine`, `Lease`, `Outcome`, `WorkerReport` |
 //! | `request` | what Python sends: `EnqueueRequest`, `Payload`, `TraceContext`, `NackRetry`, `RetryPolicy`, `TlsOptions` |
 //! | `job` | what the server returns: `EnqueueAck`, `Job`, `DeadLetterRecord`, `ServerInfo` |
 //! | `error` | the `Rejection` value and the mapping of core errors to `sepp.errors` |
@@ -65,5 +65,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<engine::Lease>()?;
     m.add_class::<engine::Outcome>()?;
+    m.add_class::<engine::WorkerReport>()?;
     Ok(())
 }

@@ -38,6 +38,7 @@ __all__ = [
     "ServerInfo",
     "TlsOptions",
     "TraceContext",
+    "WorkerReport",
 ]
 
 __version__: str
@@ -576,9 +577,10 @@ class JobInfo:
     @property
     def state(
         self,
-    ) -> Literal["UNKNOWN", "SCHEDULED", "READY", "IN_FLIGHT", "DEAD_LETTERED", "COMPLETED"]:
+    ) -> Literal["UNKNOWN", "SCHEDULED", "READY", "IN_FLIGHT", "DEAD_LETTERED", "ACKED"]:
         """Where the job is. ``"UNKNOWN"``: never existed, or finished and forgotten;
-        ``"COMPLETED"``: acked, kept while its idempotency key is remembered."""
+        ``"ACKED"``: acked, kept while its idempotency key is remembered (earlier releases
+        said ``"COMPLETED"``)."""
 
     @property
     def queue(self) -> str:
@@ -1138,8 +1140,8 @@ class SeppClient:
 
 @final
 class EngineOptions:
-    """How an `Engine` reserves and keeps leases. Types are checked here; zero values are
-    refused by `Engine.start`."""
+    """How an `Engine` reserves, keeps leases and treats the jobs it holds. Types are checked
+    here; zero values are refused by `Engine.start`."""
 
     def __new__(
         cls,
@@ -1151,6 +1153,9 @@ class EngineOptions:
         wait_timeout: Optional[timedelta] = None,
         max_backoff: Optional[timedelta] = None,
         worker_id: Optional[str] = None,
+        job_types: Optional[Sequence[str]] = None,
+        handler_timeout: Optional[timedelta] = None,
+        shutdown_timeout: Optional[timedelta] = None,
     ) -> EngineOptions:
         """Creates options; None takes the core's default.
 
@@ -1164,6 +1169,14 @@ class EngineOptions:
             max_backoff: The longest pause between reserves while they fail. Default 5
                 seconds.
             worker_id: A label sent with each reserve, shown by `SeppClient.get_job`.
+            job_types: The job types the host has a handler for: a job of another type is
+                nacked with the queue's retry policy (reason ``no handler for job type "T"``)
+                and never handed out. Default None: every type is handed out.
+            handler_timeout: The longest a job may stay handed out; past it the engine nacks
+                it (reason ``the handler ran past handler_timeout (N ms)``) and its
+                `Lease.done` returns ``"timed_out"``. Default None: no limit.
+            shutdown_timeout: How long `Engine.drain` waits for held jobs to be settled
+                before it nacks the rest. Default 30 seconds.
 
         Raises:
             TypeError: An argument has the wrong type (`queues` given as one `str` included).
@@ -1198,11 +1211,23 @@ class EngineOptions:
     def worker_id(self) -> Optional[str]:
         """The label sent with each reserve, if any."""
 
+    @property
+    def job_types(self) -> Optional[list[str]]:
+        """The job types handed out, or None for all."""
+
+    @property
+    def handler_timeout(self) -> Optional[timedelta]:
+        """The longest a job may stay handed out, or None."""
+
+    @property
+    def shutdown_timeout(self) -> timedelta:
+        """How long `Engine.drain` waits for held jobs."""
+
     def __eq__(self, value: object, /) -> bool: ...
 
 @final
 class Outcome:
-    """What became of a job, reported to `Engine.complete`. Build one with `success`, `retry`,
+    """What became of a job, reported to `Engine.settle`. Build one with `success`, `retry`,
     `retry_after` or `permanent`."""
 
     @staticmethod
@@ -1268,7 +1293,7 @@ class Outcome:
 
 @final
 class Lease:
-    """A job handed out by `Engine.next`, with its lease. Report it with `Engine.complete`."""
+    """A job handed out by `Engine.next`, with its lease. Report it with `Engine.settle`."""
 
     @property
     def job(self) -> Job:
@@ -1282,26 +1307,72 @@ class Lease:
     def is_lost(self) -> bool:
         """Whether the lease is known to be lost."""
 
+    async def done(self) -> Literal["settled", "lost", "timed_out", "abandoned"]:
+        """Returns once the engine has let go of the job, with why: ``"settled"`` (by
+        `Engine.settle`), ``"lost"`` (the lease was lost; the slot was freed without a call
+        and the server's lease expiry decides), ``"timed_out"`` (past `handler_timeout`; the
+        engine nacked the job) or ``"abandoned"`` (the worker shut down; the engine nacked the
+        job). Before the job is settled, any of these means: stop its handler."""
+
     async def lost(self) -> None:
         """Returns once the lease is known to be lost: an extension found the job settled
-        elsewhere or redelivered, or the lease ran out while extensions failed. The job is
-        someone else's then; stop working on it. Never returns while the lease holds."""
+        elsewhere or redelivered, or the lease ran out (while extensions failed, or without
+        them). The job is someone else's then; stop working on it. Never returns otherwise."""
 
     async def ended(self) -> bool:
-        """Returns once this worker's lease on the job is over.
+        """Returns once the engine has let go of the job.
 
         Returns:
-            True if the lease was lost, False if the job was completed, abandoned or released.
+            True if the lease was lost, False if the job was settled, timed out or abandoned.
         """
 
 @final
-class Engine:
-    """The core's worker engine: a poller that reserves for the free slots (backing off while
-    the server fails), lease extension, and settlement of the outcomes reported. It runs on
-    the native runtime; the host only takes jobs (`next`) and reports them (`complete`).
+class WorkerReport:
+    """What a worker run did: counts of jobs, kept by the core's engine."""
 
-    Garbage-collected without `shutdown`, it shuts down and gives back the jobs it holds
-    (`abandon_all`).
+    def __new__(
+        cls, *, acked: int = 0, nacked: int = 0, lease_lost: int = 0, abandoned: int = 0
+    ) -> WorkerReport:
+        """Creates a report (for comparisons; runs return theirs)."""
+
+    @property
+    def acked(self) -> int:
+        """Jobs acked."""
+
+    @property
+    def nacked(self) -> int:
+        """Jobs nacked (retry, delay or dead-letter): exceptions, job types without a
+        handler and handlers past `handler_timeout` included."""
+
+    @property
+    def lease_lost(self) -> int:
+        """Jobs whose lease was lost while held."""
+
+    @property
+    def abandoned(self) -> int:
+        """Jobs nacked because the worker shut down before they were settled (or given back
+        because they were reserved during shutdown)."""
+
+    @property
+    def succeeded(self) -> int:
+        """Deprecated: `acked`."""
+
+    @property
+    def failed(self) -> int:
+        """Deprecated: `nacked`."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class Engine:
+    """The core's worker engine, and the whole policy of a worker: a poller that reserves for
+    the free slots (backing off while the server fails), lease extension, lease loss (the slot
+    is freed without a call), the job types without a handler, the handler timeout,
+    settlement of the outcomes reported, shutdown and the counts. It runs on the native
+    runtime; the host only takes jobs (`next`), runs their handlers until `Lease.done`, and
+    reports them (`settle`).
+
+    Garbage-collected while it holds jobs, it shuts down and nacks them.
     """
 
     @staticmethod
@@ -1318,15 +1389,15 @@ class Engine:
         Raises:
             TypeError: An argument has the wrong type.
             RuntimeError: The client is closed.
-            InvalidArgumentError: No queues, a zero `lease_duration` or a zero
-                `max_in_flight`.
+            InvalidArgumentError: No queues, a zero `lease_duration`, a zero `max_in_flight`
+                or a zero `handler_timeout`.
         """
 
     async def next(self) -> Optional[Lease]:
-        """Waits for the next reserved job.
+        """Waits for the next reserved job. With `handler_timeout`, the job's time starts now.
 
         Do not cancel a waiting `next` while the engine runs: a job it was handing over when
-        cancelled stays held, unprocessed, until `abandon_all`. Call `shutdown`, which ends it.
+        cancelled stays held, unprocessed, until `drain`. Call `shutdown`, which ends it.
 
         Returns:
             The job and its lease, or None once the engine is shut down.
@@ -1349,9 +1420,10 @@ class Engine:
             InvalidArgumentError: `max_leases` is negative.
         """
 
-    async def complete(self, job_id: str, attempt: int, outcome: Outcome) -> None:
+    async def settle(self, job_id: str, attempt: int, outcome: Outcome) -> None:
         """Settles a job handed out by `next` (ack, or nack per `outcome`) and frees its slot.
-        The settlement runs to its end even if the awaiting task is cancelled.
+        The settlement runs to its end even if the awaiting task is cancelled. The engine
+        counts the job (`report`) whatever happens.
 
         Args:
             job_id: `Job.id`.
@@ -1360,16 +1432,39 @@ class Engine:
 
         Raises:
             TypeError: An argument has the wrong type.
-            JobNotInFlightError: The lease was lost; the job will be, or was, delivered again.
+            JobNotInFlightError: The engine no longer holds the job (lost, timed out,
+                abandoned, or settled already: nothing was sent), or the server says the
+                lease is lost.
             AttemptMismatchError: The lease was lost and the job redelivered.
             TransportError: The call failed in transit; the lease runs out and the job is
                 delivered again.
         """
 
+    async def complete(self, job_id: str, attempt: int, outcome: Outcome) -> None:
+        """Deprecated: `settle` (warns with `DeprecationWarning`)."""
+
     def shutdown(self) -> None:
         """Stops reserving; a waiting `next` returns None. Jobs handed out stay held until
-        completed or abandoned; jobs reserved but not handed out yet are given back at once
+        settled or abandoned; jobs reserved but not handed out yet are given back at once
         (nacked without delay)."""
+
+    async def drain(self) -> int:
+        """Shuts down gracefully: stops reserving, waits up to `shutdown_timeout` (or until
+        `end_grace_period`) for the held jobs to be settled, then nacks the rest with the
+        queue's retry policy and the reason ``worker shut down before the job finished``;
+        their `Lease.done` returns ``"abandoned"``. Runs to its end even if the awaiting task
+        is cancelled.
+
+        Returns:
+            How many jobs were nacked.
+        """
+
+    def end_grace_period(self) -> None:
+        """Ends the grace period of a running (or the next) `drain` at once."""
+
+    @property
+    def report(self) -> WorkerReport:
+        """The counts of the run so far."""
 
     @property
     def is_shut_down(self) -> bool:
@@ -1394,8 +1489,8 @@ class Engine:
         """
 
     async def abandon_all(self, reason: str) -> int:
-        """Nacks every job still held, with the queue's retry policy, at the end of a
-        shutdown. Runs to its end even if the awaiting task is cancelled.
+        """Nacks every job still held, with the queue's retry policy; their `Lease.done`
+        returns ``"abandoned"``. Runs to its end even if the awaiting task is cancelled.
 
         Args:
             reason: Kept as each job's last reason.
