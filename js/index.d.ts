@@ -343,8 +343,8 @@ export interface ConnectOptions {
   maxReceiveBytes?: number
   /**
    * Automatic retries, only where a retry is safe (a keyed enqueue, ack, nack, extend,
-   * getServerInfo; never reserve or drainDeadLetters). On by default (3 tries in all);
-   * fields left out take the defaults; `null` turns retries off.
+   * getServerInfo; never reserve or drainDeadLetters). On by default (2 retries, 3 tries
+   * in all); fields left out take the defaults; `null` turns retries off.
    */
   retryPolicy?: RetryPolicy | null
 }
@@ -713,28 +713,40 @@ export interface ReserveOptions {
   workerId?: string
 }
 
-/** Exponential backoff with full jitter between tries. Unset fields take the defaults. */
+/**
+ * How a failed call is retried: up to `maxRetries` more times, with pauses growing
+ * exponentially (full jitter) between them. Unset fields take the defaults.
+ */
 export interface RetryPolicy {
   /**
-   * Tries in all, the first included (at least 1; 1 turns retries off).
-   * @default 3
+   * Retries after the first try (0 makes one try).
+   * @default 2
    */
-  maxAttempts?: number
+  maxRetries?: number
   /**
-   * Upper bound of the first pause, in milliseconds.
+   * Upper bound of the pause before the first retry, in milliseconds.
    * @default 50
    */
-  initialBackoffMs?: number
+  firstRetryDelayMs?: number
   /**
    * Upper bound of any pause, in milliseconds.
    * @default 2000
    */
-  maxBackoffMs?: number
+  maxRetryDelayMs?: number
   /**
    * Growth of the bound per retry.
    * @default 2
    */
   multiplier?: number
+  /**
+   * Tries in all, the first included (`maxRetries + 1`).
+   * @deprecated Use `maxRetries`.
+   */
+  maxAttempts?: number
+  /** @deprecated Use `firstRetryDelayMs`. */
+  initialBackoffMs?: number
+  /** @deprecated Use `maxRetryDelayMs`. */
+  maxBackoffMs?: number
 }
 
 /**

@@ -98,7 +98,7 @@ impl SeppClientBuilder {
     }
 
     /// Retries per the protocol's safe-retry table (see [`crate::retry`]). On by default with
-    /// [`RetryPolicy::default`] (3 tries in all, backoff from 50 ms).
+    /// [`RetryPolicy::default`] (2 retries, pauses from 50 ms).
     #[must_use]
     pub fn retry_policy(mut self, p: RetryPolicy) -> Self {
         self.retry = Some(p);
@@ -437,11 +437,11 @@ impl SeppClient {
                     let Some(p) = &self.inner.retry else {
                         return Err(s);
                     };
-                    if tries >= p.max_attempts || !is_retryable(class, &s) {
+                    if tries > p.max_retries || !is_retryable(class, &s) {
                         return Err(s);
                     }
                     tracing::debug!(code = ?s.code(), tries, "retrying sepp call");
-                    tokio::time::sleep(p.backoff(tries)).await;
+                    tokio::time::sleep(p.retry_delay(tries)).await;
                 }
             }
         }

@@ -93,8 +93,8 @@ async fn lossy(server: &TestServer, drops: Arc<AtomicU32>) -> String {
 
 fn policy() -> RetryPolicy {
     RetryPolicy {
-        max_attempts: 3,
-        initial_backoff: Duration::from_millis(10),
+        max_retries: 2,
+        first_retry_delay: Duration::from_millis(10),
         ..RetryPolicy::default()
     }
 }

@@ -60,7 +60,7 @@ describe("connect and getServerInfo", T, () => {
       rpcTimeoutMs: null,
       connectTimeoutMs: 5_000,
       maxReceiveBytes: 1 << 20,
-      retryPolicy: { maxAttempts: 3, initialBackoffMs: 10, maxBackoffMs: 100, multiplier: 2 },
+      retryPolicy: { maxRetries: 2, firstRetryDelayMs: 10, maxRetryDelayMs: 100, multiplier: 2 },
     });
     try {
       assert.ok(other instanceof SeppClient);
@@ -68,6 +68,13 @@ describe("connect and getServerInfo", T, () => {
     } finally {
       other.close();
     }
+    // The names of earlier releases are still accepted (deprecated), but not with the new.
+    const old = await SeppClient.connect(server.addr, { retryPolicy: { maxAttempts: 3, initialBackoffMs: 10 } });
+    old.close();
+    await assert.rejects(
+      SeppClient.connect(server.addr, { retryPolicy: { maxRetries: 2, maxAttempts: 3 } }),
+      (/** @type {any} */ e) => e.code === "INVALID_CONFIG" && /not both/.test(e.message),
+    );
   });
 });
 

@@ -274,8 +274,8 @@ describe("connect", T, () => {
     await assert.rejects(C.connect("127.0.0.1:1", "x"), isTypeError("options"));
     await assert.rejects(C.connect("127.0.0.1:1", { apiKey: 1 }), isTypeError("options.apiKey"));
     await assert.rejects(
-      C.connect("127.0.0.1:1", { retryPolicy: { maxAttempts: "3" } }),
-      isTypeError("options.retryPolicy.maxAttempts"),
+      C.connect("127.0.0.1:1", { retryPolicy: { maxRetries: "3" } }),
+      isTypeError("options.retryPolicy.maxRetries"),
     );
   });
 

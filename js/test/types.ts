@@ -40,7 +40,7 @@ export async function rightUsage(): Promise<void> {
     apiKey: "secret",
     tls: { caPem: "-----BEGIN CERTIFICATE-----", domain: "sepp.internal" },
     rpcTimeoutMs: null,
-    retryPolicy: { maxAttempts: 3, initialBackoffMs: 50 },
+    retryPolicy: { maxRetries: 2, firstRetryDelayMs: 50 },
   });
 
   const request: EnqueueRequest = {

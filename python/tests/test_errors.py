@@ -201,7 +201,7 @@ async def test_an_invalid_value_is_rejected_when_sent_and_in_its_slot_of_a_batch
         (lambda: Payload("text", "text/plain"), "data"),
         (lambda: Payload(b"x", 1), "encoding"),
         (lambda: sepp.NackRetry.delay(5), "delay"),
-        (lambda: sepp.RetryPolicy(initial_backoff=0.1), "initial_backoff"),
+        (lambda: sepp.RetryPolicy(first_retry_delay=0.1), "first_retry_delay"),
         (lambda: sepp.TlsOptions(ca_pem=1), "ca_pem"),
     ],
 )
@@ -336,8 +336,23 @@ async def test_unusable_settings_raise_invalid_config(
 def test_unusable_setting_values_raise_invalid_config() -> None:
     with pytest.raises(sepp.InvalidConfigError, match="rpc_timeout"):
         sepp.SeppClient.connect("h:1", rpc_timeout=timedelta(seconds=-1))
-    with pytest.raises(sepp.InvalidConfigError, match="max_attempts"):
-        sepp.RetryPolicy(max_attempts=-1)
+    with pytest.raises(sepp.InvalidConfigError, match="max_retries"):
+        sepp.RetryPolicy(max_retries=-1)
+    with pytest.warns(DeprecationWarning), pytest.raises(sepp.InvalidConfigError, match="not both"):
+        sepp.RetryPolicy(max_retries=1, max_attempts=2)
+
+
+def test_a_retry_policy_takes_the_names_of_earlier_releases_with_a_warning() -> None:
+    assert sepp.RetryPolicy().max_retries == 2
+    with pytest.warns(DeprecationWarning) as warned:
+        policy = sepp.RetryPolicy(max_attempts=5, initial_backoff=timedelta(milliseconds=20))
+    assert [str(w.message) for w in warned] == [
+        "RetryPolicy.max_attempts is deprecated: use max_retries",
+        "RetryPolicy.initial_backoff is deprecated: use first_retry_delay",
+    ]
+    assert policy == sepp.RetryPolicy(max_retries=4, first_retry_delay=timedelta(milliseconds=20))
+    with pytest.warns(DeprecationWarning):
+        assert policy.max_attempts == 5
 
 
 async def test_a_missing_or_wrong_api_key_raises_unauthenticated(auth_server: Server) -> None:

@@ -25,7 +25,7 @@ async def produce(url: str) -> None:
         api_key="key",
         tls=sepp.TlsOptions(ca_pem=b"-----BEGIN CERTIFICATE-----"),
         rpc_timeout=None,
-        retry_policy=sepp.RetryPolicy(max_attempts=3, initial_backoff=timedelta(milliseconds=20)),
+        retry_policy=sepp.RetryPolicy(max_retries=2, first_retry_delay=timedelta(milliseconds=20)),
     ) as client:
         assert_type(client, sepp.SeppClient)
         assert_type(client.max_idempotency_key_bytes, Optional[int])

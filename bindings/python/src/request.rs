@@ -5,7 +5,7 @@
 use crate::error::Invalid;
 use crate::repr::repr;
 use crate::time::{datetime_to_py, datetime_value, duration_arg, opt_duration_arg, type_name};
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyDeprecationWarning, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyMapping, PyString};
 use sepp_rs::Value;
@@ -438,25 +438,86 @@ pub(crate) struct RetryPolicy {
     pub(crate) inner: sepp_rs::RetryPolicy,
 }
 
+/// Warns that `old` is deprecated in favour of `new`.
+fn deprecated(py: Python<'_>, old: &str, new: &str) -> PyResult<()> {
+    let message = std::ffi::CString::new(format!("RetryPolicy.{old} is deprecated: use {new}"))
+        .map_err(|e| PyTypeError::new_err(e.to_string()))?;
+    PyErr::warn(py, &py.get_type::<PyDeprecationWarning>(), &message, 1)
+}
+
 #[pymethods]
 impl RetryPolicy {
     #[new]
-    #[pyo3(signature = (*, max_attempts=None, initial_backoff=None, max_backoff=None, multiplier=None))]
+    #[pyo3(signature = (
+        *, max_retries=None, first_retry_delay=None, max_retry_delay=None, multiplier=None,
+        max_attempts=None, initial_backoff=None, max_backoff=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
+        max_retries: Option<&Bound<'_, PyAny>>,
+        first_retry_delay: Option<&Bound<'_, PyAny>>,
+        max_retry_delay: Option<&Bound<'_, PyAny>>,
+        multiplier: Option<f64>,
         max_attempts: Option<&Bound<'_, PyAny>>,
         initial_backoff: Option<&Bound<'_, PyAny>>,
         max_backoff: Option<&Bound<'_, PyAny>>,
-        multiplier: Option<f64>,
     ) -> PyResult<Self> {
         let mut inner = sepp_rs::RetryPolicy::default();
-        if let Some(n) = opt_u32_arg(max_attempts, "max_attempts", Invalid::Config)? {
-            inner.max_attempts = n;
+        // The names of earlier releases: `max_attempts` counted the first try too.
+        fn old<'py>(
+            arg: Option<&Bound<'py, PyAny>>,
+            name: &str,
+            new: &str,
+        ) -> PyResult<Option<Bound<'py, PyAny>>> {
+            match arg {
+                Some(a) if !a.is_none() => deprecated(a.py(), name, new).map(|()| Some(a.clone())),
+                _ => Ok(None),
+            }
         }
-        if let Some(d) = opt_duration_arg(initial_backoff, "initial_backoff", Invalid::Config)? {
-            inner.initial_backoff = d;
+        let max_attempts = old(max_attempts, "max_attempts", "max_retries")?;
+        let initial_backoff = old(initial_backoff, "initial_backoff", "first_retry_delay")?;
+        let max_backoff = old(max_backoff, "max_backoff", "max_retry_delay")?;
+        for (new, old, names) in [
+            (max_retries, &max_attempts, "max_retries and max_attempts"),
+            (
+                first_retry_delay,
+                &initial_backoff,
+                "first_retry_delay and initial_backoff",
+            ),
+            (
+                max_retry_delay,
+                &max_backoff,
+                "max_retry_delay and max_backoff",
+            ),
+        ] {
+            if new.is_some_and(|n| !n.is_none()) && old.is_some() {
+                return Err(Invalid::Config.err(py, format!("give one of {names}, not both")));
+            }
         }
-        if let Some(d) = opt_duration_arg(max_backoff, "max_backoff", Invalid::Config)? {
-            inner.max_backoff = d;
+        if let Some(n) = opt_u32_arg(max_retries, "max_retries", Invalid::Config)? {
+            inner.max_retries = n;
+        }
+        if let Some(n) = opt_u32_arg(max_attempts.as_ref(), "max_attempts", Invalid::Config)? {
+            inner.max_retries = n.saturating_sub(1);
+        }
+        let first = first_retry_delay.or(initial_backoff.as_ref());
+        let name = if initial_backoff.is_some() {
+            "initial_backoff"
+        } else {
+            "first_retry_delay"
+        };
+        if let Some(d) = opt_duration_arg(first, name, Invalid::Config)? {
+            inner.first_retry_delay = d;
+        }
+        let most = max_retry_delay.or(max_backoff.as_ref());
+        let name = if max_backoff.is_some() {
+            "max_backoff"
+        } else {
+            "max_retry_delay"
+        };
+        if let Some(d) = opt_duration_arg(most, name, Invalid::Config)? {
+            inner.max_retry_delay = d;
         }
         if let Some(m) = multiplier {
             inner.multiplier = m;
@@ -465,18 +526,18 @@ impl RetryPolicy {
     }
 
     #[getter]
-    fn max_attempts(&self) -> u32 {
-        self.inner.max_attempts
+    fn max_retries(&self) -> u32 {
+        self.inner.max_retries
     }
 
     #[getter]
-    fn initial_backoff(&self) -> std::time::Duration {
-        self.inner.initial_backoff
+    fn first_retry_delay(&self) -> std::time::Duration {
+        self.inner.first_retry_delay
     }
 
     #[getter]
-    fn max_backoff(&self) -> std::time::Duration {
-        self.inner.max_backoff
+    fn max_retry_delay(&self) -> std::time::Duration {
+        self.inner.max_retry_delay
     }
 
     #[getter]
@@ -484,12 +545,30 @@ impl RetryPolicy {
         self.inner.multiplier
     }
 
+    #[getter]
+    fn max_attempts(&self, py: Python<'_>) -> PyResult<u32> {
+        deprecated(py, "max_attempts", "max_retries")?;
+        Ok(self.inner.max_retries.saturating_add(1))
+    }
+
+    #[getter]
+    fn initial_backoff(&self, py: Python<'_>) -> PyResult<std::time::Duration> {
+        deprecated(py, "initial_backoff", "first_retry_delay")?;
+        Ok(self.inner.first_retry_delay)
+    }
+
+    #[getter]
+    fn max_backoff(&self, py: Python<'_>) -> PyResult<std::time::Duration> {
+        deprecated(py, "max_backoff", "max_retry_delay")?;
+        Ok(self.inner.max_retry_delay)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "RetryPolicy(max_attempts={}, initial_backoff={}, max_backoff={}, multiplier={})",
-            self.inner.max_attempts,
-            repr(py, self.inner.initial_backoff),
-            repr(py, self.inner.max_backoff),
+            "RetryPolicy(max_retries={}, first_retry_delay={}, max_retry_delay={}, multiplier={})",
+            self.inner.max_retries,
+            repr(py, self.inner.first_retry_delay),
+            repr(py, self.inner.max_retry_delay),
             repr(py, self.inner.multiplier)
         )
     }

@@ -385,44 +385,68 @@ class RetryPolicy:
     """Automatic retries, only where the core deems them safe: keyed enqueues (a repeat is a
     dedup hit), ack/nack/extend and get_server_info on transport errors and overload; unkeyed
     enqueues only when the request cannot have reached the server; reserve and
-    drain_dead_letters never. Pauses use exponential backoff with full jitter."""
+    drain_dead_letters never. The pauses between tries grow exponentially, with full jitter.
+
+    The names of earlier releases (`max_attempts`, which counted the first try,
+    `initial_backoff`, `max_backoff`) are accepted and readable with a `DeprecationWarning`:
+    attempts and backoff are the words of jobs, not of calls.
+    """
 
     def __new__(
         cls,
         *,
+        max_retries: Optional[int] = None,
+        first_retry_delay: Optional[timedelta] = None,
+        max_retry_delay: Optional[timedelta] = None,
+        multiplier: Optional[float] = None,
         max_attempts: Optional[int] = None,
         initial_backoff: Optional[timedelta] = None,
         max_backoff: Optional[timedelta] = None,
-        multiplier: Optional[float] = None,
     ) -> RetryPolicy:
         """Creates a policy; None takes the core's default.
 
         Args:
-            max_attempts: Tries in all, the first included. Default 3.
-            initial_backoff: Upper bound of the first pause. Default 50 ms.
-            max_backoff: Upper bound of any pause. Default 2 s.
+            max_retries: Retries after the first try; 0 makes one try. Default 2.
+            first_retry_delay: Upper bound of the pause before the first retry. Default 50 ms.
+            max_retry_delay: Upper bound of any pause. Default 2 s.
             multiplier: Growth of the bound per retry. Default 2.0.
+            max_attempts: Deprecated: tries in all, the first included (``max_retries + 1``).
+            initial_backoff: Deprecated: `first_retry_delay`.
+            max_backoff: Deprecated: `max_retry_delay`.
 
         Raises:
             TypeError: An argument has the wrong type.
-            InvalidConfigError: A negative duration or count.
+            InvalidConfigError: A negative duration or count, or a setting given under both
+                its names.
         """
 
     @property
-    def max_attempts(self) -> int:
-        """Tries in all."""
+    def max_retries(self) -> int:
+        """Retries after the first try."""
 
     @property
-    def initial_backoff(self) -> timedelta:
-        """Upper bound of the first pause."""
+    def first_retry_delay(self) -> timedelta:
+        """Upper bound of the pause before the first retry."""
 
     @property
-    def max_backoff(self) -> timedelta:
+    def max_retry_delay(self) -> timedelta:
         """Upper bound of any pause."""
 
     @property
     def multiplier(self) -> float:
         """Growth of the bound per retry."""
+
+    @property
+    def max_attempts(self) -> int:
+        """Deprecated: tries in all (``max_retries + 1``)."""
+
+    @property
+    def initial_backoff(self) -> timedelta:
+        """Deprecated: `first_retry_delay`."""
+
+    @property
+    def max_backoff(self) -> timedelta:
+        """Deprecated: `max_retry_delay`."""
 
     def __eq__(self, value: object, /) -> bool: ...
 
@@ -721,7 +745,7 @@ class SeppClient:
                 Default 30 seconds; None for no deadline.
             retry_policy: Automatic retries of the calls safe to retry (keyed enqueues, ack,
                 nack, extend, get_server_info; never reserve or drain_dead_letters). Default
-                ``RetryPolicy()`` (3 tries in all); None for none.
+                ``RetryPolicy()`` (2 retries, 3 tries in all); None for none.
 
         Returns:
             The connected client.
