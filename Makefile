@@ -11,6 +11,7 @@ SOAK_TARGETS := soak-streams
 -include python/python.mk
 -include js/js.mk
 -include tests/interop/interop.mk
+-include tests/behaviour/behaviour.mk
 
 .PHONY: ci lint test-rust build release fmt no-tonic-in-core check-example-errors soak soak-streams
 
@@ -37,7 +38,7 @@ no-tonic-in-core:
 		echo "tonic/prost referenced outside server/src/api"; exit 1; fi
 
 test-rust:
-	cargo nextest run --workspace --exclude sepp-interop --no-fail-fast
+	cargo nextest run --workspace --exclude sepp-interop --exclude sepp-behaviour --no-fail-fast
 	cargo test --workspace --doc
 
 # An example that cannot reach its server prints the error's text and code, not a debug struct.
