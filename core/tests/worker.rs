@@ -2,9 +2,8 @@
 //! conditions (a handler's signal, a job's state polled with a deadline), never for fixed
 //! times.
 
-use sepp_proto::v1 as pb;
-use sepp_proto::v1::queue_service_client::QueueServiceClient;
-use sepp_proto::v1::queue_service_server::{QueueService, QueueServiceServer};
+mod common;
+
 use sepp_rs::admin::{JobInfo, JobState};
 use sepp_rs::job::DeadLetterCause;
 use sepp_rs::{EnqueueRequest, HandlerError, ReserveOptions, SeppClient, Worker};
@@ -14,8 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use tonic::transport::Channel;
-use tonic::{Request, Response, Status};
 
 async fn setup() -> (TestServer, SeppClient) {
     let server = TestServer::start(|c| {
@@ -434,83 +431,13 @@ async fn a_job_redelivered_to_the_same_engine_is_held_once_per_attempt() {
     engine.shutdown();
 }
 
-/// Forwards the queue service to the real server and counts the settlements (acks and nacks)
-/// that pass, so a test can show that the worker made none.
-struct CountingProxy {
-    upstream: QueueServiceClient<Channel>,
-    settlements: Arc<AtomicUsize>,
-}
-
-#[tonic::async_trait]
-impl QueueService for CountingProxy {
-    async fn enqueue_batch(
-        &self,
-        r: Request<pb::EnqueueBatchRequest>,
-    ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
-        self.upstream.clone().enqueue_batch(r.into_inner()).await
-    }
-    async fn enqueue_atomic(
-        &self,
-        r: Request<pb::EnqueueBatchRequest>,
-    ) -> Result<Response<pb::EnqueueAtomicResponse>, Status> {
-        self.upstream.clone().enqueue_atomic(r.into_inner()).await
-    }
-    async fn reserve(
-        &self,
-        r: Request<pb::ReserveRequest>,
-    ) -> Result<Response<pb::ReserveResponse>, Status> {
-        self.upstream.clone().reserve(r.into_inner()).await
-    }
-    async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
-        self.settlements.fetch_add(1, Ordering::SeqCst);
-        self.upstream.clone().ack(r.into_inner()).await
-    }
-    async fn nack(
-        &self,
-        r: Request<pb::NackRequest>,
-    ) -> Result<Response<pb::NackResponse>, Status> {
-        self.settlements.fetch_add(1, Ordering::SeqCst);
-        self.upstream.clone().nack(r.into_inner()).await
-    }
-    async fn extend(
-        &self,
-        r: Request<pb::ExtendRequest>,
-    ) -> Result<Response<pb::ExtendResponse>, Status> {
-        self.upstream.clone().extend(r.into_inner()).await
-    }
-    async fn drain_dead_letters(
-        &self,
-        r: Request<pb::DrainDeadLettersRequest>,
-    ) -> Result<Response<pb::DrainDeadLettersResponse>, Status> {
-        self.upstream
-            .clone()
-            .drain_dead_letters(r.into_inner())
-            .await
-    }
-    async fn get_server_info(
-        &self,
-        r: Request<pb::GetServerInfoRequest>,
-    ) -> Result<Response<pb::GetServerInfoResponse>, Status> {
-        self.upstream.clone().get_server_info(r.into_inner()).await
-    }
-}
-
-/// A client of `server` through a [`CountingProxy`], and the proxy's count.
+/// A client of `server` through a proxy that counts the settlements (acks and nacks) that
+/// pass, so a test can show that the worker made none; and the count.
 async fn counted_client(server: &TestServer) -> (SeppClient, Arc<AtomicUsize>) {
-    let settlements = Arc::new(AtomicUsize::new(0));
-    let upstream = QueueServiceClient::connect(server.url()).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(QueueServiceServer::new(CountingProxy {
-                upstream,
-                settlements: settlements.clone(),
-            }))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
-    let client = SeppClient::connect(format!("http://{addr}")).await.unwrap();
-    (client, settlements)
+    let tamper = common::Tamper::default();
+    let settlements = tamper.settlements.clone();
+    let url = common::proxy(server, tamper).await;
+    (SeppClient::connect(url).await.unwrap(), settlements)
 }
 
 /// A lost lease frees the worker's slot without any call: the server's lease expiry decides,

@@ -8,13 +8,13 @@
 
 use crate::call::{ToPython, coroutine};
 use crate::client::SeppClient;
-use crate::error::{Failure, Invalid};
+use crate::error::{Failure, Invalid, warn_deprecated};
 use crate::job::Job;
 use crate::repr::repr;
 use crate::request::u32_arg;
 use crate::time::{duration_arg, opt_datetime_to_py};
 use futures_util::FutureExt;
-use pyo3::exceptions::{PyDeprecationWarning, PyRuntimeError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use sepp_rs::engine::{self, Outcome as CoreOutcome};
 use std::time::Duration;
@@ -383,12 +383,7 @@ impl Engine {
         attempt: &Bound<'py, PyAny>,
         outcome: PyRef<'py, Outcome>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        PyErr::warn(
-            py,
-            &py.get_type::<PyDeprecationWarning>(),
-            c"Engine.complete is deprecated: use Engine.settle",
-            1,
-        )?;
+        warn_deprecated(py, "Engine.complete is deprecated: use Engine.settle")?;
         self.settle(py, job_id, attempt, outcome)
     }
 
@@ -500,22 +495,18 @@ impl WorkerReport {
 
     #[getter]
     fn succeeded(&self, py: Python<'_>) -> PyResult<u64> {
-        PyErr::warn(
+        warn_deprecated(
             py,
-            &py.get_type::<PyDeprecationWarning>(),
-            c"WorkerReport.succeeded is deprecated: use WorkerReport.acked",
-            1,
+            "WorkerReport.succeeded is deprecated: use WorkerReport.acked",
         )?;
         Ok(self.acked)
     }
 
     #[getter]
     fn failed(&self, py: Python<'_>) -> PyResult<u64> {
-        PyErr::warn(
+        warn_deprecated(
             py,
-            &py.get_type::<PyDeprecationWarning>(),
-            c"WorkerReport.failed is deprecated: use WorkerReport.nacked",
-            1,
+            "WorkerReport.failed is deprecated: use WorkerReport.nacked",
         )?;
         Ok(self.nacked)
     }

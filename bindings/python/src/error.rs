@@ -86,6 +86,19 @@ impl Rejection {
     }
 }
 
+/// Warns with a `DeprecationWarning` pointing at the caller: `message` names the old name and
+/// the new one.
+pub(crate) fn warn_deprecated(py: Python<'_>, message: &str) -> PyResult<()> {
+    let message =
+        std::ffi::CString::new(message).map_err(|e| PyTypeError::new_err(e.to_string()))?;
+    PyErr::warn(
+        py,
+        &py.get_type::<pyo3::exceptions::PyDeprecationWarning>(),
+        &message,
+        1,
+    )
+}
+
 /// Which sepp error reports an unusable value given from Python.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Invalid {

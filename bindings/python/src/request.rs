@@ -2,10 +2,10 @@
 //! its [`Payload`] and [`TraceContext`], the [`NackRetry`] strategy, and the connection
 //! settings [`RetryPolicy`] and [`TlsOptions`].
 
-use crate::error::Invalid;
+use crate::error::{Invalid, warn_deprecated};
 use crate::repr::repr;
 use crate::time::{datetime_to_py, datetime_value, duration_arg, opt_duration_arg, type_name};
-use pyo3::exceptions::{PyDeprecationWarning, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyMapping, PyString};
 use sepp_rs::Value;
@@ -438,11 +438,9 @@ pub(crate) struct RetryPolicy {
     pub(crate) inner: sepp_rs::RetryPolicy,
 }
 
-/// Warns that `old` is deprecated in favour of `new`.
+/// Warns that `RetryPolicy.{old}` is deprecated in favour of `new`.
 fn deprecated(py: Python<'_>, old: &str, new: &str) -> PyResult<()> {
-    let message = std::ffi::CString::new(format!("RetryPolicy.{old} is deprecated: use {new}"))
-        .map_err(|e| PyTypeError::new_err(e.to_string()))?;
-    PyErr::warn(py, &py.get_type::<PyDeprecationWarning>(), &message, 1)
+    warn_deprecated(py, &format!("RetryPolicy.{old} is deprecated: use {new}"))
 }
 
 #[pymethods]

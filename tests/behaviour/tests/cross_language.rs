@@ -4,9 +4,9 @@
 //! dead-letter cause and last reason; ListDeadLetters; queue counts), the rejections and the
 //! workers' counts must be identical across the three; ids and times are left out.
 //!
-//! `make test-behaviour` builds what it needs and sets `SEPP_BEHAVIOUR_PYTHON` (a Python with
-//! the `sepp` package installed); `node` runs the Node runner against `js/` (built). A missing
-//! runtime fails the suite, it never skips.
+//! `make test-behaviour` builds what it needs and sets `SEPP_SERVER_BIN` and
+//! `SEPP_BEHAVIOUR_PYTHON` (a Python with the `sepp` package installed); `node` runs the Node
+//! runner against `js/` (built). A missing runtime fails the suite, it never skips.
 
 use sepp_server::testing::{ServerProcess, TempDir};
 use serde_json::Value;
@@ -18,16 +18,13 @@ fn here() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The server binary, from `SEPP_SERVER_BIN` (which `make test-behaviour` sets).
 fn server_bin() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| here().join("../../target"));
-    let bin = target.join("debug/sepp");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --bin sepp`",
-        bin.display()
+    let bin = PathBuf::from(
+        std::env::var_os("SEPP_SERVER_BIN")
+            .expect("SEPP_SERVER_BIN must name the sepp binary (run `make test-behaviour`)"),
     );
+    assert!(bin.exists(), "{} is missing", bin.display());
     bin
 }
 
