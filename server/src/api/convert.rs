@@ -22,9 +22,6 @@ pub(crate) fn duration_ms(d: &Duration) -> i64 {
 
 /// The range of `google.protobuf.Duration`: about ±10 000 years.
 const DURATION_MAX_SECONDS: i64 = 315_576_000_000;
-/// The range of `google.protobuf.Timestamp`: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
-const TIMESTAMP_MIN_SECONDS: i64 = -62_135_596_800;
-const TIMESTAMP_MAX_SECONDS: i64 = 253_402_300_799;
 
 /// Why `d` is not a valid `google.protobuf.Duration` (seconds within ±315 576 000 000, nanos
 /// within ±999 999 999 and of the sign of seconds), if it is not.
@@ -65,20 +62,11 @@ pub(crate) fn duration_arg(field: &str, d: Option<&Duration>) -> Result<Option<i
 /// A timestamp in milliseconds, or why its encoding is not a valid `google.protobuf.Timestamp`
 /// (seconds from year 1 to year 9999, nanos 0 to 999 999 999).
 pub(crate) fn timestamp_checked(t: &Timestamp) -> Result<UnixMs, String> {
-    if !(TIMESTAMP_MIN_SECONDS..=TIMESTAMP_MAX_SECONDS).contains(&t.seconds) {
-        return Err(format!(
-            "not a valid google.protobuf.Timestamp: seconds is {}: allowed \
-             {TIMESTAMP_MIN_SECONDS} to {TIMESTAMP_MAX_SECONDS}",
-            t.seconds
-        ));
+    // The rule the client core applies to `scheduled_at` too (`sepp-rules`).
+    match sepp_rules::timestamp_problem(t.seconds, t.nanos) {
+        Some(why) => Err(why),
+        None => Ok(timestamp_ms(t)),
     }
-    if !(0..=999_999_999).contains(&t.nanos) {
-        return Err(format!(
-            "not a valid google.protobuf.Timestamp: nanos is {}: allowed 0 to 999999999",
-            t.nanos
-        ));
-    }
-    Ok(timestamp_ms(t))
 }
 
 pub(crate) fn ms_duration(ms: u64) -> Duration {
