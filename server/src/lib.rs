@@ -147,13 +147,13 @@ pub async fn serve(
         });
     }
     let max_message = usize::try_from(config.limits.max_message_bytes).unwrap_or(usize::MAX);
-    let limit: net::LimitFn = Arc::new(move |path| api::message_limit(path, max_message));
+    let shape: net::ShapeFn = Arc::new(move |path| api::request_shape(path, max_message));
     on_ready(addr);
     net::serve(
         listener,
         edge.tls,
         edge.routes,
-        limit,
+        shape,
         net::NetOptions::from_config(&config),
         net_stop,
     )

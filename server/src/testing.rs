@@ -1,6 +1,8 @@
 //! Test support: a server running inside the test process, and the real binary as a child
 //! process. Used by this crate's tests, the client core's tests and the benchmarks.
 
+pub mod stalled;
+
 use crate::config::{Config, PersistMode};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -46,13 +46,32 @@ pub struct Edge {
 /// and nothing else. Open to everyone (probes carry no API key), so its budget is small.
 pub const HEALTH_MAX_MESSAGE_BYTES: usize = 4096;
 
-/// The largest request message a call on `path` may send: [`HEALTH_MAX_MESSAGE_BYTES`] for
-/// the health service, `max_message` (`limits.max_message_bytes`) for every other.
-pub fn message_limit(path: &str, max_message: usize) -> usize {
-    if path.starts_with("/grpc.health.v1.Health/") {
-        HEALTH_MAX_MESSAGE_BYTES
+/// Largest request message of server reflection, in bytes: a request names a file, a symbol
+/// or a service, each far shorter.
+pub const REFLECTION_MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+const HEALTH: &str = "/grpc.health.v1.Health/";
+const REFLECTION: [&str; 2] = [
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+];
+
+/// How [`crate::net`] reads the request of a call on `path`: server reflection's request is a
+/// stream (a client such as grpcurl sends its next request only after the answer to the
+/// last), limited to [`REFLECTION_MAX_MESSAGE_BYTES`] per message; every other call sends one
+/// message, of at most [`HEALTH_MAX_MESSAGE_BYTES`] for the health service and `max_message`
+/// (`limits.max_message_bytes`) for the sepp services.
+pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape {
+    let (max_message_bytes, streaming) = if path.starts_with(HEALTH) {
+        (HEALTH_MAX_MESSAGE_BYTES, false)
+    } else if REFLECTION.iter().any(|r| path.starts_with(r)) {
+        (REFLECTION_MAX_MESSAGE_BYTES, true)
     } else {
-        max_message
+        (max_message, false)
+    };
+    crate::net::RequestShape {
+        max_message_bytes,
+        streaming,
     }
 }
 
@@ -111,12 +130,14 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         .register_encoded_file_descriptor_set(sepp_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .map_err(|e| ApiError::Reflection(e.to_string()))?;
+        .map_err(|e| ApiError::Reflection(e.to_string()))?
+        .max_decoding_message_size(REFLECTION_MAX_MESSAGE_BYTES);
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sepp_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .map_err(|e| ApiError::Reflection(e.to_string()))?;
+        .map_err(|e| ApiError::Reflection(e.to_string()))?
+        .max_decoding_message_size(REFLECTION_MAX_MESSAGE_BYTES);
 
     let tls = tls_config(&config.server)?;
     let routes = tonic::service::Routes::new(health_svc)
