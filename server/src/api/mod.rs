@@ -9,11 +9,13 @@
 mod admin_service;
 mod auth;
 mod convert;
+mod decode_check;
 mod queue_service;
 mod status;
 
 use crate::config::{Config, ServerConfig};
 use crate::queue::Queue;
+use decode_check::DecodeChecked;
 use sepp_proto::admin::v1::admin_service_server::AdminServiceServer;
 use sepp_proto::v1::queue_service_server::QueueServiceServer;
 use std::sync::Arc;
@@ -122,7 +124,10 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(usize::MAX);
     let (health, health_svc) = tonic_health::server::health_reporter();
-    let health_svc = health_svc.max_decoding_message_size(HEALTH_MAX_MESSAGE_BYTES);
+    let health_svc = DecodeChecked::<_, tonic_health::pb::HealthCheckRequest>::new(
+        health_svc.max_decoding_message_size(HEALTH_MAX_MESSAGE_BYTES),
+        HEALTH_MAX_MESSAGE_BYTES,
+    );
     health
         .set_serving::<QueueServiceServer<queue_service::QueueApi>>()
         .await;
@@ -132,12 +137,20 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         .build_v1()
         .map_err(|e| ApiError::Reflection(e.to_string()))?
         .max_decoding_message_size(REFLECTION_MAX_MESSAGE_BYTES);
+    let reflection_v1 = DecodeChecked::<_, tonic_reflection::pb::v1::ServerReflectionRequest>::new(
+        reflection_v1,
+        REFLECTION_MAX_MESSAGE_BYTES,
+    );
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sepp_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(|e| ApiError::Reflection(e.to_string()))?
         .max_decoding_message_size(REFLECTION_MAX_MESSAGE_BYTES);
+    let reflection_v1alpha = DecodeChecked::<
+        _,
+        tonic_reflection::pb::v1alpha::ServerReflectionRequest,
+    >::new(reflection_v1alpha, REFLECTION_MAX_MESSAGE_BYTES);
 
     let tls = tls_config(&config.server)?;
     let routes = tonic::service::Routes::new(health_svc)
