@@ -77,6 +77,21 @@ pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape
     }
 }
 
+/// The store fills Reserve, DrainDeadLetters and ListDeadLetters replies by
+/// `queue::reply`'s bound; the real encoding (`len` bytes, `items` jobs or records) must not
+/// pass the budget (a single item is sent whatever its size). Logged as an error (and a debug
+/// assertion) if it ever does, which would mean the bound is wrong.
+pub(crate) fn check_reply_budget(what: &str, items: usize, len: usize, budget: u64) {
+    let len = len as u64;
+    if items > 1 && len > budget {
+        debug_assert!(
+            false,
+            "{what} reply of {len} bytes passes the budget {budget}"
+        );
+        tracing::error!(what, len, budget, "reply passes max_reserve_reply_bytes");
+    }
+}
+
 fn tls_config(s: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ApiError> {
     use tokio_rustls::rustls;
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
