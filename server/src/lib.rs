@@ -146,14 +146,12 @@ pub async fn serve(
             net_stop.cancel();
         });
     }
-    let max_message = usize::try_from(config.limits.max_message_bytes).unwrap_or(usize::MAX);
-    let shape: net::ShapeFn = Arc::new(move |path| api::request_shape(path, max_message));
     on_ready(addr);
     net::serve(
         listener,
         edge.tls,
         edge.routes,
-        shape,
+        edge.admit,
         net::NetOptions::from_config(&config),
         net_stop,
     )

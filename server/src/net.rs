@@ -113,8 +113,11 @@ pub struct RequestShape {
     pub streaming: bool,
 }
 
-/// The request shape of a path: the gRPC edge decides (see [`crate::api::request_shape`]).
-pub type ShapeFn = Arc<dyn Fn(&str) -> RequestShape + Send + Sync>;
+/// Decides, from a call's headers and before any of its body is read, whether the call is
+/// admitted (the gRPC edge checks the API key here; a refusal is the call's answer) and how
+/// its request is read. See [`crate::api::request_shape`].
+pub type AdmitFn =
+    Arc<dyn Fn(&http::request::Parts) -> Result<RequestShape, tonic::Status> + Send + Sync>;
 
 /// The server-wide budget of bytes held in partly received request messages
 /// (`server.request_buffer_bytes`). Every connection charges it through [`read_message`];
@@ -200,7 +203,7 @@ pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     routes: tonic::service::Routes,
-    shape: ShapeFn,
+    admit: AdmitFn,
     opts: NetOptions,
     shutdown: CancellationToken,
 ) {
@@ -221,7 +224,7 @@ pub async fn serve(
         let conn = Conn {
             tls: tls.clone(),
             routes: routes.clone(),
-            shape: shape.clone(),
+            admit: admit.clone(),
             budget: budget.clone(),
             opts: opts.clone(),
             shutdown: shutdown.clone(),
@@ -276,7 +279,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 struct Conn {
     tls: Option<TlsAcceptor>,
     routes: tonic::service::Routes,
-    shape: ShapeFn,
+    admit: AdmitFn,
     budget: Arc<RequestBudget>,
     opts: NetOptions,
     shutdown: CancellationToken,
@@ -314,7 +317,7 @@ impl Conn {
         let (in_flight, mut calls) = watch::channel(0usize);
         let service = ConnService {
             routes: self.routes.clone(),
-            shape: self.shape.clone(),
+            admit: self.admit.clone(),
             budget: self.budget.clone(),
             receive_timeout: self.opts.handshake_timeout,
             in_flight: Arc::new(in_flight),
@@ -442,7 +445,7 @@ impl AsyncWrite for Counted {
 #[derive(Clone)]
 struct ConnService {
     routes: tonic::service::Routes,
-    shape: ShapeFn,
+    admit: AdmitFn,
     budget: Arc<RequestBudget>,
     receive_timeout: Duration,
     in_flight: Arc<watch::Sender<usize>>,
@@ -479,11 +482,15 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
     fn call(&mut self, req: http::Request<Incoming>) -> Self::Future {
         let guard = InFlight::new(self.in_flight.clone());
         let mut routes = self.routes.clone();
-        let shape = (self.shape)(req.uri().path());
+        let (parts, body) = req.into_parts();
+        let shape = match (self.admit)(&parts) {
+            Ok(shape) => shape,
+            Err(status) => return Box::pin(std::future::ready(Ok(status.into_http()))),
+        };
         if shape.streaming {
             return Box::pin(async move {
                 let _guard = guard;
-                let req = req.map(tonic::body::Body::new);
+                let req = http::Request::from_parts(parts, tonic::body::Body::new(body));
                 tower_service::Service::call(&mut routes, req).await
             });
         }
@@ -491,7 +498,6 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
         let timeout = self.receive_timeout;
         Box::pin(async move {
             let _guard = guard;
-            let (parts, body) = req.into_parts();
             let read = read_message(body, shape.max_message_bytes, &budget);
             let message = match tokio::time::timeout(timeout, read).await {
                 Ok(Ok(m)) => m,

@@ -246,9 +246,10 @@ const OK: i32 = 0;
 const DEADLINE_EXCEEDED: i32 = 4;
 const RESOURCE_EXHAUSTED: i32 = 8;
 const INVALID_ARGUMENT: i32 = 3;
+const UNAUTHENTICATED: i32 = 16;
 
 fn filler(len: usize) -> bytes::Bytes {
-    stalled::filler_message(len).into()
+    stalled::filler_message(len)
 }
 
 /// `f`, which must finish within `secs` seconds.
@@ -371,6 +372,34 @@ async fn a_request_body_that_ends_inside_its_message_is_invalid_argument() {
         let (code, message) = within(5, call.status()).await.unwrap();
         assert_eq!(code, INVALID_ARGUMENT, "{path} {sent}: {message}");
         assert!(message.contains("request body ends inside"), "{message}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn without_an_api_key_a_call_is_refused_on_its_headers_before_its_message_is_read() {
+    let server = TestServer::start(|c| {
+        quick(c);
+        c.server.handshake_timeout_ms = 60_000;
+        c.auth.api_keys = Some(vec![sepp_server::config::ApiKey {
+            name: "p".into(),
+            key: "s3cret".into(),
+        }]);
+    })
+    .await;
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    for path in [
+        SERVER_INFO,
+        "/sepp.admin.v1.AdminService/GetQueueStats",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    ] {
+        // 10 bytes of a 1 MiB message, then nothing: only the headers can be judged.
+        let call = stalled::open(&mut conn, path, filler(1 << 20), 10)
+            .await
+            .unwrap();
+        let (code, message) = within(5, call.status()).await.unwrap();
+        assert_eq!(code, UNAUTHENTICATED, "{path}: {message}");
+        assert!(message.contains("authorization"), "{path}: {message}");
     }
     server.stop().await;
 }

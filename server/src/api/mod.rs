@@ -5,6 +5,10 @@
 //! - `admin_service`: `sepp.admin.v1.AdminService` (inspection and repair).
 //! - `grpc.health.v1.Health` (unauthenticated, for probes) and gRPC server reflection (v1 and
 //!   v1alpha, behind the API keys like the sepp services).
+//!
+//! [`admission`] tells the connection layer, from a call's headers alone, whether the call is
+//! admitted (its API key) and how its request is read, so that a caller without a key never
+//! gets a byte of its request buffered.
 
 mod admin_service;
 mod auth;
@@ -19,7 +23,6 @@ use decode_check::DecodeChecked;
 use sepp_proto::admin::v1::admin_service_server::AdminServiceServer;
 use sepp_proto::v1::queue_service_server::QueueServiceServer;
 use std::sync::Arc;
-use tonic::service::interceptor::InterceptedService;
 
 pub use tonic_health::server::HealthReporter;
 
@@ -42,6 +45,8 @@ pub struct Edge {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Health status of `sepp.v1.QueueService`.
     pub health: HealthReporter,
+    /// The API-key check and request shape of each call, for [`crate::net`].
+    pub admit: crate::net::AdmitFn,
 }
 
 /// Largest request message the health service reads, in bytes: its requests name a service
@@ -90,6 +95,19 @@ pub(crate) fn check_reply_budget(what: &str, items: usize, len: usize, budget: u
         );
         tracing::error!(what, len, budget, "reply passes max_reserve_reply_bytes");
     }
+}
+
+/// Admits a call from its headers, before any of its body is read: every path but the health
+/// service's needs the API key when `[auth] api_keys` is set (`UNAUTHENTICATED` otherwise);
+/// the request is then read as [`request_shape`] says.
+fn admission(auth: auth::ApiKeyAuth, max_message: usize) -> crate::net::AdmitFn {
+    Arc::new(move |parts: &http::request::Parts| {
+        let path = parts.uri.path();
+        if !path.starts_with(HEALTH) {
+            auth.check(&parts.headers)?;
+        }
+        Ok(request_shape(path, max_message))
+    })
 }
 
 fn tls_config(s: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ApiError> {
@@ -169,15 +187,16 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
 
     let tls = tls_config(&config.server)?;
     let routes = tonic::service::Routes::new(health_svc)
-        .add_service(InterceptedService::new(queue_svc, auth.clone()))
-        .add_service(InterceptedService::new(admin_svc, auth.clone()))
-        .add_service(InterceptedService::new(reflection_v1, auth.clone()))
-        .add_service(InterceptedService::new(reflection_v1alpha, auth))
+        .add_service(queue_svc)
+        .add_service(admin_svc)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .prepare();
     Ok(Edge {
         routes,
         tls,
         health,
+        admit: admission(auth, max_message),
     })
 }
 
