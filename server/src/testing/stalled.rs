@@ -14,7 +14,9 @@ use tokio::net::TcpStream;
 ///
 /// # Errors
 /// When the TCP connection or the HTTP/2 handshake fails.
-pub async fn connect(addr: SocketAddr) -> Result<SendRequest<Bytes>, Box<dyn std::error::Error>> {
+pub async fn connect(
+    addr: SocketAddr,
+) -> Result<SendRequest<Bytes>, Box<dyn std::error::Error + Send + Sync>> {
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
     let (send, conn) = h2::client::handshake(tcp).await?;
@@ -27,7 +29,7 @@ pub async fn connect(addr: SocketAddr) -> Result<SendRequest<Bytes>, Box<dyn std
 /// A gRPC request body of exactly `len` message bytes behind its 5-byte header, that every
 /// sepp request type decodes: one length-delimited field numbered 15, which no request
 /// message declares and protobuf decoders skip. `len` is at least 2.
-pub fn filler_message(len: usize) -> Vec<u8> {
+pub fn filler_message(len: usize) -> Bytes {
     assert!(len >= 2, "a filler message has at least 2 bytes");
     // Field 15, wire type 2: one tag byte, then the length of the rest as a varint of `k`
     // bytes (padded with continuation bits where that makes the total exact; decoders accept
@@ -46,7 +48,7 @@ pub fn filler_message(len: usize) -> Vec<u8> {
         out.push(if i + 1 < k { byte | 0x80 } else { byte });
     }
     out.resize(len + 5, 0x2a);
-    out
+    out.into()
 }
 
 /// One call whose request body is partly sent.
