@@ -393,3 +393,73 @@ async fn a_list_of_1mb_dead_letters_stops_before_the_budget_and_pages_on() {
         "listing removes nothing"
     );
 }
+
+#[tokio::test]
+async fn a_dead_letter_larger_than_a_lowered_budget_is_never_drained_but_stays_listable() {
+    let server = TestServer::start(dead_letter_server).await;
+    let big = six_1mb_dead_letters(&server).await;
+    // Then one small dead letter, newer than the big ones.
+    let mut raw = raw_with_limit(&server, 4 * MIB).await;
+    enqueue(&mut raw, vec![job("q", 10)]).await;
+    let small = raw
+        .reserve(reserve("q", 1))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    raw.nack(pb::NackRequest {
+        job_id: small[0].id.clone(),
+        attempt: 1,
+        reason: None,
+        retry: None,
+        worker_id: None,
+    })
+    .await
+    .unwrap();
+    // Restarted with limits lowered below the stored records.
+    let budget = 256 * 1024;
+    let server = TestServer::start_in(server.stop().await, |c| {
+        dead_letter_server(c);
+        c.limits.max_reserve_reply_bytes = budget as u64;
+        c.limits.max_payload_bytes = 100_000;
+    })
+    .await;
+    let mut raw = raw_with_limit(&server, budget).await;
+    let r = raw
+        .drain_dead_letters(pb::DrainDeadLettersRequest {
+            queue: Some("q".into()),
+            max: Some(10),
+        })
+        .await
+        .expect("the reply fits the budget")
+        .into_inner();
+    let drained: Vec<String> = r.records.into_iter().map(|d| d.job.unwrap().id).collect();
+    assert_eq!(drained, vec![small[0].id.clone()], "only the small one");
+    assert_eq!(
+        stats(&server, "q").await.dead_lettered,
+        6,
+        "the big ones stay"
+    );
+    // Listing sends each alone; nothing is lost.
+    let mut admin = server.admin().await;
+    let mut listed = HashSet::new();
+    let mut token = String::new();
+    loop {
+        let page = admin
+            .list_dead_letters(admin::ListDeadLettersRequest {
+                queue: Some("q".into()),
+                page_size: Some(10),
+                page_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(page.records.len(), 1, "each over the budget comes alone");
+        listed.insert(page.records[0].job.clone().unwrap().id);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(listed, big);
+}

@@ -152,8 +152,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Result<UnixMs, SettleRefusal>, StorageError>;
 
     /// Removes and returns up to `max` dead letters, oldest first, of one queue or all. Stops
-    /// before the reply would pass `max_reply_bytes` (by `queue::reply::dead_letter_bytes`; the
-    /// first record is taken whatever its size) and removes only what it returns.
+    /// before the reply would pass `max_reply_bytes` (by `queue::reply::dead_letter_bytes`) and
+    /// removes only what it returns; a record larger than `max_reply_bytes` on its own is
+    /// skipped and stays.
     async fn drain_dead_letters(
         &self,
         queue: Option<&str>,

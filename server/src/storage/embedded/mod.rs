@@ -718,7 +718,10 @@ impl Store for EmbeddedStore {
                 },
             );
             let mut ops = Vec::new();
-            // The reply budget, as in `reserve`: a record is removed only if it is sent.
+            // The reply budget, as in `reserve`: a record is removed only if it is sent, and
+            // one larger than the whole budget (stored before the limits were lowered) is never
+            // drained, since a client may be unable to read it: it stays for listing (alone),
+            // requeue or delete.
             let mut reply_bytes = 0u64;
             for id in picked {
                 let Some(meta) = st.jobs.get(id).cloned() else {
@@ -731,7 +734,10 @@ impl Store for EmbeddedStore {
                 // A record without its body cannot be sent, now or later; it is removed.
                 if let Some(record) = sh.dead_letter(id, &meta)? {
                     let size = crate::queue::reply::dead_letter_bytes(&record);
-                    if !records.is_empty() && reply_bytes + size > max_reply_bytes {
+                    if size > max_reply_bytes {
+                        continue;
+                    }
+                    if reply_bytes + size > max_reply_bytes {
                         break;
                     }
                     reply_bytes += size;
