@@ -5,6 +5,8 @@
 //!   when a slot frees, so it waits in the listen backlog.
 //! - A new connection has `server.handshake_timeout_ms` to finish TLS and send the HTTP/2
 //!   preface and its first SETTINGS frame, else it is dropped.
+//! - Each call is first admitted on its headers alone ([`AdmitFn`]: the gRPC edge checks the
+//!   API key there), so a call that will be refused never gets a byte of its body buffered.
 //! - Every request message of a unary call is read by `ConnService` chunk by chunk, under the
 //!   same timeout and its path's size limit, before tonic sees it: tonic reserves the length a
 //!   gRPC frame header announces, so a stream that announces 16 MiB and sends nothing would
