@@ -122,7 +122,7 @@ pub type AdmitFn =
     Arc<dyn Fn(&http::request::Parts) -> Result<RequestShape, tonic::Status> + Send + Sync>;
 
 /// The server-wide budget of bytes held in partly received request messages
-/// (`server.request_buffer_bytes`). Every connection charges it through [`read_message`];
+/// (`server.request_buffer_bytes`). Every connection charges it as it reads request messages;
 /// each request's share goes back when the request's message is handed on, or when its
 /// stream ends, is reset, times out or its connection is dropped.
 #[derive(Debug)]

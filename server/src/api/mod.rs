@@ -6,7 +6,7 @@
 //! - `grpc.health.v1.Health` (unauthenticated, for probes) and gRPC server reflection (v1 and
 //!   v1alpha, behind the API keys like the sepp services).
 //!
-//! [`admission`] tells the connection layer, from a call's headers alone, whether the call is
+//! `admission` tells the connection layer, from a call's headers alone, whether the call is
 //! admitted (its API key) and how its request is read, so that a caller without a key never
 //! gets a byte of its request buffered.
 
