@@ -53,7 +53,8 @@ impl Codec for RawCodec {
     }
 }
 
-async fn send_raw(server: &TestServer, path: &'static str, body: Vec<u8>) -> tonic::Status {
+/// A generic gRPC client on `server`, ready for a call.
+async fn grpc(server: &TestServer) -> tonic::client::Grpc<tonic::transport::Channel> {
     let channel = tonic::transport::Channel::from_shared(server.url())
         .unwrap()
         .connect()
@@ -61,13 +62,19 @@ async fn send_raw(server: &TestServer, path: &'static str, body: Vec<u8>) -> ton
         .unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
-    grpc.unary(
-        tonic::Request::new(body),
-        http::uri::PathAndQuery::from_static(path),
-        RawCodec,
-    )
-    .await
-    .expect_err("an undecodable body is refused")
+    grpc
+}
+
+async fn send_raw(server: &TestServer, path: &'static str, body: Vec<u8>) -> tonic::Status {
+    grpc(server)
+        .await
+        .unary(
+            tonic::Request::new(body),
+            http::uri::PathAndQuery::from_static(path),
+            RawCodec,
+        )
+        .await
+        .expect_err("an undecodable body is refused")
 }
 
 #[tokio::test]
@@ -103,20 +110,14 @@ async fn a_reflection_stream_answers_its_valid_requests_then_refuses_an_undecoda
     use tonic_reflection::pb::v1::ServerReflectionRequest;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     let server = TestServer::start(|_| {}).await;
-    let channel = tonic::transport::Channel::from_shared(server.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
     let valid = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),
     }
     .encode_to_vec();
     let requests = tokio_stream::iter(vec![valid, vec![0xff, 0xff, 0xff]]);
-    let mut answers = grpc
+    let mut answers = grpc(&server)
+        .await
         .streaming(
             tonic::Request::new(requests),
             http::uri::PathAndQuery::from_static(

@@ -302,9 +302,29 @@ mod tests {
         }
     }
 
+    /// A job at every 4096-byte bound with 64 custom entries, and those bounds.
+    fn largest_job_of_its_bounds() -> (Job, crate::queue::reply::JobBounds) {
+        let job = extreme_job(4096, 64, |_| Value::Int(-1));
+        let custom_total = job
+            .custom
+            .iter()
+            .map(|(k, v)| k.len() as u64 + v.counted_bytes())
+            .sum();
+        let b = crate::queue::reply::JobBounds {
+            queue_name: 4096,
+            job_type: 4096,
+            payload: 4096,
+            encoding: 4096,
+            trace_context: 4096,
+            custom_entries: 64,
+            custom_total,
+        };
+        (job, b)
+    }
+
     #[test]
     fn the_reply_bound_is_at_least_the_real_encoding_of_extreme_jobs() {
-        use crate::queue::reply::{JobBounds, job_bytes};
+        use crate::queue::reply::job_bytes;
         use prost::Message;
         let values: [fn(usize) -> Value; 5] = [
             |_| Value::Int(i64::MIN),
@@ -331,21 +351,7 @@ mod tests {
             }
         }
         // And the bound of the largest job the limits accept covers such a job.
-        let job = extreme_job(4096, 64, |_| Value::Int(-1));
-        let custom_total = job
-            .custom
-            .iter()
-            .map(|(k, v)| k.len() as u64 + v.counted_bytes())
-            .sum();
-        let b = JobBounds {
-            queue_name: 4096,
-            job_type: 4096,
-            payload: 4096,
-            encoding: 4096,
-            trace_context: 4096,
-            custom_entries: 64,
-            custom_total,
-        };
+        let (job, b) = largest_job_of_its_bounds();
         let reply = pb::ReserveResponse {
             jobs: vec![job_out(job)],
         };
@@ -354,7 +360,7 @@ mod tests {
 
     #[test]
     fn the_dead_letter_bound_is_at_least_the_real_encoding_in_drain_and_list_replies() {
-        use crate::queue::reply::{JobBounds, dead_letter_bytes};
+        use crate::queue::reply::dead_letter_bytes;
         use prost::Message;
         let dead = |job: Job, reason: Option<String>| DeadLetter {
             job,
@@ -380,21 +386,7 @@ mod tests {
             }
         }
         // The bound of the largest dead letter the limits accept covers such a record.
-        let job = extreme_job(4096, 64, |_| Value::Int(-1));
-        let custom_total = job
-            .custom
-            .iter()
-            .map(|(k, v)| k.len() as u64 + v.counted_bytes())
-            .sum();
-        let b = JobBounds {
-            queue_name: 4096,
-            job_type: 4096,
-            payload: 4096,
-            encoding: 4096,
-            trace_context: 4096,
-            custom_entries: 64,
-            custom_total,
-        };
+        let (job, b) = largest_job_of_its_bounds();
         let list = sepp_proto::admin::v1::ListDeadLettersResponse {
             records: vec![dead_letter_out(dead(job, Some("r".repeat(4096))))],
             next_page_token: "f".repeat(48),
