@@ -53,8 +53,9 @@ check-example-errors:
 soak: $(SOAK_TARGETS)
 	@echo "make soak: all soak checks passed"
 
-# 2,000 stalled HTTP/2 streams against a release server: its RSS stays under 256 MiB and a
-# normal client's enqueues keep working (bench/src/bin/soak_streams.rs).
+# 2,000 stalled calls against a release server, each sending 256 KiB of a 1 MiB message: its
+# RSS stays under 256 MiB (server.request_buffer_bytes refuses the calls past it) and a normal
+# client's enqueues keep working (bench/src/bin/soak_streams.rs).
 SOAK_STREAMS ?= 2000
 SOAK_HOLD_SECS ?= 60
 soak-streams:

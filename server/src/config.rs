@@ -66,6 +66,12 @@ pub struct ServerConfig {
     /// After SIGTERM, how long calls in flight may still finish before every connection is
     /// dropped, in milliseconds. 0–3 600 000, default 5 000.
     pub shutdown_grace_ms: u64,
+    /// Most bytes all partly received request messages may hold together, across every
+    /// stream and connection; a request that would pass it is refused with
+    /// `RESOURCE_EXHAUSTED` before any handler runs. At least `limits.max_message_bytes` + 5
+    /// (one largest message) and at most 2^40; default 67 108 864 (64 MiB: four largest
+    /// messages, a quarter of the 256 MiB the stalled-stream soak allows the whole server).
+    pub request_buffer_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +87,7 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             idle_timeout_ms: 300_000,
             shutdown_grace_ms: 5_000,
+            request_buffer_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -456,6 +463,22 @@ impl Config {
             0,
             3_600_000,
         )?;
+        range(
+            "server.request_buffer_bytes",
+            s.request_buffer_bytes,
+            1024 + 5,
+            1 << 40,
+        )?;
+        if s.request_buffer_bytes < self.limits.max_message_bytes.saturating_add(5) {
+            return Err(ConfigError(format!(
+                "config key server.request_buffer_bytes = {} cannot hold one request message \
+                 of limits.max_message_bytes = {} bytes plus its 5-byte header: raise it to at \
+                 least {} or lower limits.max_message_bytes",
+                s.request_buffer_bytes,
+                self.limits.max_message_bytes,
+                self.limits.max_message_bytes.saturating_add(5)
+            )));
+        }
         if let Some(keys) = &self.auth.api_keys {
             let mut seen = HashSet::new();
             for (i, k) in keys.iter().enumerate() {
@@ -594,18 +617,22 @@ impl Config {
     }
 }
 
-/// One job at the largest sizes `p` and the global limits allow must fit one Reserve reply, so
-/// that every job can be delivered. `at` prefixes the per-queue key names.
+/// One dead letter of a job at the largest sizes `p` and the global limits allow (with the
+/// longest nack reason) must fit one reply, so that every job can be delivered by Reserve and
+/// every dead letter drained and listed. `at` prefixes the per-queue key names.
 fn check_reply_budget(p: &QueuePolicy, at: &str, l: &LimitsConfig) -> Result<(), ConfigError> {
-    let need = p.job_bounds(l).reply_bytes();
+    let need = p
+        .job_bounds(l)
+        .dead_letter_reply_bytes(u64::from(l.max_reason_bytes));
     if need > l.max_reserve_reply_bytes {
         return Err(ConfigError(format!(
             "config key limits.max_reserve_reply_bytes = {} cannot hold one job at the largest \
-             sizes allowed, which takes up to {need} bytes in a Reserve reply \
+             sizes allowed, which takes up to {need} bytes in a reply as a dead letter \
              ({at}max_payload_bytes = {}, {at}max_custom_total_bytes = {}, \
              {at}max_custom_entries = {}, limits.max_trace_context_bytes = {} (twice), \
              limits.max_encoding_bytes = {}, limits.max_queue_name_bytes = {}, \
-             limits.max_job_type_bytes = {}, plus framing): raise the budget or lower those",
+             limits.max_job_type_bytes = {}, limits.max_reason_bytes = {}, plus framing): \
+             raise the budget or lower those",
             l.max_reserve_reply_bytes,
             p.max_payload_bytes,
             p.max_custom_total_bytes,
@@ -614,6 +641,7 @@ fn check_reply_budget(p: &QueuePolicy, at: &str, l: &LimitsConfig) -> Result<(),
             l.max_encoding_bytes,
             l.max_queue_name_bytes,
             l.max_job_type_bytes,
+            l.max_reason_bytes,
         )));
     }
     Ok(())
@@ -824,6 +852,18 @@ mod tests {
         let err = load("[limits]\nretry_delay_ms = 5000\nretry_delay_max_ms = 100\n").unwrap_err();
         assert!(err.contains("retry_delay_max_ms = 100"), "{err}");
         assert!(err.contains("retry_delay_ms = 5000"), "{err}");
+    }
+
+    #[test]
+    fn a_request_buffer_smaller_than_one_message_is_rejected_naming_both_keys() {
+        let err = load("[server]\nrequest_buffer_bytes = 1000000\n").unwrap_err();
+        assert!(
+            err.contains("server.request_buffer_bytes = 1000000"),
+            "{err}"
+        );
+        assert!(err.contains("limits.max_message_bytes = 16777216"), "{err}");
+        load("[server]\nrequest_buffer_bytes = 1000000\n[limits]\nmax_message_bytes = 999995\nmax_payload_bytes = 65536\n")
+            .expect("a budget of one largest message plus its header is enough");
     }
 
     #[test]

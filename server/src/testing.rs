@@ -1,6 +1,8 @@
 //! Test support: a server running inside the test process, and the real binary as a child
 //! process. Used by this crate's tests, the client core's tests and the benchmarks.
 
+pub mod stalled;
+
 use crate::config::{Config, PersistMode};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -80,7 +82,7 @@ impl TestServer {
         let addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel::<()>();
         let handle = tokio::spawn(async move {
-            crate::serve(
+            let stopped = crate::serve(
                 listener,
                 config,
                 async {
@@ -90,6 +92,9 @@ impl TestServer {
             )
             .await
             .expect("server ran");
+            // Frees the storage and releases its lock before the task ends, so that a test can
+            // restart a server on the same directory once `stop` returns.
+            drop(stopped);
         });
         TestServer {
             addr,

@@ -104,7 +104,8 @@ impl Queue {
         Ok(self.store.lookup_key(queue, key, now_ms()).await?)
     }
 
-    /// One page of dead letters, oldest first, not removed.
+    /// One page of dead letters, oldest first, not removed; shorter than `page_size` (with a
+    /// token for the rest) when more would pass the reply budget (`max_reserve_reply_bytes`).
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for `page_size = 0` or a foreign token.
@@ -129,7 +130,12 @@ impl Queue {
         let after = decode_cursor(page_token)?;
         let (records, next) = self
             .store
-            .list_dead_letters(queue.as_deref(), after, limit)
+            .list_dead_letters(
+                queue.as_deref(),
+                after,
+                limit,
+                self.limits.max_reserve_reply_bytes,
+            )
             .await?;
         Ok(DeadLetterPage {
             records,

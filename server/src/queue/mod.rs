@@ -393,7 +393,8 @@ impl Queue {
     }
 
     /// Removes and returns up to `max` (default 1, at most [`MAX_DRAIN`]) dead letters,
-    /// oldest first, of one queue or all.
+    /// oldest first, of one queue or all; fewer when more would pass the reply budget
+    /// (`max_reserve_reply_bytes`). A record is removed only if it is returned.
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for `max = 0`; [`QueueError::Storage`].
@@ -414,7 +415,10 @@ impl Queue {
         if let Some(q) = &queue {
             validate::check_queue_name("queue", q, &self.limits, NameUse::Read)?;
         }
-        Ok(self.store.drain_dead_letters(queue.as_deref(), max).await?)
+        Ok(self
+            .store
+            .drain_dead_letters(queue.as_deref(), max, self.limits.max_reserve_reply_bytes)
+            .await?)
     }
 
     /// Version, time and limits.

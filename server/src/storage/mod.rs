@@ -151,11 +151,15 @@ pub trait Store: Send + Sync + 'static {
         now: UnixMs,
     ) -> Result<Result<UnixMs, SettleRefusal>, StorageError>;
 
-    /// Removes and returns up to `max` dead letters, oldest first, of one queue or all.
+    /// Removes and returns up to `max` dead letters, oldest first, of one queue or all. Stops
+    /// before the reply would pass `max_reply_bytes` (by `queue::reply::dead_letter_bytes`) and
+    /// removes only what it returns; a record larger than `max_reply_bytes` on its own is
+    /// skipped and stays.
     async fn drain_dead_letters(
         &self,
         queue: Option<&str>,
         max: u32,
+        max_reply_bytes: u64,
     ) -> Result<Vec<DeadLetter>, StorageError>;
 
     /// One bounded sweeper pass: expires leases, promotes due scheduled jobs, purges expired
@@ -173,13 +177,16 @@ pub trait Store: Send + Sync + 'static {
         now: UnixMs,
     ) -> Result<Option<KeyRecord>, StorageError>;
 
-    /// Up to `limit` dead letters after `after`, oldest first, without removing them. Returns
-    /// the page and the cursor of its last record when more may follow.
+    /// Up to `limit` dead letters after `after`, oldest first, without removing them, stopping
+    /// early before the reply (with its page token) would pass `max_reply_bytes` as
+    /// [`Store::drain_dead_letters`] does. Returns the page and the cursor of its last record
+    /// when more may follow.
     async fn list_dead_letters(
         &self,
         queue: Option<&str>,
         after: Option<DeadLetterCursor>,
         limit: u32,
+        max_reply_bytes: u64,
     ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StorageError>;
 
     /// Puts the selected dead letters back on their queues: same id, attempt 1, enqueued now.

@@ -702,6 +702,7 @@ impl Store for EmbeddedStore {
         &self,
         queue: Option<&str>,
         max: u32,
+        max_reply_bytes: u64,
     ) -> Result<Vec<DeadLetter>, StorageError> {
         let sh = &*self.shared;
         let now = crate::queue::model::now_ms();
@@ -717,6 +718,11 @@ impl Store for EmbeddedStore {
                 },
             );
             let mut ops = Vec::new();
+            // The reply budget, as in `reserve`: a record is removed only if it is sent, and
+            // one larger than the whole budget (stored before the limits were lowered) is never
+            // drained, since a client may be unable to read it: it stays for listing (alone),
+            // requeue or delete.
+            let mut reply_bytes = 0u64;
             for id in picked {
                 let Some(meta) = st.jobs.get(id).cloned() else {
                     continue;
@@ -725,7 +731,16 @@ impl Store for EmbeddedStore {
                     continue;
                 };
                 // Read before the delete is queued: once the flusher writes it the body is gone.
+                // A record without its body cannot be sent, now or later; it is removed.
                 if let Some(record) = sh.dead_letter(id, &meta)? {
+                    let size = crate::queue::reply::dead_letter_bytes(&record);
+                    if size > max_reply_bytes {
+                        continue;
+                    }
+                    if reply_bytes + size > max_reply_bytes {
+                        break;
+                    }
+                    reply_bytes += size;
                     records.push(record);
                 }
                 Shared::discard(&mut st, id, failed_at, Some(cause), now, &mut ops);
@@ -935,34 +950,35 @@ impl Store for EmbeddedStore {
         queue: Option<&str>,
         after: Option<DeadLetterCursor>,
         limit: u32,
+        max_reply_bytes: u64,
     ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StorageError> {
         let sh = &*self.shared;
+        // Bodies are read under the lock so that a concurrent drain cannot delete them first.
         let st = sh.lock();
-        let mut page: Vec<(DeadLetterCursor, Meta)> = Vec::new();
-        let mut more = false;
+        let mut records = Vec::new();
+        let (mut last, mut more) = (None, false);
+        let mut reply_bytes = crate::queue::reply::PAGE_TOKEN_BYTES;
         for (failed_at, id) in st.jobs.dead_letters(queue, after) {
-            if page.len() == limit as usize {
+            if records.len() == limit as usize {
                 more = true;
                 break;
             }
-            if let Some(m) = st.jobs.get(id) {
-                page.push(((failed_at, id), m.clone()));
-            }
-        }
-        // Bodies are read under the lock so that a concurrent drain cannot delete them first.
-        let mut records = Vec::with_capacity(page.len());
-        for ((_, id), meta) in &page {
-            if let Some(r) = sh.dead_letter(*id, meta)? {
+            let Some(m) = st.jobs.get(id) else {
+                continue;
+            };
+            if let Some(r) = sh.dead_letter(id, m)? {
+                let size = crate::queue::reply::dead_letter_bytes(&r);
+                if !records.is_empty() && reply_bytes + size > max_reply_bytes {
+                    more = true;
+                    break;
+                }
+                reply_bytes += size;
                 records.push(r);
             }
+            last = Some((failed_at, id));
         }
         drop(st);
-        let next = if more {
-            page.last().map(|(c, _)| *c)
-        } else {
-            None
-        };
-        Ok((records, next))
+        Ok((records, if more { last } else { None }))
     }
 
     async fn requeue_dead_letters(
