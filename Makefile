@@ -11,6 +11,7 @@ SOAK_TARGETS := soak-streams soak-long-poll
 -include python/python.mk
 -include js/js.mk
 -include tests/interop/interop.mk
+-include tests/behaviour/behaviour.mk
 
 .PHONY: ci lint test-rust build release fmt no-tonic-in-core check-example-errors soak soak-streams soak-long-poll
 
@@ -46,7 +47,7 @@ no-tonic-in-core:
 		echo "config imports queue/, storage/ or api/"; exit 1; fi
 
 test-rust:
-	cargo nextest run --workspace --exclude sepp-interop --no-fail-fast
+	cargo nextest run --workspace --exclude sepp-interop --exclude sepp-behaviour --no-fail-fast
 	cargo test --workspace --doc
 
 # An example that cannot reach its server prints the error's text and code, not a debug struct.
@@ -61,8 +62,9 @@ check-example-errors:
 soak: $(SOAK_TARGETS)
 	@echo "make soak: all soak checks passed"
 
-# 2,000 stalled HTTP/2 streams against a release server: its RSS stays under 256 MiB and a
-# normal client's enqueues keep working (bench/src/bin/soak_streams.rs).
+# 2,000 stalled calls against a release server, each sending 256 KiB of a 1 MiB message: its
+# RSS stays under 256 MiB (server.request_buffer_bytes refuses the calls past it) and a normal
+# client's enqueues keep working (bench/src/bin/soak_streams.rs).
 SOAK_STREAMS ?= 2000
 SOAK_HOLD_SECS ?= 60
 soak-streams:

@@ -1,8 +1,9 @@
 // `Engine`: the public wrapper over the native engine (index.js), as `SeppClient` in sepp.js is
 // over the native client. It takes a public `SeppClient` and turns the native module's errors
-// into `SeppError` subclasses; everything else (reserve batching, auto-extend, backoff,
-// shutdown) is the Rust core's. Methods, order and documentation: `Engine` in index.d.ts.
-// Leases pass through unchanged: `Lease.lost()` never rejects.
+// into `SeppError` subclasses; everything else (the whole worker policy: reserve batching,
+// lease keeping and loss, job types without a handler, handler timeouts, drain, counts) is the
+// Rust core's. Methods, order and documentation: `Engine` in index.d.ts. Leases pass through
+// unchanged: `Lease.lost()` and `Lease.done()` never reject.
 
 import { call, native, nativeClient } from "./bridge.js";
 
@@ -45,8 +46,18 @@ export class Engine {
    * @param {number} attempt
    * @param {import("./index.js").Outcome} outcome
    */
+  settle(jobId, attempt, outcome) {
+    return call(() => this.#native.settle(jobId, attempt, outcome));
+  }
+
+  /**
+   * @deprecated Use `settle`.
+   * @param {string} jobId
+   * @param {number} attempt
+   * @param {import("./index.js").Outcome} outcome
+   */
   complete(jobId, attempt, outcome) {
-    return call(() => this.#native.complete(jobId, attempt, outcome));
+    return this.settle(jobId, attempt, outcome);
   }
 
   shutdown() {
@@ -64,6 +75,18 @@ export class Engine {
   /** @param {number} timeoutMs */
   waitIdle(timeoutMs) {
     return call(() => this.#native.waitIdle(timeoutMs));
+  }
+
+  drain() {
+    return call(() => this.#native.drain());
+  }
+
+  endGracePeriod() {
+    this.#native.endGracePeriod();
+  }
+
+  get report() {
+    return this.#native.report;
   }
 
   /** @param {string} reason */

@@ -1,4 +1,5 @@
-// Types of errors.js (hand-written; test/errors.test.js checks them against the core's codes).
+// Types of errors.js (hand-written; test/errors.test.js checks them against the core's codes and
+// class names).
 
 /** Every stable error code of the core (`errorCodes()` lists them at run time). */
 export type ErrorCode =
@@ -47,42 +48,51 @@ export declare class SeppError extends Error {
 }
 
 /** Base class of the codes that refuse one job; in a batch, the value in that job's slot. */
-export declare class Rejection extends SeppError {}
+export declare class JobRejectedError extends SeppError {}
+
+/**
+ * Base class of the codes that say this delivery's lease is gone (`JOB_NOT_IN_FLIGHT`,
+ * `ATTEMPT_MISMATCH`): stop working on the job, it is, or will be, delivered again.
+ */
+export declare class LeaseLostError extends SeppError {
+  /** The job named in the call. */
+  readonly jobId: string;
+}
 
 // The call failed as a whole.
 
 /** The server could not be reached, or the call was cut off. Retryable. */
-export declare class Transport extends SeppError {
+export declare class TransportError extends SeppError {
   static readonly code: "TRANSPORT";
   readonly code: "TRANSPORT";
 }
 
 /** Missing or wrong API key. Not retryable. */
-export declare class Unauthenticated extends SeppError {
+export declare class UnauthenticatedError extends SeppError {
   static readonly code: "UNAUTHENTICATED";
   readonly code: "UNAUTHENTICATED";
 }
 
 /** The server sheds load. Retryable after a pause. */
-export declare class Overloaded extends SeppError {
+export declare class OverloadedError extends SeppError {
   static readonly code: "OVERLOADED";
   readonly code: "OVERLOADED";
 }
 
 /** The request was refused as malformed, by the client before sending or by the server. */
-export declare class InvalidArgument extends SeppError {
+export declare class InvalidArgumentError extends SeppError {
   static readonly code: "INVALID_ARGUMENT";
   readonly code: "INVALID_ARGUMENT";
 }
 
 /** Strict mode and an undeclared queue was listed (reserve). */
-export declare class FailedPrecondition extends SeppError {
+export declare class FailedPreconditionError extends SeppError {
   static readonly code: "FAILED_PRECONDITION";
   readonly code: "FAILED_PRECONDITION";
 }
 
 /** The job is not in flight any more (acked, lease expired, dead-lettered, never existed): the lease is lost. */
-export declare class JobNotInFlight extends SeppError {
+export declare class JobNotInFlightError extends LeaseLostError {
   static readonly code: "JOB_NOT_IN_FLIGHT";
   readonly code: "JOB_NOT_IN_FLIGHT";
   /** The job. */
@@ -90,7 +100,7 @@ export declare class JobNotInFlight extends SeppError {
 }
 
 /** The job is in flight under another attempt: this delivery's lease was lost and the job redelivered. */
-export declare class AttemptMismatch extends SeppError {
+export declare class AttemptMismatchError extends LeaseLostError {
   static readonly code: "ATTEMPT_MISMATCH";
   readonly code: "ATTEMPT_MISMATCH";
   /** The job. */
@@ -98,19 +108,19 @@ export declare class AttemptMismatch extends SeppError {
 }
 
 /** The server failed, or sent an answer this client cannot read. */
-export declare class ServerFault extends SeppError {
+export declare class ServerFaultError extends SeppError {
   static readonly code: "SERVER_FAULT";
   readonly code: "SERVER_FAULT";
 }
 
 /** The server does not implement the call. */
-export declare class Unsupported extends SeppError {
+export declare class UnsupportedError extends SeppError {
   static readonly code: "UNSUPPORTED";
   readonly code: "UNSUPPORTED";
 }
 
 /** The url, TLS settings or another connect option is unusable. */
-export declare class InvalidConfig extends SeppError {
+export declare class InvalidConfigError extends SeppError {
   static readonly code: "INVALID_CONFIG";
   readonly code: "INVALID_CONFIG";
 }
@@ -118,7 +128,7 @@ export declare class InvalidConfig extends SeppError {
 // One job was refused.
 
 /** Strict mode and the queue is not declared. Has `queue`. */
-export declare class UnknownQueue extends Rejection {
+export declare class UnknownQueueError extends JobRejectedError {
   static readonly code: "UNKNOWN_QUEUE";
   readonly code: "UNKNOWN_QUEUE";
   /** The queue named. */
@@ -126,7 +136,7 @@ export declare class UnknownQueue extends Rejection {
 }
 
 /** The payload is larger than `limit` bytes. Has `limit`, `actual`. */
-export declare class PayloadTooLarge extends Rejection {
+export declare class PayloadTooLargeError extends JobRejectedError {
   static readonly code: "PAYLOAD_TOO_LARGE";
   readonly code: "PAYLOAD_TOO_LARGE";
   /** Bytes allowed. */
@@ -136,7 +146,7 @@ export declare class PayloadTooLarge extends Rejection {
 }
 
 /** The payload encoding is not allowed. Has `encoding`, `allowed`. */
-export declare class EncodingNotAllowed extends Rejection {
+export declare class EncodingNotAllowedError extends JobRejectedError {
   static readonly code: "ENCODING_NOT_ALLOWED";
   readonly code: "ENCODING_NOT_ALLOWED";
   /** The encoding sent. */
@@ -146,7 +156,7 @@ export declare class EncodingNotAllowed extends Rejection {
 }
 
 /** The job type is not allowed on the queue. Has `jobType`, `allowed`. */
-export declare class JobTypeNotAllowed extends Rejection {
+export declare class JobTypeNotAllowedError extends JobRejectedError {
   static readonly code: "JOB_TYPE_NOT_ALLOWED";
   readonly code: "JOB_TYPE_NOT_ALLOWED";
   /** The job type sent. */
@@ -156,7 +166,7 @@ export declare class JobTypeNotAllowed extends Rejection {
 }
 
 /** Too many custom entries. Has `limit`, `actual`. */
-export declare class CustomEntriesTooMany extends Rejection {
+export declare class CustomEntriesTooManyError extends JobRejectedError {
   static readonly code: "CUSTOM_ENTRIES_TOO_MANY";
   readonly code: "CUSTOM_ENTRIES_TOO_MANY";
   /** Entries allowed. */
@@ -166,7 +176,7 @@ export declare class CustomEntriesTooMany extends Rejection {
 }
 
 /** The custom map is too large. Has `limit`, `actual` (bytes). */
-export declare class CustomMapTooLarge extends Rejection {
+export declare class CustomMapTooLargeError extends JobRejectedError {
   static readonly code: "CUSTOM_MAP_TOO_LARGE";
   readonly code: "CUSTOM_MAP_TOO_LARGE";
   /** Bytes allowed. */
@@ -176,7 +186,7 @@ export declare class CustomMapTooLarge extends Rejection {
 }
 
 /** A custom key is too long. Has `key`, `limit`, `actual` (bytes). */
-export declare class CustomKeyTooLong extends Rejection {
+export declare class CustomKeyTooLongError extends JobRejectedError {
   static readonly code: "CUSTOM_KEY_TOO_LONG";
   readonly code: "CUSTOM_KEY_TOO_LONG";
   /** The key. */
@@ -188,7 +198,7 @@ export declare class CustomKeyTooLong extends Rejection {
 }
 
 /** The queue name is too long. Has `limit`, `actual` (bytes). */
-export declare class QueueNameTooLong extends Rejection {
+export declare class QueueNameTooLongError extends JobRejectedError {
   static readonly code: "QUEUE_NAME_TOO_LONG";
   readonly code: "QUEUE_NAME_TOO_LONG";
   /** Bytes allowed. */
@@ -198,7 +208,7 @@ export declare class QueueNameTooLong extends Rejection {
 }
 
 /** The job type is too long. Has `limit`, `actual` (bytes). */
-export declare class JobTypeNameTooLong extends Rejection {
+export declare class JobTypeNameTooLongError extends JobRejectedError {
   static readonly code: "JOB_TYPE_NAME_TOO_LONG";
   readonly code: "JOB_TYPE_NAME_TOO_LONG";
   /** Bytes allowed. */
@@ -208,7 +218,7 @@ export declare class JobTypeNameTooLong extends Rejection {
 }
 
 /** The idempotency key is longer than `limit` UTF-8 bytes; checked before sending. Has `limit`, `actual`. */
-export declare class IdempotencyKeyTooLong extends Rejection {
+export declare class IdempotencyKeyTooLongError extends JobRejectedError {
   static readonly code: "IDEMPOTENCY_KEY_TOO_LONG";
   readonly code: "IDEMPOTENCY_KEY_TOO_LONG";
   /** UTF-8 bytes allowed: the server's `maxIdempotencyKeyBytes` (256 until known). */
@@ -217,24 +227,26 @@ export declare class IdempotencyKeyTooLong extends Rejection {
   readonly actual: number;
 }
 
-/** `scheduledAt` is beyond the schedule horizon. Has `horizonMs`, `actual` (a Date). */
-export declare class ScheduledTooFar extends Rejection {
+/** `scheduledAt` is beyond the schedule horizon. Has `horizonMs`, `scheduledAt`. */
+export declare class ScheduledTooFarError extends JobRejectedError {
   static readonly code: "SCHEDULED_TOO_FAR";
   readonly code: "SCHEDULED_TOO_FAR";
   /** The schedule horizon, in milliseconds. */
   readonly horizonMs: number;
   /** The requested `scheduledAt`. */
+  readonly scheduledAt: Date;
+  /** @deprecated The requested `scheduledAt`: read `scheduledAt`. */
   readonly actual: Date;
 }
 
 /** Structurally invalid (empty name, priority over 9, empty key, invalid Date, ...); the message names the field. */
-export declare class InvalidRequest extends Rejection {
+export declare class InvalidRequestError extends JobRejectedError {
   static readonly code: "INVALID_REQUEST";
   readonly code: "INVALID_REQUEST";
 }
 
 /** The queue is full. Transient: `retryable` is true. Has `queue`, `limit`. */
-export declare class QueueFull extends Rejection {
+export declare class QueueFullError extends JobRejectedError {
   static readonly code: "QUEUE_FULL";
   readonly code: "QUEUE_FULL";
   /** The queue. */
@@ -244,7 +256,7 @@ export declare class QueueFull extends Rejection {
 }
 
 /** The queue is being deleted. Transient. Has `queue`. */
-export declare class QueueClosing extends Rejection {
+export declare class QueueClosingError extends JobRejectedError {
   static readonly code: "QUEUE_CLOSING";
   readonly code: "QUEUE_CLOSING";
   /** The queue. */
@@ -252,36 +264,143 @@ export declare class QueueClosing extends Rejection {
 }
 
 /** A rejection this client does not know (a newer server). */
-export declare class UnknownRejection extends Rejection {
+export declare class UnknownRejectionError extends JobRejectedError {
   static readonly code: "UNKNOWN_REJECTION";
   readonly code: "UNKNOWN_REJECTION";
 }
 
 /** Every subclass, by its code. */
 export declare const errorClasses: {
-  readonly TRANSPORT: typeof Transport;
-  readonly UNAUTHENTICATED: typeof Unauthenticated;
-  readonly OVERLOADED: typeof Overloaded;
-  readonly INVALID_ARGUMENT: typeof InvalidArgument;
-  readonly FAILED_PRECONDITION: typeof FailedPrecondition;
-  readonly JOB_NOT_IN_FLIGHT: typeof JobNotInFlight;
-  readonly ATTEMPT_MISMATCH: typeof AttemptMismatch;
-  readonly SERVER_FAULT: typeof ServerFault;
-  readonly UNSUPPORTED: typeof Unsupported;
-  readonly INVALID_CONFIG: typeof InvalidConfig;
-  readonly UNKNOWN_QUEUE: typeof UnknownQueue;
-  readonly PAYLOAD_TOO_LARGE: typeof PayloadTooLarge;
-  readonly ENCODING_NOT_ALLOWED: typeof EncodingNotAllowed;
-  readonly JOB_TYPE_NOT_ALLOWED: typeof JobTypeNotAllowed;
-  readonly CUSTOM_ENTRIES_TOO_MANY: typeof CustomEntriesTooMany;
-  readonly CUSTOM_MAP_TOO_LARGE: typeof CustomMapTooLarge;
-  readonly CUSTOM_KEY_TOO_LONG: typeof CustomKeyTooLong;
-  readonly QUEUE_NAME_TOO_LONG: typeof QueueNameTooLong;
-  readonly JOB_TYPE_NAME_TOO_LONG: typeof JobTypeNameTooLong;
-  readonly IDEMPOTENCY_KEY_TOO_LONG: typeof IdempotencyKeyTooLong;
-  readonly SCHEDULED_TOO_FAR: typeof ScheduledTooFar;
-  readonly INVALID_REQUEST: typeof InvalidRequest;
-  readonly QUEUE_FULL: typeof QueueFull;
-  readonly QUEUE_CLOSING: typeof QueueClosing;
-  readonly UNKNOWN_REJECTION: typeof UnknownRejection;
+  readonly TRANSPORT: typeof TransportError;
+  readonly UNAUTHENTICATED: typeof UnauthenticatedError;
+  readonly OVERLOADED: typeof OverloadedError;
+  readonly INVALID_ARGUMENT: typeof InvalidArgumentError;
+  readonly FAILED_PRECONDITION: typeof FailedPreconditionError;
+  readonly JOB_NOT_IN_FLIGHT: typeof JobNotInFlightError;
+  readonly ATTEMPT_MISMATCH: typeof AttemptMismatchError;
+  readonly SERVER_FAULT: typeof ServerFaultError;
+  readonly UNSUPPORTED: typeof UnsupportedError;
+  readonly INVALID_CONFIG: typeof InvalidConfigError;
+  readonly UNKNOWN_QUEUE: typeof UnknownQueueError;
+  readonly PAYLOAD_TOO_LARGE: typeof PayloadTooLargeError;
+  readonly ENCODING_NOT_ALLOWED: typeof EncodingNotAllowedError;
+  readonly JOB_TYPE_NOT_ALLOWED: typeof JobTypeNotAllowedError;
+  readonly CUSTOM_ENTRIES_TOO_MANY: typeof CustomEntriesTooManyError;
+  readonly CUSTOM_MAP_TOO_LARGE: typeof CustomMapTooLargeError;
+  readonly CUSTOM_KEY_TOO_LONG: typeof CustomKeyTooLongError;
+  readonly QUEUE_NAME_TOO_LONG: typeof QueueNameTooLongError;
+  readonly JOB_TYPE_NAME_TOO_LONG: typeof JobTypeNameTooLongError;
+  readonly IDEMPOTENCY_KEY_TOO_LONG: typeof IdempotencyKeyTooLongError;
+  readonly SCHEDULED_TOO_FAR: typeof ScheduledTooFarError;
+  readonly INVALID_REQUEST: typeof InvalidRequestError;
+  readonly QUEUE_FULL: typeof QueueFullError;
+  readonly QUEUE_CLOSING: typeof QueueClosingError;
+  readonly UNKNOWN_REJECTION: typeof UnknownRejectionError;
 };
+
+// Deprecated aliases: the names of earlier releases, the same classes.
+
+/** @deprecated Use `JobRejectedError`. */
+export declare const Rejection: typeof JobRejectedError;
+/** @deprecated Use `JobRejectedError`. */
+export type Rejection = JobRejectedError;
+/** @deprecated Use `TransportError`. */
+export declare const Transport: typeof TransportError;
+/** @deprecated Use `TransportError`. */
+export type Transport = TransportError;
+/** @deprecated Use `UnauthenticatedError`. */
+export declare const Unauthenticated: typeof UnauthenticatedError;
+/** @deprecated Use `UnauthenticatedError`. */
+export type Unauthenticated = UnauthenticatedError;
+/** @deprecated Use `OverloadedError`. */
+export declare const Overloaded: typeof OverloadedError;
+/** @deprecated Use `OverloadedError`. */
+export type Overloaded = OverloadedError;
+/** @deprecated Use `InvalidArgumentError`. */
+export declare const InvalidArgument: typeof InvalidArgumentError;
+/** @deprecated Use `InvalidArgumentError`. */
+export type InvalidArgument = InvalidArgumentError;
+/** @deprecated Use `FailedPreconditionError`. */
+export declare const FailedPrecondition: typeof FailedPreconditionError;
+/** @deprecated Use `FailedPreconditionError`. */
+export type FailedPrecondition = FailedPreconditionError;
+/** @deprecated Use `JobNotInFlightError`. */
+export declare const JobNotInFlight: typeof JobNotInFlightError;
+/** @deprecated Use `JobNotInFlightError`. */
+export type JobNotInFlight = JobNotInFlightError;
+/** @deprecated Use `AttemptMismatchError`. */
+export declare const AttemptMismatch: typeof AttemptMismatchError;
+/** @deprecated Use `AttemptMismatchError`. */
+export type AttemptMismatch = AttemptMismatchError;
+/** @deprecated Use `ServerFaultError`. */
+export declare const ServerFault: typeof ServerFaultError;
+/** @deprecated Use `ServerFaultError`. */
+export type ServerFault = ServerFaultError;
+/** @deprecated Use `UnsupportedError`. */
+export declare const Unsupported: typeof UnsupportedError;
+/** @deprecated Use `UnsupportedError`. */
+export type Unsupported = UnsupportedError;
+/** @deprecated Use `InvalidConfigError`. */
+export declare const InvalidConfig: typeof InvalidConfigError;
+/** @deprecated Use `InvalidConfigError`. */
+export type InvalidConfig = InvalidConfigError;
+/** @deprecated Use `UnknownQueueError`. */
+export declare const UnknownQueue: typeof UnknownQueueError;
+/** @deprecated Use `UnknownQueueError`. */
+export type UnknownQueue = UnknownQueueError;
+/** @deprecated Use `PayloadTooLargeError`. */
+export declare const PayloadTooLarge: typeof PayloadTooLargeError;
+/** @deprecated Use `PayloadTooLargeError`. */
+export type PayloadTooLarge = PayloadTooLargeError;
+/** @deprecated Use `EncodingNotAllowedError`. */
+export declare const EncodingNotAllowed: typeof EncodingNotAllowedError;
+/** @deprecated Use `EncodingNotAllowedError`. */
+export type EncodingNotAllowed = EncodingNotAllowedError;
+/** @deprecated Use `JobTypeNotAllowedError`. */
+export declare const JobTypeNotAllowed: typeof JobTypeNotAllowedError;
+/** @deprecated Use `JobTypeNotAllowedError`. */
+export type JobTypeNotAllowed = JobTypeNotAllowedError;
+/** @deprecated Use `CustomEntriesTooManyError`. */
+export declare const CustomEntriesTooMany: typeof CustomEntriesTooManyError;
+/** @deprecated Use `CustomEntriesTooManyError`. */
+export type CustomEntriesTooMany = CustomEntriesTooManyError;
+/** @deprecated Use `CustomMapTooLargeError`. */
+export declare const CustomMapTooLarge: typeof CustomMapTooLargeError;
+/** @deprecated Use `CustomMapTooLargeError`. */
+export type CustomMapTooLarge = CustomMapTooLargeError;
+/** @deprecated Use `CustomKeyTooLongError`. */
+export declare const CustomKeyTooLong: typeof CustomKeyTooLongError;
+/** @deprecated Use `CustomKeyTooLongError`. */
+export type CustomKeyTooLong = CustomKeyTooLongError;
+/** @deprecated Use `QueueNameTooLongError`. */
+export declare const QueueNameTooLong: typeof QueueNameTooLongError;
+/** @deprecated Use `QueueNameTooLongError`. */
+export type QueueNameTooLong = QueueNameTooLongError;
+/** @deprecated Use `JobTypeNameTooLongError`. */
+export declare const JobTypeNameTooLong: typeof JobTypeNameTooLongError;
+/** @deprecated Use `JobTypeNameTooLongError`. */
+export type JobTypeNameTooLong = JobTypeNameTooLongError;
+/** @deprecated Use `IdempotencyKeyTooLongError`. */
+export declare const IdempotencyKeyTooLong: typeof IdempotencyKeyTooLongError;
+/** @deprecated Use `IdempotencyKeyTooLongError`. */
+export type IdempotencyKeyTooLong = IdempotencyKeyTooLongError;
+/** @deprecated Use `ScheduledTooFarError`. */
+export declare const ScheduledTooFar: typeof ScheduledTooFarError;
+/** @deprecated Use `ScheduledTooFarError`. */
+export type ScheduledTooFar = ScheduledTooFarError;
+/** @deprecated Use `InvalidRequestError`. */
+export declare const InvalidRequest: typeof InvalidRequestError;
+/** @deprecated Use `InvalidRequestError`. */
+export type InvalidRequest = InvalidRequestError;
+/** @deprecated Use `QueueFullError`. */
+export declare const QueueFull: typeof QueueFullError;
+/** @deprecated Use `QueueFullError`. */
+export type QueueFull = QueueFullError;
+/** @deprecated Use `QueueClosingError`. */
+export declare const QueueClosing: typeof QueueClosingError;
+/** @deprecated Use `QueueClosingError`. */
+export type QueueClosing = QueueClosingError;
+/** @deprecated Use `UnknownRejectionError`. */
+export declare const UnknownRejection: typeof UnknownRejectionError;
+/** @deprecated Use `UnknownRejectionError`. */
+export type UnknownRejection = UnknownRejectionError;

@@ -12,26 +12,31 @@ import type { ErrorCode, SeppError } from './errors.js'
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 /**
- * The worker engine of the core: it reserves jobs, keeps their leases and settles them; the
- * host (such as `Worker`) only asks for the next job and reports what became of it.
+ * The worker engine of the core, and the whole policy of a worker: it reserves jobs, keeps
+ * their leases, settles them, and counts; the host (such as `Worker`) only asks for the next
+ * job, runs its handler until the lease's `done()` resolves, and reports what became of it.
  *
  * - A poller reserves in batches sized to the free slots (`maxInFlight` minus the jobs held),
  *   long-polls, and backs off exponentially (up to `maxBackoffMs`) while the server fails.
- * - With `autoExtend`, each held job's lease is extended when a third of it is left; if it is
- *   lost anyway (expired, redelivered), the job's `Lease.lost()` resolves with `true`.
+ * - With `autoExtend`, each held job's lease is extended when a third of it is left. A lease
+ *   lost anyway (expired, redelivered) frees its slot without a call, and the job's
+ *   `Lease.done()` resolves with kind `'lost'`.
+ * - `jobTypes` and `handlerTimeoutMs` let the engine nack the jobs nobody handles and the
+ *   jobs whose handler takes too long.
  * - `shutdown` stops reserving: a waiting reserve is cancelled (it leases nothing), and jobs
- *   reserved but not yet handed out are released at once; `abandonAll` nacks whatever is
- *   still held once the host's grace period is over.
+ *   reserved but not yet handed out are released at once; `drain` then waits up to
+ *   `shutdownTimeoutMs` for the held jobs and nacks the rest.
  *
  * Create it with `Engine.start`. Methods reject with a `TypeError` for a missing or mistyped
- * argument, and with a `SeppError` subclass otherwise.
+ * argument, and with a `SeppError` subclass otherwise. Collected while it holds jobs, it
+ * nacks them.
  */
 export declare class Engine {
   /**
    * Starts an engine over `client`: its poller begins reserving at once (the client may
    * still be used for other calls).
    *
-   * Rejects with `InvalidArgument` for no queues, a lease that is not positive,
+   * Rejects with `InvalidArgumentError` for no queues, a lease that is not positive,
    * `maxInFlight` 0 or a negative duration.
    *
    * @example
@@ -46,12 +51,19 @@ export declare class Engine {
   next(): Promise<Lease | null>
   /**
    * Settles delivery `attempt` of job `jobId`, handed out by `next`: acks it for
-   * `{ kind: 'success' }`, nacks it otherwise; frees its slot either way.
+   * `{ kind: 'success' }`, nacks it otherwise; frees its slot either way. The engine counts
+   * the job (`report`) whatever happens.
    *
-   * Rejects with `JobNotInFlight` or `AttemptMismatch` when the lease was lost (the job
-   * will be, or was, delivered again), `InvalidArgument` for a negative `delayMs`, or
-   * `Transport` and the like when the call failed (the lease then runs out and the job is
-   * redelivered).
+   * Rejects with `JobNotInFlightError` when the engine no longer holds the job (lost,
+   * timed out, abandoned, or settled already: nothing is sent) or the server says the lease
+   * is lost, `AttemptMismatchError` when the job was redelivered, `InvalidArgumentError`
+   * for a negative `delayMs`, or `TransportError` and the like when the call failed (the
+   * lease then runs out and the job is redelivered).
+   */
+  settle(jobId: string, attempt: number, outcome: Outcome): Promise<void>
+  /**
+   * The former name of `settle`.
+   * @deprecated Use `settle`.
    */
   complete(jobId: string, attempt: number, outcome: Outcome): Promise<void>
   /**
@@ -68,13 +80,24 @@ export declare class Engine {
    * Waits until no job is held, or `timeoutMs` milliseconds pass. Resolves to whether it
    * got idle.
    *
-   * Rejects with `InvalidArgument` for a negative `timeoutMs`.
+   * Rejects with `InvalidArgumentError` for a negative `timeoutMs`.
    */
   waitIdle(timeoutMs: number): Promise<boolean>
   /**
+   * Shuts down gracefully: stops reserving, waits up to `shutdownTimeoutMs` (or until
+   * `endGracePeriod()`) for the held jobs to be settled, then nacks the rest with the
+   * queue's retry policy and the reason `worker shut down before the job finished`; their
+   * leases' `done()` resolve with kind `'abandoned'`. Resolves to how many were nacked.
+   */
+  drain(): Promise<number>
+  /** Ends the grace period of a running (or the next) `drain()` at once. */
+  endGracePeriod(): void
+  /** The counts of the run so far. */
+  get report(): EngineReport
+  /**
    * Nacks every job still held, with the queue's retry policy and `reason` (kept as the
-   * jobs' last reason), and resolves their leases' `lost()` with `false`. Resolves to how
-   * many were nacked. Meant for the end of a shutdown grace period, after `shutdown`.
+   * jobs' last reason); their leases' `done()` resolve with kind `'abandoned'`. Resolves
+   * to how many were nacked.
    */
   abandonAll(reason: string): Promise<number>
 }
@@ -84,14 +107,16 @@ export declare class Lease {
   /** The job (a new object on each read). */
   get job(): Job
   /**
+   * Resolves once the engine has let go of the job, with why (see `LeaseEnd`). Before the
+   * job is settled, any kind means: stop its handler, the engine did what the job needs.
+   * Never rejects; resolves for every job, so it never keeps the process alive after.
+   */
+  done(): Promise<LeaseEnd>
+  /**
    * Resolves to `true` when the lease is known to be lost (an extension found the job gone
-   * or under another attempt, or the lease expired while extensions failed): stop working
-   * on the job, it is someone else's now. Resolves to `false` once the job is completed or
-   * abandoned without that happening, so the Promise never keeps the process alive after
-   * the job is done. Never rejects.
-   *
-   * Loss is only noticed by auto-extension: with `autoExtend: false` a lease that runs out
-   * is not reported here.
+   * or under another attempt, or the lease ran out), to `false` once the engine let go of
+   * the job otherwise (settled, timed out, abandoned), so the Promise never keeps the
+   * process alive after the job is done. Never rejects.
    */
   lost(): Promise<boolean>
   /** Whether the lease is known to be lost. */
@@ -116,8 +141,8 @@ export declare class SeppClient {
    * Connects to `url` (`http://host:port`, `https://host:port` or `host:port`), then reads
    * the server's limits, so that requests are checked against them before sending.
    *
-   * Rejects with `InvalidConfig` for an unusable url or option value (a negative
-   * duration), `Transport` when the server cannot be reached, `Unauthenticated` for a
+   * Rejects with `InvalidConfigError` for an unusable url or option value (a negative
+   * duration), `TransportError` when the server cannot be reached, `UnauthenticatedError` for a
    * missing or wrong API key.
    *
    * @example
@@ -133,14 +158,17 @@ export declare class SeppClient {
   /**
    * Enqueues one job.
    *
-   * The request is checked before anything is sent: its structure (non-empty names,
-   * priority 0 to 9, ...) and the idempotency key's length against the server's
-   * `maxIdempotencyKeyBytes` (256 unless the server says otherwise).
+   * The request is checked when this is called, before anything is sent, by the core (as
+   * in every language): its structure (a valid queue name, a non-empty job type, priority 0
+   * to 9, ...; a value that cannot be held, such as a fractional priority, is
+   * `InvalidRequestError` too), then the lengths up to the idempotency key's against the
+   * limits the server advertised at connect.
    *
-   * Rejects with the job's `Rejection` subclass (`IdempotencyKeyTooLong` with `limit` and
-   * `actual` in bytes, `InvalidRequest`, `PayloadTooLarge`, `QueueFull`, ...), or
-   * `Transport`, `Unauthenticated`, `Overloaded`, `ServerFault` when the call fails. A
-   * keyed enqueue is always safe to retry: a repeat is a dedup hit.
+   * Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with
+   * `limit` and `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`,
+   * `QueueFullError`, ...), or `TransportError`, `UnauthenticatedError`, `OverloadedError`,
+   * `ServerFaultError` when the call fails. A keyed enqueue is always safe to retry: a
+   * repeat is a dedup hit.
    *
    * @example
    * const ack = await client.enqueue({ queue: "emails", jobType: "welcome", idempotencyKey: "user-42" });
@@ -148,12 +176,12 @@ export declare class SeppClient {
   enqueue(request: EnqueueRequest): Promise<EnqueueAck>
   /**
    * Enqueues each job on its own (one round trip): one result per request, in order. A
-   * job that fails the checks of `enqueue` is not sent and gets `status: 'rejected'`; the
-   * others are committed together.
+   * job that fails the checks of `enqueue` (a value that cannot be held included) is not
+   * sent and gets `status: 'rejected'` in its slot; the others are committed together.
    *
-   * Rejects with `InvalidArgument` for an empty batch, one larger than the server's
-   * `maxEnqueueBatch`, or a value that cannot be sent; otherwise as `enqueue` for the call
-   * as a whole.
+   * Rejects with `InvalidArgumentError` for an empty batch or one larger than the server's
+   * `maxEnqueueBatch`, a `TypeError` for a mistyped request; otherwise as `enqueue` for the
+   * call as a whole.
    */
   enqueueBatch(requests: EnqueueRequest[]): Promise<EnqueueResult[]>
   /**
@@ -169,17 +197,17 @@ export declare class SeppClient {
    * `waitTimeoutMs` for the first; resolves to an empty array when none came. Never
    * retried automatically: a lost reply would lease jobs twice.
    *
-   * Rejects with `InvalidArgument` before sending (no queues, a lease that is not
-   * positive, `maxJobs` 0, a negative duration), `FailedPrecondition` when the server is
+   * Rejects with `InvalidArgumentError` before sending (no queues, a lease that is not
+   * positive, `maxJobs` 0, a negative duration), `FailedPreconditionError` when the server is
    * in strict mode and a queue is not declared, or as `enqueue` for the call.
    */
   reserve(options: ReserveOptions): Promise<Job[]>
   /**
    * Acks delivery `attempt` of job `jobId`: the job is done and removed.
    *
-   * Rejects with `JobNotInFlight` when the job is not in flight (acked already, lease
-   * expired, dead-lettered, never existed) and `AttemptMismatch` when it was redelivered
-   * under another attempt: either way the lease is lost. `InvalidArgument` for an
+   * Rejects with `JobNotInFlightError` when the job is not in flight (acked already, lease
+   * expired, dead-lettered, never existed) and `AttemptMismatchError` when it was redelivered
+   * under another attempt: either way the lease is lost. `InvalidArgumentError` for an
    * `attempt` that is not a non-negative integer; otherwise as `enqueue` for the call.
    */
   ack(jobId: string, attempt: number): Promise<void>
@@ -188,7 +216,7 @@ export declare class SeppClient {
    * dead-letters it. Resolves to `true` when the job was dead-lettered (`'deadLetter'`,
    * or its last attempt).
    *
-   * Rejects as `ack`; `InvalidArgument` also for a negative `delayMs`.
+   * Rejects as `ack`; `InvalidArgumentError` also for a negative `delayMs`.
    */
   nack(jobId: string, attempt: number, options?: NackOptions): Promise<boolean>
   /**
@@ -196,7 +224,7 @@ export declare class SeppClient {
    * milliseconds (clamped by the server). Resolves to the new expiry. Does not add an
    * attempt; may be called any number of times.
    *
-   * Rejects with `InvalidArgument` for a duration that is not positive; otherwise as `ack`.
+   * Rejects with `InvalidArgumentError` for a duration that is not positive; otherwise as `ack`.
    */
   extend(jobId: string, attempt: number, leaseDurationMs: number): Promise<Date>
   /**
@@ -204,20 +232,20 @@ export declare class SeppClient {
    * all. Destructive, and never retried automatically. Empty unless the server keeps dead
    * letters (`deadLetterRetentionEnabled`).
    *
-   * Rejects with `InvalidArgument` for `max` 0 or not an integer; otherwise as `reserve`.
+   * Rejects with `InvalidArgumentError` for `max` 0 or not an integer; otherwise as `reserve`.
    */
   drainDeadLetters(options: DrainDeadLettersOptions): Promise<DeadLetterRecord[]>
   /**
    * The server's version and limits. Also refreshes the limits this client checks
    * requests against.
    *
-   * Rejects with `Transport`, `Unauthenticated`, `Overloaded` or `ServerFault`.
+   * Rejects with `TransportError`, `UnauthenticatedError`, `OverloadedError` or `ServerFaultError`.
    */
   getServerInfo(): Promise<ServerInfo>
   /**
    * Everything the server knows about job `jobId` (`state: 'unknown'` if nothing).
    *
-   * Rejects with `Unsupported` from a server without the admin service, otherwise as
+   * Rejects with `UnsupportedError` from a server without the admin service, otherwise as
    * `getServerInfo`.
    */
   getJob(jobId: string): Promise<JobInfo>
@@ -225,14 +253,14 @@ export declare class SeppClient {
    * The live dedup record of idempotency key `key` on `queue`, or `null` when none (never
    * used, or its dedup window has passed).
    *
-   * Rejects with `InvalidArgument` for an empty queue or key, otherwise as `getJob`.
+   * Rejects with `InvalidArgumentError` for an empty queue or key, otherwise as `getJob`.
    */
   lookupIdempotencyKey(queue: string, key: string): Promise<KeyRecord | null>
   /**
    * One page of dead letters, oldest first, without removing them. Pass `nextPageToken`
    * back as `pageToken` for the next page.
    *
-   * Rejects with `InvalidArgument` for `pageSize` 0 or a token the server did not issue,
+   * Rejects with `InvalidArgumentError` for `pageSize` 0 or a token the server did not issue,
    * otherwise as `getJob`.
    */
   listDeadLetters(options?: ListDeadLettersOptions): Promise<DeadLetterPage>
@@ -243,7 +271,7 @@ export declare class SeppClient {
    * `max`, at least 1, of one queue or of all). Resolves to the ids requeued. Never
    * retried automatically.
    *
-   * Rejects with `InvalidArgument` for `max` 0, otherwise as `getJob`.
+   * Rejects with `InvalidArgumentError` for `max` 0, otherwise as `getJob`.
    */
   requeueDeadLetters(selector: { jobIds: string[] } | { queue?: string; max: number }): Promise<string[]>
   /**
@@ -315,8 +343,8 @@ export interface ConnectOptions {
   maxReceiveBytes?: number
   /**
    * Automatic retries, only where a retry is safe (a keyed enqueue, ack, nack, extend,
-   * getServerInfo; never reserve or drainDeadLetters). On by default (3 tries in all);
-   * fields left out take the defaults; `null` turns retries off.
+   * getServerInfo; never reserve or drainDeadLetters). On by default (2 retries, 3 tries
+   * in all); fields left out take the defaults; `null` turns retries off.
    */
   retryPolicy?: RetryPolicy | null
 }
@@ -396,6 +424,45 @@ export interface EngineOptions {
   maxBackoffMs?: number
   /** A label sent with each reserve, shown by job inspection (`JobInfo.workerId`). */
   workerId?: string
+  /**
+   * The job types the host has a handler for: a job of another type is nacked with the
+   * queue's retry policy (reason `no handler for job type "T"`) and never handed out.
+   * Unset: every type is handed out.
+   */
+  jobTypes?: Array<string>
+  /**
+   * The longest a job may stay handed out, in milliseconds; past it the engine nacks it
+   * (reason `the handler ran past handler_timeout (N ms)`) and its `Lease.done()` resolves
+   * with kind `'timedOut'`. Unset: no limit.
+   */
+  handlerTimeoutMs?: number
+  /**
+   * How long `drain()` waits for the held jobs to be settled before it nacks the rest, in
+   * milliseconds.
+   * @default 30000
+   */
+  shutdownTimeoutMs?: number
+}
+
+/**
+ * What a worker run did: counts of jobs, kept by the engine (`WorkerReport` of the worker
+ * adds the deprecated names).
+ */
+export interface EngineReport {
+  /** Jobs acked. */
+  acked: number
+  /**
+   * Jobs nacked (retry, delay or dead-letter): thrown errors, job types without a
+   * handler and handlers past `handlerTimeoutMs` included.
+   */
+  nacked: number
+  /** Jobs whose lease was lost while held. */
+  leaseLost: number
+  /**
+   * Jobs nacked because the worker shut down before they were settled (or given back
+   * because they were reserved during shutdown).
+   */
+  abandoned: number
 }
 
 /** The answer to an accepted enqueue. */
@@ -445,8 +512,8 @@ export interface EnqueueRequest {
 
 /**
  * The outcome of one job of `enqueueBatch`: `status: 'enqueued'` with the ack's fields, or
- * `status: 'rejected'` with the `SeppError` saying why (a `Rejection` subclass such as
- * `IdempotencyKeyTooLong`).
+ * `status: 'rejected'` with the `SeppError` saying why (a `JobRejectedError` subclass such as
+ * `IdempotencyKeyTooLongError`).
  */
 export type EnqueueResult =
   | { status: 'enqueued'; /** As `EnqueueAck.jobId`. */
@@ -454,6 +521,13 @@ export type EnqueueResult =
   deduplicated: boolean }
   | { status: 'rejected'; /** Why. */
   error: SeppError }
+
+/**
+ * The name of each code's `SeppError` subclass, by code: the code in PascalCase followed by
+ * `Error` (`IDEMPOTENCY_KEY_TOO_LONG` → `"IdempotencyKeyTooLongError"`), the same name as the
+ * Python class. A test checks `errors.js` against it.
+ */
+export declare function errorClassNames(): Record<ErrorCode, string>
 
 /**
  * Every stable error code of the core (`ErrorCode::ALL`), e.g. `"IDEMPOTENCY_KEY_TOO_LONG"`.
@@ -524,7 +598,7 @@ export interface JobInfo {
 }
 
 /** Where a job is. */
-export type JobState = 'unknown' | 'scheduled' | 'ready' | 'inFlight' | 'deadLettered' | 'completed'
+export type JobState = 'unknown' | 'scheduled' | 'ready' | 'inFlight' | 'deadLettered' | 'acked'
 
 /** A live dedup record. */
 export interface KeyRecord {
@@ -534,6 +608,21 @@ export interface KeyRecord {
   createdAt?: Date
   /** When it stops deduplicating. */
   expiresAt?: Date
+}
+
+/**
+ * Why the engine let go of a job, as `Lease.done()` resolves: the kind, and a sentence
+ * saying so (the `AbortSignal` reason a worker gives a handler it stops).
+ */
+export interface LeaseEnd {
+  /**
+   * `'settled'` (by `settle`), `'lost'` (the slot was freed without a call; the server's
+   * lease expiry decides), `'timedOut'` (past `handlerTimeoutMs`; the engine nacked the
+   * job) or `'abandoned'` (the worker shut down; the engine nacked the job).
+   */
+  kind: 'settled' | 'lost' | 'timedOut' | 'abandoned'
+  /** Why, in words. */
+  reason: string
 }
 
 /** Options of `listDeadLetters`. */
@@ -564,7 +653,7 @@ export interface NackOptions {
 }
 
 /**
- * What became of a job, as `Engine.complete` reports it: `'success'` acks it; the others nack
+ * What became of a job, as `Engine.settle` reports it: `'success'` acks it; the others nack
  * it, and each dead-letters the job on its last attempt.
  */
 export type Outcome =
@@ -624,28 +713,40 @@ export interface ReserveOptions {
   workerId?: string
 }
 
-/** Exponential backoff with full jitter between tries. Unset fields take the defaults. */
+/**
+ * How a failed call is retried: up to `maxRetries` more times, with pauses growing
+ * exponentially (full jitter) between them. Unset fields take the defaults.
+ */
 export interface RetryPolicy {
   /**
-   * Tries in all, the first included (at least 1; 1 turns retries off).
-   * @default 3
+   * Retries after the first try (0 makes one try).
+   * @default 2
    */
-  maxAttempts?: number
+  maxRetries?: number
   /**
-   * Upper bound of the first pause, in milliseconds.
+   * Upper bound of the pause before the first retry, in milliseconds.
    * @default 50
    */
-  initialBackoffMs?: number
+  firstRetryDelayMs?: number
   /**
    * Upper bound of any pause, in milliseconds.
    * @default 2000
    */
-  maxBackoffMs?: number
+  maxRetryDelayMs?: number
   /**
    * Growth of the bound per retry.
    * @default 2
    */
   multiplier?: number
+  /**
+   * Tries in all, the first included (`maxRetries + 1`).
+   * @deprecated Use `maxRetries`.
+   */
+  maxAttempts?: number
+  /** @deprecated Use `firstRetryDelayMs`. */
+  initialBackoffMs?: number
+  /** @deprecated Use `maxRetryDelayMs`. */
+  maxBackoffMs?: number
 }
 
 /**

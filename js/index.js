@@ -773,11 +773,12 @@ if (
   }
 }
 
-const { Engine, Lease, SeppClient, DeadLetterCause, errorCodes, JobState } = nativeBinding
+const { Engine, Lease, SeppClient, DeadLetterCause, errorClassNames, errorCodes, JobState } = nativeBinding
 export { Engine }
 export { Lease }
 export { SeppClient }
 export { DeadLetterCause }
+export { errorClassNames }
 export { errorCodes }
 export { JobState }
 export const __napiBindingTarget = __napiLoadedBindingTarget

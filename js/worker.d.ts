@@ -1,5 +1,5 @@
 // Types of worker.js: `Worker`, `HandlerError` and what handlers get.
-import type { Job, Outcome, SeppClient } from "./index.js";
+import type { EngineReport, Job, Outcome, SeppClient } from "./index.js";
 
 /** Settings of a `Worker`. Only `queues` is required. */
 export interface WorkerOptions {
@@ -19,8 +19,9 @@ export interface WorkerOptions {
   maxInFlight?: number;
   /**
    * Extend each job's lease while its handler runs (when a third of it is left). Without it,
-   * a handler that runs past its lease loses the job to a redelivery, unnoticed: its
-   * `signal` is not aborted and its result is refused (counted as `leaseLost`).
+   * a handler that runs past its lease loses the job: when the lease runs out its `signal`
+   * is aborted and the job is counted as `leaseLost`; the server's lease expiry decides
+   * what becomes of it.
    * @default true
    */
   autoExtend?: boolean;
@@ -57,8 +58,9 @@ export interface WorkerOptions {
 /** What a handler gets besides the job. */
 export interface JobContext {
   /**
-   * Aborted when the job's lease is lost (someone else may now process the job) or when the
-   * shutdown grace period ends; `signal.reason` is a `DOMException` named `AbortError` saying
+   * Aborted when the engine lets go of the job before the handler finished: its lease was
+   * lost (someone else may now process the job), it ran past `handlerTimeoutMs`, or the
+   * shutdown grace period ended; `signal.reason` is a `DOMException` named `AbortError` saying
    * which. Pass it to `fetch`, timers and streams, or check `signal.aborted`: the worker does
    * not wait for an aborted handler, and ignores its result.
    */
@@ -69,20 +71,20 @@ export interface JobContext {
 
 /**
  * Processes one job. Resolving acks it; throwing a `HandlerError` nacks it as that error
- * says; throwing anything else nacks it with the queue's retry policy, the error as reason.
+ * says; throwing anything else nacks it with the queue's retry policy, the error's message as
+ * the reason.
  */
 export type Handler = (job: Job, context: JobContext) => Promise<void> | void;
 
-/** What a run of a worker did. Counts of jobs. */
-export interface WorkerReport {
-  /** Acked. */
-  succeeded: number;
-  /** Nacked (retry, delay or dead-letter), thrown errors and missing handlers included. */
-  failed: number;
-  /** Lease lost while the handler ran, or before its result could be reported. */
-  leaseLost: number;
-  /** Nacked because the shutdown grace period ran out (and any reserved but never started). */
-  abandoned: number;
+/**
+ * What a run of a worker did: the counts of the core's engine (`acked`, `nacked`, `leaseLost`,
+ * `abandoned`; see `EngineReport`), with the names of earlier releases.
+ */
+export interface WorkerReport extends EngineReport {
+  /** @deprecated Renamed `acked` (not enumerable). */
+  readonly succeeded: number;
+  /** @deprecated Renamed `nacked` (not enumerable). */
+  readonly failed: number;
 }
 
 /**
@@ -124,12 +126,16 @@ export declare class HandlerError extends Error {
 
 /**
  * Processes jobs with handlers registered per job type, at most `maxInFlight` at once, over
- * the core's engine (which reserves, extends leases and settles jobs).
+ * the core's engine, which holds every rule of a worker (the same as in Rust and Python): it
+ * reserves, extends leases, settles jobs, nacks the job types without a handler, frees the
+ * slot of a lost lease without a call, nacks jobs past `handlerTimeoutMs`, and drains at
+ * shutdown. The worker only runs the handlers.
  *
  * A handler that resolves acks its job; see `Handler` and `HandlerError` for failures. A job
  * type without a handler (and no `fallback`) is nacked with the queue's retry policy; the
- * worker goes on either way. If a job's lease is lost while its handler runs, the handler's
- * `signal` is aborted and the worker moves on.
+ * worker goes on either way. If the engine lets go of a job while its handler runs (lease
+ * lost, handler timeout, end of the grace period), the handler's `signal` is aborted and the
+ * worker moves on.
  *
  * `run()` runs until `stop()` is called or the process gets SIGTERM or SIGINT; then it stops
  * reserving (jobs reserved but not started are given back at once), lets running handlers
@@ -146,7 +152,7 @@ export declare class Worker {
   /**
    * A worker reserving through `client` (which stays usable for other calls). Nothing is
    * sent before `run()`. Throws a `TypeError` when `client` is not a `SeppClient` or an
-   * option has the wrong type, a `RangeError` for a negative `shutdownTimeoutMs`; the
+   * option of the worker itself (`handleSignals`, `onError`) has the wrong type; the
    * engine's options are checked by `run()`.
    */
   constructor(client: SeppClient, options: WorkerOptions);
@@ -158,15 +164,17 @@ export declare class Worker {
    * Processes jobs until `stop()`, SIGTERM or SIGINT, then shuts down gracefully; resolves to
    * what it did. May run again once it has resolved.
    *
-   * Rejects with a `TypeError` for a mistyped option, `InvalidArgument` for no queues, a
-   * lease that is not positive or `maxInFlight` 0, an `Error` with code `ERR_SEPP_CLIENT_CLOSED`
-   * for a closed client, and an `Error` when the worker is already running.
+   * Rejects with a `TypeError` for a mistyped option, `InvalidArgumentError` for no queues, a
+   * lease that is not positive, `maxInFlight` 0 or a negative duration, an `Error` with code
+   * `ERR_SEPP_CLIENT_CLOSED` for a closed client, and an `Error` when the worker is already
+   * running.
    */
   run(): Promise<WorkerReport>;
   /**
    * Begins the graceful shutdown of the current run; resolves once `run()` has settled (at
    * most `shutdownTimeoutMs` plus one nack round trip later). Does nothing when not running.
-   * Do not await it from a handler: the run waits for that handler.
+   * Do not await it from a handler: the run waits for that handler (up to
+   * `shutdownTimeoutMs`).
    */
   stop(): Promise<void>;
 }

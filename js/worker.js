@@ -1,26 +1,22 @@
 // `Worker` and `HandlerError`: async handlers on leased jobs, over the core's engine (engine.js).
 //
-// This mirrors the Rust Worker (core/src/worker.rs). The engine does the queue work: it reserves
-// in batches sized to the free slots (so at most `maxInFlight` jobs are handed out at once),
-// extends leases, backs off while the server fails, settles jobs, and releases what it reserved
-// during shutdown. This file is the host side only: pick a handler by job type, run it as a
-// Promise, turn its result into an outcome, abort it when its lease is lost, and run the
-// shutdown sequence (stop reserving, grace period, abort, abandon). Documentation: worker.d.ts.
+// The worker only runs handlers, as the Rust and Python workers do. The engine holds the whole
+// worker policy (core/src/engine.rs): it reserves in batches sized to the free slots (so at
+// most `maxInFlight` jobs are handed out at once), extends leases, frees the slot of a lost
+// lease, nacks the job types without a handler and the handlers past `handlerTimeoutMs`,
+// settles jobs, drains at shutdown and counts. This file runs each job's handler as a Promise,
+// aborts it when the engine lets go of the job first (`Lease.done()`), and reports how it ended
+// as an outcome. Documentation: worker.d.ts.
 
 import { nativeClient } from "./bridge.js";
 import { Engine } from "./engine.js";
-import { AttemptMismatch, JobNotInFlight } from "./errors.js";
 
 /** Guards the constructor of HandlerError: use its static methods. */
 const fromFactory = Symbol("HandlerError");
 
-/** Why the jobs still running after the grace period were nacked (`JobInfo.lastReason`). */
-const SHUTDOWN_REASON = "worker shut down before the job finished";
-
 /** @typedef {import("./index.js").Outcome} Outcome */
 /** @typedef {Exclude<Outcome, { kind: "success" }>} Failure */
 /** @typedef {import("./worker.js").WorkerReport} WorkerReport */
-/** @typedef {"succeeded" | "failed" | "leaseLost" | "abandoned"} Done */
 
 /**
  * A `TypeError` with Node's code for a bad argument, as the native module makes them.
@@ -111,13 +107,13 @@ export class HandlerError extends Error {
 
 /**
  * The outcome for what a handler threw: a `HandlerError`'s own, else a retry with the queue's
- * policy, the error as the reason (as the Rust worker does with any `Error`).
+ * policy, the error's message as the reason (as in Rust and Python).
  * @param {unknown} err
  * @returns {Failure}
  */
 function outcomeOf(err) {
   if (err instanceof HandlerError) return err.outcome;
-  const reason = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  const reason = err instanceof Error ? err.message || err.name : String(err);
   return { kind: "retry", reason };
 }
 
@@ -136,45 +132,20 @@ function logHandlerError(err, job) {
 
 /** @type {Outcome} */
 const SUCCESS = Object.freeze({ kind: "success" });
-/** The lease was lost while the handler ran. */
-const LOST = Symbol("lost");
-/** The job was abandoned (end of the grace period) while the handler ran. */
-const ENDED = Symbol("ended");
 
 /**
- * `promise` settled within `ms` milliseconds? The timer is cleared either way, so it never
- * keeps the process alive.
- * @param {Promise<unknown>} promise
- * @param {number} ms
- * @returns {Promise<boolean>}
+ * The report of a run, with the names of earlier releases (`succeeded`, `failed`) as
+ * deprecated, non-enumerable getters.
+ * @param {import("./index.js").WorkerReport} counts
+ * @returns {WorkerReport}
  */
-function settlesWithin(promise, ms) {
-  /** @type {NodeJS.Timeout | undefined} */
-  let timer;
-  const timeout = new Promise((resolve) => {
-    timer = setTimeout(resolve, ms, false);
+function withOldNames(counts) {
+  const report = { ...counts };
+  Object.defineProperties(report, {
+    succeeded: { get: () => report.acked, enumerable: false },
+    failed: { get: () => report.nacked, enumerable: false },
   });
-  return Promise.race([promise.then(() => true), timeout]).finally(() => clearTimeout(timer));
-}
-
-/** One job being handled. */
-class Task {
-  /** Aborted when the lease is lost or the grace period ends; the handler's `signal`. */
-  controller = new AbortController();
-  /** Set once the grace period ended: the job is the engine's to nack, not this task's. */
-  abandoned = false;
-
-  /** @param {(task: Task) => Promise<Done>} run handles the job; never rejects */
-  constructor(run) {
-    /** @type {Promise<Done>} */
-    this.done = run(this);
-  }
-
-  /** The grace period is over: abort the handler; `abandonAll` nacks the job. */
-  abandon() {
-    this.abandoned = true;
-    this.controller.abort(new DOMException(SHUTDOWN_REASON, "AbortError"));
-  }
+  return /** @type {WorkerReport} */ (report);
 }
 
 export class Worker {
@@ -182,8 +153,6 @@ export class Worker {
   #client;
   /** @type {import("./index.js").EngineOptions} */
   #engineOptions;
-  /** @type {number} */
-  #shutdownTimeoutMs;
   /** @type {boolean} */
   #handleSignals;
   /** @type {(error: unknown, job: import("./index.js").Job) => void} */
@@ -208,8 +177,7 @@ export class Worker {
     if (typeof options !== "object" || options === null || Array.isArray(options)) {
       throw argumentError("options must be an object with at least `queues`");
     }
-    const { shutdownTimeoutMs = 30_000, handleSignals = true, onError = logHandlerError } = options;
-    checkMillis(shutdownTimeoutMs, "options.shutdownTimeoutMs");
+    const { handleSignals = true, onError = logHandlerError } = options;
     if (typeof handleSignals !== "boolean") {
       throw argumentError(`options.handleSignals must be a boolean, got ${typeof handleSignals}`);
     }
@@ -218,10 +186,20 @@ export class Worker {
     }
     this.#onError = onError;
     this.#client = client;
-    // Only the engine's fields; the engine checks them (a TypeError or InvalidArgument from run()).
+    // Only the engine's fields; the engine checks them (a TypeError or InvalidArgumentError
+    // from run()).
     const { queues, leaseDurationMs, maxInFlight, autoExtend, waitTimeoutMs, workerId } = options;
-    this.#engineOptions = { queues, leaseDurationMs, maxInFlight, autoExtend, waitTimeoutMs, workerId };
-    this.#shutdownTimeoutMs = shutdownTimeoutMs;
+    const { handlerTimeoutMs, shutdownTimeoutMs } = options;
+    this.#engineOptions = {
+      queues,
+      leaseDurationMs,
+      maxInFlight,
+      autoExtend,
+      waitTimeoutMs,
+      workerId,
+      handlerTimeoutMs,
+      shutdownTimeoutMs,
+    };
     this.#handleSignals = handleSignals;
   }
 
@@ -269,7 +247,9 @@ export class Worker {
       process.off("SIGINT", onSignal);
     };
     try {
-      const engine = await Engine.start(this.#client, this.#engineOptions);
+      // The engine nacks the job types nobody handles (all are handled with a fallback).
+      const jobTypes = this.#fallback === undefined ? [...this.#handlers.keys()] : undefined;
+      const engine = await Engine.start(this.#client, { ...this.#engineOptions, jobTypes });
       return await this.#drive(engine, stopping, releaseSignals);
     } finally {
       releaseSignals();
@@ -287,42 +267,33 @@ export class Worker {
   }
 
   /**
-   * Hands each job to its handler until the engine shuts down, then runs the grace period.
+   * Hands each job to its handler until the engine shuts down, then drains the engine.
    * @param {Engine} engine
    * @param {Promise<unknown>} stopping
    * @param {() => void} releaseSignals
    * @returns {Promise<WorkerReport>}
    */
   async #drive(engine, stopping, releaseSignals) {
-    /** @type {WorkerReport} */
-    const report = { succeeded: 0, failed: 0, leaseLost: 0, abandoned: 0 };
-    /** Tasks not yet done; each removes itself. @type {Set<Task>} */
-    const tasks = new Set();
+    /** Jobs being handled; each removes itself. @type {Set<Promise<void>>} */
+    const running = new Set();
     void stopping.then(() => engine.shutdown());
     try {
       for (;;) {
-        // At most `maxInFlight` jobs are handed out and not completed: the engine waits here.
+        // At most `maxInFlight` jobs are handed out and not settled: the engine waits here.
         const lease = await engine.next();
         if (lease === null) break;
-        const task = new Task((t) => this.#runOne(engine, lease, t));
-        tasks.add(task);
-        void task.done.then((done) => {
-          tasks.delete(task);
-          if (done !== "abandoned") report[done] += 1;
-        });
+        const handling = this.#runOne(engine, lease);
+        running.add(handling);
+        void handling.then(() => running.delete(handling));
       }
     } finally {
-      engine.shutdown();
       releaseSignals();
-      const inTime = await settlesWithin(
-        Promise.all([...tasks].map((t) => t.done)),
-        this.#shutdownTimeoutMs,
-      );
-      if (!inTime) for (const task of tasks) task.abandon();
-      report.abandoned = await engine.abandonAll(SHUTDOWN_REASON);
+      // Running handlers get the engine's shutdownTimeoutMs; the engine nacks the rest, and
+      // their `done()` resolves, so every `#runOne` ends (an aborted handler is not awaited).
+      await engine.drain();
+      await Promise.all(running);
     }
-    // A copy: a task abandoned above may still end later.
-    return { ...report };
+    return withOldNames(engine.report);
   }
 
   /**
@@ -343,62 +314,40 @@ export class Worker {
   }
 
   /**
-   * Runs one handler: settles the job with its outcome, or aborts the handler when the lease
-   * is lost. Never rejects.
+   * Runs one handler and reports how it ended; aborts it when the engine lets go of the job
+   * first (lease lost, handler timeout, shutdown). Never rejects.
    * @param {Engine} engine
    * @param {import("./index.js").Lease} lease
-   * @param {Task} task
-   * @returns {Promise<Done>}
+   * @returns {Promise<void>}
    */
-  async #runOne(engine, lease, task) {
+  async #runOne(engine, lease) {
     const job = lease.job;
     const handler = this.#handlers.get(job.jobType) ?? this.#fallback;
-    /** @type {Outcome} */
-    let outcome;
-    if (handler === undefined) {
-      outcome = { kind: "retry", reason: `no handler for job type ${JSON.stringify(job.jobType)}` };
-    } else {
-      /** @type {import("./worker.js").JobContext} */
-      const context = {
-        signal: task.controller.signal,
-        get leaseExpiresAt() {
-          return lease.expiresAt;
-        },
-      };
-      const ran = (async () => handler(job, context))().then(
-        () => SUCCESS,
-        (err) => {
-          if (!(err instanceof HandlerError)) this.#reportError(err, job);
-          return outcomeOf(err);
-        },
-      );
-      // `lost()` resolves `false` only once the job is settled, which here means abandoned.
-      const ended = lease.lost().then((lost) => (lost ? LOST : ENDED));
-      const first = await Promise.race([ran, ended]);
-      if (first === ENDED) return "abandoned";
-      if (first === LOST) {
-        task.controller.abort(
-          new DOMException(
-            `the lease of job ${job.id} (attempt ${job.attempt}) was lost: it will be delivered again`,
-            "AbortError",
-          ),
-        );
-        // The job is someone else's now: this only frees the slot (settling fails anyway).
-        if (!task.abandoned) await engine.complete(job.id, job.attempt, { kind: "retry" }).catch(() => {});
-        return "leaseLost";
-      }
-      outcome = first;
+    // Not handed out: the engine nacks the job types without a handler.
+    if (handler === undefined) return;
+    const controller = new AbortController();
+    /** @type {import("./worker.js").JobContext} */
+    const context = {
+      signal: controller.signal,
+      get leaseExpiresAt() {
+        return lease.expiresAt;
+      },
+    };
+    const ran = (async () => handler(job, context))().then(
+      () => SUCCESS,
+      (err) => {
+        if (!(err instanceof HandlerError)) this.#reportError(err, job);
+        return outcomeOf(err);
+      },
+    );
+    const ended = lease.done().then((end) => ({ end }));
+    const first = await Promise.race([ran, ended]);
+    if ("end" in first) {
+      // The engine let go first and did what the job needs: stop the handler.
+      controller.abort(new DOMException(first.end.reason, "AbortError"));
+      return;
     }
-    if (task.abandoned) return "abandoned";
-    try {
-      await engine.complete(job.id, job.attempt, outcome);
-    } catch (err) {
-      if (err instanceof JobNotInFlight || err instanceof AttemptMismatch) return "leaseLost";
-      process.emitWarning(
-        `could not settle job ${job.id} (attempt ${job.attempt}): ${err instanceof Error ? err.message : String(err)}; its lease will run out and it will be delivered again`,
-        { code: "SEPP_SETTLE_FAILED" },
-      );
-    }
-    return outcome.kind === "success" ? "succeeded" : "failed";
+    // Counted by the engine whatever happens; a lost lease leaves the job to the server.
+    await engine.settle(job.id, job.attempt, first).catch(() => {});
   }
 }

@@ -71,7 +71,9 @@ async fn main() -> std::process::ExitCode {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let client = SeppClient::connect(&args.server).await?;
-    let limit = client.max_idempotency_key_bytes() as usize;
+    let limit = client
+        .max_idempotency_key_bytes()
+        .unwrap_or(sepp_rs::client::DEFAULT_MAX_IDEMPOTENCY_KEY_BYTES) as usize;
     let t0 = Instant::now();
     let mut files = Vec::new();
     walk(&args.root, &mut files);

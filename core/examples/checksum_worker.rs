@@ -143,9 +143,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "{} files hashed ({} failed) in {secs:.1} s: {:.0} files/s, {:.1} MiB hashed; results in {}",
-        report.succeeded,
-        report.failed,
-        report.succeeded as f64 / secs,
+        report.acked,
+        report.nacked,
+        report.acked as f64 / secs,
         bytes.load(std::sync::atomic::Ordering::Relaxed) as f64 / (1024.0 * 1024.0),
         args.out.display()
     );

@@ -26,17 +26,23 @@ pub enum JobState {
     /// Dead-lettered.
     DeadLettered,
     /// Acked (a tombstone kept while its idempotency key's dedup record lives).
-    Completed,
+    Acked,
 }
 
 impl JobState {
+    /// The former name of [`JobState::Acked`] ("ack", not "complete", is the word).
+    #[deprecated(note = "renamed `JobState::Acked`")]
+    #[allow(non_upper_case_globals)]
+    pub const Completed: JobState = JobState::Acked;
+
     fn from_proto(v: i32) -> Self {
         match pb::JobState::try_from(v) {
             Ok(pb::JobState::Scheduled) => JobState::Scheduled,
             Ok(pb::JobState::Ready) => JobState::Ready,
             Ok(pb::JobState::InFlight) => JobState::InFlight,
             Ok(pb::JobState::DeadLettered) => JobState::DeadLettered,
-            Ok(pb::JobState::Completed) => JobState::Completed,
+            // The wire keeps its name (and number): sepp.admin.v1 COMPLETED.
+            Ok(pb::JobState::Completed) => JobState::Acked,
             _ => JobState::Unknown,
         }
     }

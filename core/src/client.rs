@@ -14,13 +14,25 @@ use sepp_proto::v1 as pb;
 use sepp_proto::v1::queue_service_client::QueueServiceClient;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-/// The key limit assumed until the server says otherwise (the protocol's default).
+/// The protocol's default key limit. A client does not assume it: until the server has
+/// advertised its own `max_idempotency_key_bytes`, key lengths are left to the server.
 pub const DEFAULT_MAX_IDEMPOTENCY_KEY_BYTES: u32 = 256;
+
+/// The limits a server advertised (`GetServerInfo`) that a request is checked against before
+/// it is sent; 0 for a limit the server did not advertise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AdvertisedLimits {
+    pub(crate) max_queue_name_bytes: u32,
+    pub(crate) max_job_type_bytes: u32,
+    pub(crate) max_idempotency_key_bytes: u32,
+    pub(crate) strict_queues: bool,
+}
 
 /// The default receive limit, in bytes: at least the largest Reserve reply a sepp server
 /// sends by default (`limits.max_reserve_reply_bytes`, 4 MiB), with room for servers that
@@ -86,7 +98,7 @@ impl SeppClientBuilder {
     }
 
     /// Retries per the protocol's safe-retry table (see [`crate::retry`]). On by default with
-    /// [`RetryPolicy::default`] (3 tries in all, backoff from 50 ms).
+    /// [`RetryPolicy::default`] (2 retries, pauses from 50 ms).
     #[must_use]
     pub fn retry_policy(mut self, p: RetryPolicy) -> Self {
         self.retry = Some(p);
@@ -171,7 +183,7 @@ impl SeppClientBuilder {
                 api_key,
                 rpc_timeout: self.rpc_timeout,
                 retry: self.retry,
-                max_key_bytes: AtomicU32::new(DEFAULT_MAX_IDEMPOTENCY_KEY_BYTES),
+                limits: RwLock::new(None),
                 max_enqueue_batch: AtomicU32::new(0),
                 max_reason_bytes: AtomicU32::new(0),
             }),
@@ -179,7 +191,7 @@ impl SeppClientBuilder {
     }
 
     /// Connects, then reads the server's limits (`GetServerInfo`), so that requests are
-    /// checked against the real `max_idempotency_key_bytes`.
+    /// checked against the real `max_idempotency_key_bytes` before they are sent.
     ///
     /// # Errors
     /// [`ErrorCode::InvalidConfig`] for an unusable address or TLS settings;
@@ -204,8 +216,10 @@ impl SeppClientBuilder {
         Ok(client)
     }
 
-    /// A client that connects on first use; nothing is sent until a call is made. Request
-    /// validation works even when no server is running.
+    /// A client that connects on first use; nothing is sent until a call is made. The
+    /// structural checks of requests work even when no server is running; the lengths that
+    /// depend on the server's limits are left to the server until [`SeppClient::get_server_info`]
+    /// has been called, so a key the server accepts is never refused here.
     ///
     /// # Errors
     /// [`ErrorCode::InvalidConfig`] for an unusable address or TLS settings.
@@ -298,8 +312,8 @@ pub(crate) struct Inner {
     api_key: Option<MetadataValue<Ascii>>,
     rpc_timeout: Option<Duration>,
     retry: Option<RetryPolicy>,
-    /// The server's `max_idempotency_key_bytes` (256 until known).
-    max_key_bytes: AtomicU32,
+    /// The server's limits, once it advertised them (`None` before: lengths are left to it).
+    limits: RwLock<Option<AdvertisedLimits>>,
     /// The server's `max_enqueue_batch` (0 until known: not checked).
     max_enqueue_batch: AtomicU32,
     /// The server's `max_reason_bytes` (0 until known, or from a server that does not
@@ -363,9 +377,17 @@ impl SeppClient {
         self.inner.channel.clone()
     }
 
-    /// The idempotency key limit requests are checked against, in UTF-8 bytes.
-    pub fn max_idempotency_key_bytes(&self) -> u32 {
-        self.inner.max_key_bytes.load(Ordering::Relaxed)
+    /// The idempotency key limit requests are checked against before sending, in UTF-8 bytes:
+    /// the server's, once it advertised it (`SeppClient::connect` asks); `None` before, when
+    /// key lengths are left to the server.
+    pub fn max_idempotency_key_bytes(&self) -> Option<u32> {
+        self.limits()
+            .map(|l| l.max_idempotency_key_bytes)
+            .filter(|n| *n > 0)
+    }
+
+    fn limits(&self) -> Option<AdvertisedLimits> {
+        *self.inner.limits.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The nack reason length the server keeps, in UTF-8 bytes, as it advertised it (0 until
@@ -415,11 +437,11 @@ impl SeppClient {
                     let Some(p) = &self.inner.retry else {
                         return Err(s);
                     };
-                    if tries >= p.max_attempts || !is_retryable(class, &s) {
+                    if tries > p.max_retries || !is_retryable(class, &s) {
                         return Err(s);
                     }
                     tracing::debug!(code = ?s.code(), tries, "retrying sepp call");
-                    tokio::time::sleep(p.backoff(tries)).await;
+                    tokio::time::sleep(p.retry_delay(tries)).await;
                 }
             }
         }
@@ -428,8 +450,8 @@ impl SeppClient {
     /// Enqueues one job (a batch of one on the wire).
     ///
     /// The request is checked first, without a network call: structure
-    /// ([`EnqueueRequest::validate`]) and the idempotency key's length against the server's
-    /// `max_idempotency_key_bytes` (256 until known).
+    /// ([`EnqueueRequest::validate`]) and, once the server advertised its limits, the lengths
+    /// up to the idempotency key's (see [`SeppClient::max_idempotency_key_bytes`]).
     ///
     /// # Errors
     /// [`EnqueueError::Rejected`] with the client's or the server's [`Rejection`] (e.g.
@@ -448,7 +470,7 @@ impl SeppClient {
     /// # Ok(()) }
     /// ```
     pub async fn enqueue(&self, request: EnqueueRequest) -> Result<EnqueueAck, EnqueueError> {
-        request.check(self.max_idempotency_key_bytes())?;
+        request.check_before_sending(self.limits().as_ref())?;
         let class = if request.is_keyed() {
             RetryClass::KeyedEnqueue
         } else {
@@ -504,16 +526,35 @@ impl SeppClient {
         &self,
         requests: Vec<EnqueueRequest>,
     ) -> Result<Vec<Result<EnqueueAck, Rejection>>, BatchError> {
+        self.enqueue_batch_prepared(requests.into_iter().map(Ok).collect())
+            .await
+    }
+
+    /// [`SeppClient::enqueue_batch`] for requests a binding built from another language's
+    /// values: a slot whose value could not become a request (a negative priority, a naive
+    /// datetime, ...) carries its rejection, which is its result, as if the checks before
+    /// sending had refused it. So a bad job is a rejection in its own slot in every language.
+    ///
+    /// # Errors
+    /// As [`SeppClient::enqueue_batch`].
+    pub async fn enqueue_batch_prepared(
+        &self,
+        requests: Vec<Result<EnqueueRequest, Rejection>>,
+    ) -> Result<Vec<Result<EnqueueAck, Rejection>>, BatchError> {
         self.check_batch_len(requests.len())?;
-        let limit = self.max_idempotency_key_bytes();
+        let limits = self.limits();
         let mut results: Vec<Option<Result<EnqueueAck, Rejection>>> =
             Vec::with_capacity(requests.len());
         let mut jobs = Vec::with_capacity(requests.len());
         let mut slots = Vec::with_capacity(requests.len());
         let mut keyed = true;
         for (i, r) in requests.iter().enumerate() {
-            match r.check(limit) {
-                Ok(()) => {
+            let checked = r
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|r| r.check_before_sending(limits.as_ref()).map(|()| r));
+            match checked {
+                Ok(r) => {
                     keyed &= r.is_keyed();
                     jobs.push(r.to_proto());
                     slots.push(i);
@@ -570,16 +611,37 @@ impl SeppClient {
         &self,
         requests: Vec<EnqueueRequest>,
     ) -> Result<Result<Vec<EnqueueAck>, Vec<(u32, Rejection)>>, BatchError> {
+        self.enqueue_atomic_prepared(requests.into_iter().map(Ok).collect())
+            .await
+    }
+
+    /// [`SeppClient::enqueue_atomic`] for requests a binding built from another language's
+    /// values, as [`SeppClient::enqueue_batch_prepared`]: a slot carrying a rejection fails
+    /// the batch, listed with the others, without any network call.
+    ///
+    /// # Errors
+    /// As [`SeppClient::enqueue_batch`].
+    pub async fn enqueue_atomic_prepared(
+        &self,
+        requests: Vec<Result<EnqueueRequest, Rejection>>,
+    ) -> Result<Result<Vec<EnqueueAck>, Vec<(u32, Rejection)>>, BatchError> {
         self.check_batch_len(requests.len())?;
-        let limit = self.max_idempotency_key_bytes();
+        let limits = self.limits();
         let failures: Vec<(u32, Rejection)> = requests
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| r.check(limit).err().map(|e| (i as u32, e)))
+            .filter_map(|(i, r)| {
+                let checked = match r {
+                    Ok(r) => r.check_before_sending(limits.as_ref()),
+                    Err(rejection) => Err(rejection.clone()),
+                };
+                checked.err().map(|e| (i as u32, e))
+            })
             .collect();
         if !failures.is_empty() {
             return Ok(Err(failures));
         }
+        let requests: Vec<EnqueueRequest> = requests.into_iter().flatten().collect();
         let class = if requests.iter().all(EnqueueRequest::is_keyed) {
             RetryClass::KeyedEnqueue
         } else {
@@ -691,7 +753,7 @@ impl SeppClient {
         // length (at a character boundary) rather than send what would not be kept.
         let max = self.inner.max_reason_bytes.load(Ordering::Relaxed);
         let reason = match reason {
-            Some(r) if max > 0 => Some(truncate_utf8(r, max as usize)),
+            Some(r) if max > 0 => Some(sepp_rules::truncate_utf8(r, max as usize)),
             r => r,
         };
         let msg = pb::NackRequest {
@@ -800,11 +862,12 @@ impl SeppClient {
             .await
             .map_err(|s| ClientError::from_status(&s, false))?;
         let info = ServerInfo::from_proto(resp);
-        if info.max_idempotency_key_bytes > 0 {
-            self.inner
-                .max_key_bytes
-                .store(info.max_idempotency_key_bytes, Ordering::Relaxed);
-        }
+        *self.inner.limits.write().unwrap_or_else(|e| e.into_inner()) = Some(AdvertisedLimits {
+            max_queue_name_bytes: info.max_queue_name_bytes,
+            max_job_type_bytes: info.max_job_type_bytes,
+            max_idempotency_key_bytes: info.max_idempotency_key_bytes,
+            strict_queues: info.strict_queues,
+        });
         self.inner
             .max_enqueue_batch
             .store(info.max_enqueue_batch, Ordering::Relaxed);
@@ -813,18 +876,6 @@ impl SeppClient {
             .store(info.max_reason_bytes, Ordering::Relaxed);
         Ok(info)
     }
-}
-
-/// `s` cut to at most `max` bytes at a UTF-8 character boundary.
-pub(crate) fn truncate_utf8(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
 }
 
 /// Decodes a wire rejection into the client's [`Rejection`].
@@ -906,14 +957,5 @@ mod tests {
         );
         assert!(normalize_addr("ftp://h:1").is_err());
         assert!(normalize_addr("").is_err());
-    }
-
-    #[test]
-    fn reasons_are_cut_at_a_character_boundary() {
-        assert_eq!(truncate_utf8("abc".into(), 5), "abc");
-        assert_eq!(truncate_utf8("abcdef".into(), 3), "abc");
-        // "é" is 2 bytes: a cut at 2 falls inside the second character of "aé".
-        assert_eq!(truncate_utf8("aéé".into(), 2), "a");
-        assert_eq!(truncate_utf8("é".into(), 0), "");
     }
 }

@@ -1,32 +1,55 @@
-//! The worker engine: reserve, lease keeping and settlement, with no callbacks into user code.
+//! The worker engine: reserve, lease keeping, settlement and the whole worker policy, with no
+//! callbacks into user code.
 //!
 //! The Rust [`Worker`](crate::worker::Worker) and the Python and Node workers all sit on this
-//! engine. A host asks for the next job ([`Engine::next`]), runs its handler however it likes
-//! (a tokio task, an asyncio task, a Promise), and reports the result
-//! ([`Engine::complete`]). The engine owns everything that must not be written three times:
+//! engine, and do nothing else than run handlers: a host asks for the next job
+//! ([`Engine::next`]), runs its handler however it likes (a tokio task, an asyncio task, a
+//! Promise), stops it when the job's [`Lease::done`] resolves first, and reports what the
+//! handler did as an [`Outcome`] ([`Engine::settle`]). Every rule of a worker is here, once:
 //!
-//! - a poller that reserves in batches sized to the free slots (`max_in_flight` minus the jobs
-//!   held), long-polls, and backs off exponentially (up to `max_backoff`) while the server is
-//!   unreachable, so it never spins;
-//! - lease keeping: with `auto_extend`, each held job's lease is extended when a third of it
-//!   is left; if the lease is lost anyway (expired, redelivered), the job's [`Lease::lost`]
-//!   resolves so the host can cancel its handler;
-//! - settlement: [`Outcome`] → ack, or nack with the default policy, a delay, or dead-letter;
+//! - reserving: a poller reserves in batches sized to the free slots (`max_in_flight` minus
+//!   the jobs held), long-polls, and backs off exponentially (up to `max_backoff`) while the
+//!   server is unreachable, so it never spins;
+//! - which jobs a host gets: with [`EngineOptions::job_types`] set, a job of another type is
+//!   nacked at once with the queue's retry policy and the reason `no handler for job type
+//!   "T"`, and never handed out;
+//! - lease keeping: with `auto_extend`, each held job's lease is extended when a third of it is
+//!   left. A lease that is lost anyway (an extension finds the job gone or under another
+//!   attempt, or the lease ran out while extensions failed or were off) frees its slot at once
+//!   with **no network call**: settling would fail, and a nack would spend an attempt, so the
+//!   server's lease expiry decides (redelivery, or `LEASE_EXPIRED` on the last attempt). The
+//!   job's [`Lease::done`] resolves with [`LeaseEnd::Lost`], so the host stops the handler;
+//! - settlement: [`Outcome`] → ack, or nack with the queue's policy, a delay, or
+//!   dead-letter; a reason longer than the server's `max_reason_bytes` is cut to it by the
+//!   client;
+//! - a handler time limit: with [`EngineOptions::handler_timeout`], a job handed out longer
+//!   than that is nacked with the queue's retry policy and a reason saying so, and its
+//!   [`Lease::done`] resolves with [`LeaseEnd::TimedOut`];
 //! - shutdown: [`Engine::shutdown`] stops reserving (a waiting reserve is cancelled, which
-//!   leases nothing), jobs reserved but not yet handed out are released at once, and
-//!   [`Engine::abandon_all`] nacks whatever is still held after the host's grace period.
+//!   leases nothing) and jobs reserved but not yet handed out are given back at once;
+//!   [`Engine::drain`] then gives the held jobs `shutdown_timeout` to be settled and nacks the
+//!   rest ([`LeaseEnd::Abandoned`]). An engine dropped with jobs held does the same at once;
+//! - the counts of a run ([`WorkerReport`]).
 
 use crate::client::SeppClient;
 use crate::error::{ErrorCode, LeaseError};
 use crate::job::Job;
 use crate::request::{NackRetry, ReserveOptions};
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-/// How an engine reserves and keeps leases.
+/// The reason a job is nacked with when a worker stops before its handler finished (the end
+/// of the shutdown grace period, or an engine dropped while holding it).
+pub const SHUTDOWN_REASON: &str = "worker shut down before the job finished";
+
+/// The reason a job reserved during shutdown, never handed out, is given back with.
+const UNSTARTED_REASON: &str = "worker shutting down before the job started";
+
+/// How an engine reserves, keeps leases and treats the jobs it holds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineOptions {
     /// Queues to reserve from, in priority order.
@@ -43,6 +66,19 @@ pub struct EngineOptions {
     pub max_backoff: Duration,
     /// Label sent with each Reserve (shown by job inspection).
     pub worker_id: Option<String>,
+    /// The job types the host has a handler for; a job of another type is nacked with the
+    /// queue's retry policy (reason `no handler for job type "T"`) instead of being handed
+    /// out. `None` (the default): every type is handed out (the host has a catch-all).
+    pub job_types: Option<Vec<String>>,
+    /// Longest a job may stay handed out before its handler counts as failed: the engine
+    /// nacks it with the queue's retry policy and the reason `the handler ran past
+    /// handler_timeout (N ms)`, and its [`Lease::done`] resolves with
+    /// [`LeaseEnd::TimedOut`] so the host cancels the handler where the language allows.
+    /// `None` (the default): no limit.
+    pub handler_timeout: Option<Duration>,
+    /// How long [`Engine::drain`] waits for the held jobs to be settled before it nacks the
+    /// rest. Default 30 s.
+    pub shutdown_timeout: Duration,
 }
 
 impl EngineOptions {
@@ -60,6 +96,9 @@ impl EngineOptions {
             wait_timeout: Duration::from_secs(5),
             max_backoff: Duration::from_secs(5),
             worker_id: None,
+            job_types: None,
+            handler_timeout: None,
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -89,6 +128,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The nack this outcome asks for; `None` for an ack.
     fn nack(self) -> Option<(NackRetry, Option<String>)> {
         match self {
             Outcome::Success => None,
@@ -99,40 +139,117 @@ impl Outcome {
     }
 }
 
+/// Why the engine let go of a job handed out to the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseEnd {
+    /// The host settled it ([`Engine::settle`]).
+    Settled,
+    /// The lease was lost; the slot was freed without a network call and the server's lease
+    /// expiry decides what becomes of the job.
+    Lost,
+    /// The handler ran past `handler_timeout`; the engine nacked the job.
+    TimedOut,
+    /// The worker shut down (or the engine was dropped) before the job was settled; the
+    /// engine nacked it with the queue's retry policy.
+    Abandoned,
+}
+
+impl LeaseEnd {
+    /// A stable lowercase name: `settled`, `lost`, `timed_out`, `abandoned`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseEnd::Settled => "settled",
+            LeaseEnd::Lost => "lost",
+            LeaseEnd::TimedOut => "timed_out",
+            LeaseEnd::Abandoned => "abandoned",
+        }
+    }
+}
+
+impl fmt::Display for LeaseEnd {
+    /// Why a running handler is stopped, for the host to pass on (the `AbortSignal` reason
+    /// of a JavaScript handler).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LeaseEnd::Settled => "the job was settled",
+            LeaseEnd::Lost => "the lease was lost: the job will be delivered again",
+            LeaseEnd::TimedOut => "the handler ran past handler_timeout: the job was nacked",
+            LeaseEnd::Abandoned => SHUTDOWN_REASON,
+        })
+    }
+}
+
+/// What a worker run did: counts of jobs, kept by the engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Jobs acked.
+    pub acked: u64,
+    /// Jobs nacked (retry, delay or dead-letter): failed handlers, job types without a
+    /// handler and handlers past `handler_timeout` included.
+    pub nacked: u64,
+    /// Jobs whose lease was lost while held (or was found lost when settling).
+    pub lease_lost: u64,
+    /// Jobs nacked because the worker shut down before they were settled, or given back
+    /// because they were reserved during shutdown.
+    pub abandoned: u64,
+}
+
+impl WorkerReport {
+    /// Jobs acked.
+    #[deprecated(note = "renamed `acked`")]
+    pub fn succeeded(&self) -> u64 {
+        self.acked
+    }
+
+    /// Jobs nacked.
+    #[deprecated(note = "renamed `nacked`")]
+    pub fn failed(&self) -> u64 {
+        self.nacked
+    }
+}
+
 /// A job handed to the host, with its lease.
 #[derive(Debug, Clone)]
 pub struct Lease {
     /// The job.
     pub job: Job,
-    /// Fires when the lease is known to be lost.
-    lost: CancellationToken,
-    /// Fires when the engine lets go of the job (completed, abandoned or released).
-    released: CancellationToken,
+    /// Set once, when the engine lets go of the job.
+    end: watch::Receiver<Option<LeaseEnd>>,
     /// The current lease expiry, moved by auto-extension.
     expires: watch::Receiver<Option<SystemTime>>,
 }
 
 impl Lease {
-    /// Resolves when the lease is known to be lost (an extension found the job gone or under
-    /// another attempt, or it expired while extensions failed). The host should stop the
-    /// handler: the job is someone else's now.
-    pub async fn lost(&self) {
-        self.lost.cancelled().await;
+    /// Resolves once the engine has let go of the job, with why. Before the host settles it,
+    /// anything but [`LeaseEnd::Settled`] means: stop the handler, the engine has done what
+    /// the job needs (nothing for a lost lease, a nack for a timeout or a shutdown).
+    pub async fn done(&self) -> LeaseEnd {
+        let mut end = self.end.clone();
+        match end.wait_for(Option::is_some).await {
+            Ok(v) => (*v).unwrap_or(LeaseEnd::Abandoned),
+            // The engine is gone; it gave the job back when it went.
+            Err(_) => LeaseEnd::Abandoned,
+        }
     }
 
-    /// Resolves once the job's lease is over for this worker: `true` if it was lost, `false` if
-    /// the job was completed, abandoned or released. Lets a host stop waiting on [`Lease::lost`].
-    pub async fn ended(&self) -> bool {
-        tokio::select! {
-            biased;
-            _ = self.lost.cancelled() => true,
-            _ = self.released.cancelled() => self.lost.is_cancelled(),
+    /// Resolves when the lease is known to be lost (never, if it is not). The host should
+    /// stop the handler: the job is someone else's now.
+    pub async fn lost(&self) {
+        if self.done().await != LeaseEnd::Lost {
+            std::future::pending::<()>().await;
         }
+    }
+
+    /// Resolves once the engine has let go of the job: `true` if its lease was lost, `false`
+    /// if it was settled, timed out or abandoned. Lets a host stop waiting on
+    /// [`Lease::lost`].
+    pub async fn ended(&self) -> bool {
+        self.done().await == LeaseEnd::Lost
     }
 
     /// Whether the lease is known to be lost.
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        *self.end.borrow() == Some(LeaseEnd::Lost)
     }
 
     /// The lease's current expiry.
@@ -141,12 +258,19 @@ impl Lease {
     }
 }
 
+/// A job the engine holds: from its reservation until it is settled, lost, timed out or
+/// abandoned.
 struct Held {
-    /// Stops the extender; dropped with the entry.
+    /// Stops the job's extender and timers; cancelled when the entry is removed.
     stop: CancellationToken,
-    /// The slot this job occupies; released when the entry is removed.
+    /// Tells the host's [`Lease`] why the engine let go; sent when the entry is removed.
+    end: watch::Sender<Option<LeaseEnd>>,
+    /// The slot this job occupies; released when the entry is dropped (after any network
+    /// call that settles it).
     _permit: OwnedSemaphorePermit,
 }
+
+type Key = (String, u32);
 
 struct Inner {
     client: SeppClient,
@@ -154,21 +278,69 @@ struct Inner {
     slots: Arc<Semaphore>,
     /// Keyed by (job id, attempt): after a lost lease the same job can come back to this
     /// engine under a new attempt while the old delivery's handler still runs.
-    held: Mutex<HashMap<(String, u32), Held>>,
+    held: Mutex<HashMap<Key, Held>>,
     /// Leases reserved but not yet taken by the host.
     ready: tokio::sync::Mutex<mpsc::UnboundedReceiver<Lease>>,
     /// Stops the poller.
     stopping: CancellationToken,
-    /// Signalled whenever a held job is settled, for `wait_idle`.
+    /// Ends a drain's grace period at once ([`Engine::end_grace_period`]).
+    hurry: CancellationToken,
+    /// Signalled whenever a held job is let go, for `wait_idle`.
     settled: tokio::sync::Notify,
+    /// The counts of the run.
+    report: Mutex<WorkerReport>,
     /// The runtime the engine was started on: [`Engine::shutdown`] may be called from a
     /// thread outside it (a binding's host thread).
     runtime: tokio::runtime::Handle,
 }
 
+impl Inner {
+    /// Removes the job from the held set and tells its lease why; `None` when it was not
+    /// held (settled, lost, timed out or abandoned already). The returned entry keeps the
+    /// slot until it is dropped.
+    fn let_go(&self, key: &Key, end: LeaseEnd) -> Option<Held> {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key)?;
+        held.stop.cancel();
+        held.end.send_replace(Some(end));
+        Some(held)
+    }
+
+    /// The lease of `key` is lost: free its slot, with no network call.
+    fn lose(&self, key: &Key) {
+        if self.let_go(key, LeaseEnd::Lost).is_some() {
+            self.count(|r| r.lease_lost += 1);
+            self.settled.notify_waiters();
+        }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut WorkerReport)) {
+        f(&mut self.report.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Nacks a job the engine let go of itself (not handed out, timed out, abandoned),
+    /// then frees its slot. The result only matters to the logs: if the nack fails, the lease
+    /// runs out and the job is redelivered.
+    async fn nack_held(&self, key: &Key, held: Held, retry: NackRetry, reason: &str) {
+        let (job_id, attempt) = key;
+        if let Err(e) = self
+            .client
+            .nack(job_id, *attempt, retry, Some(reason.to_string()))
+            .await
+        {
+            tracing::warn!(job_id, attempt, error = %e, reason, "could not nack the job; its lease will run out");
+        }
+        drop(held);
+        self.settled.notify_waiters();
+    }
+}
+
 /// The engine; cheap to clone (clones share it). When the last clone is dropped the engine
-/// shuts down: the poller stops and held leases are no longer extended (they run out and the
-/// jobs are redelivered).
+/// stops: the poller stops and the jobs still held are nacked at once (as at the end of a
+/// shutdown grace period), so no job stays leased by an engine nobody can reach.
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
@@ -182,10 +354,18 @@ struct StopOnDrop(Arc<Inner>);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.stopping.cancel();
-        let held = self.0.held.lock().unwrap_or_else(|e| e.into_inner());
-        for h in held.values() {
-            h.stop.cancel();
+        let keys: Vec<Key> = {
+            let held = self.0.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.keys().cloned().collect()
+        };
+        if keys.is_empty() {
+            return;
         }
+        // On the engine's runtime: a spawn after it shut down (process exit) is dropped.
+        let inner = self.0.clone();
+        self.0.runtime.spawn(async move {
+            abandon(&inner, keys, SHUTDOWN_REASON).await;
+        });
     }
 }
 
@@ -203,7 +383,8 @@ impl Engine {
     /// runtime; the other methods may be called from anywhere.
     ///
     /// # Errors
-    /// [`LeaseError::Invalid`] for no queues, a zero lease or `max_in_flight = 0`.
+    /// [`LeaseError::Invalid`] for no queues, a zero lease, `max_in_flight = 0` or a zero
+    /// `handler_timeout`.
     pub fn start(client: SeppClient, opts: EngineOptions) -> Result<Self, LeaseError> {
         if opts.queues.is_empty() {
             return Err(LeaseError::Invalid(
@@ -220,6 +401,11 @@ impl Engine {
                 "max_in_flight is 0: it must be at least 1".into(),
             ));
         }
+        if opts.handler_timeout == Some(Duration::ZERO) {
+            return Err(LeaseError::Invalid(
+                "handler_timeout is 0: it must be positive (or unset for no limit)".into(),
+            ));
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             client,
@@ -228,7 +414,9 @@ impl Engine {
             held: Mutex::new(HashMap::new()),
             ready: tokio::sync::Mutex::new(rx),
             stopping: CancellationToken::new(),
+            hurry: CancellationToken::new(),
             settled: tokio::sync::Notify::new(),
+            report: Mutex::new(WorkerReport::default()),
             runtime: tokio::runtime::Handle::current(),
         });
         tokio::spawn(poll(inner.clone(), tx));
@@ -239,48 +427,97 @@ impl Engine {
     }
 
     /// The next job to process; waits until one is reserved. `None` once the engine is shut
-    /// down.
+    /// down. With `handler_timeout`, the job's time starts now.
     pub async fn next(&self) -> Option<Lease> {
         let mut rx = self.inner.ready.lock().await;
-        tokio::select! {
-            lease = rx.recv() => lease,
-            _ = self.inner.stopping.cancelled() => None,
+        loop {
+            let lease = tokio::select! {
+                lease = rx.recv() => lease?,
+                _ = self.inner.stopping.cancelled() => return None,
+            };
+            // Lost while it waited here: its slot is free already.
+            if lease.end.borrow().is_some() {
+                continue;
+            }
+            if let Some(limit) = self.inner.opts.handler_timeout {
+                start_timer(&self.inner, &lease, limit);
+            }
+            return Some(lease);
         }
     }
 
-    /// Settles a job handed out by [`Engine::next`] and frees its slot.
+    /// Settles a job handed out by [`Engine::next`] as `outcome` says (ack, or nack with the
+    /// queue's policy, a delay, or dead-letter) and frees its slot.
     ///
     /// # Errors
-    /// [`LeaseError::NotInFlight`] / [`LeaseError::AttemptMismatch`] when the lease was lost
-    /// (the job will be, or was, delivered again); [`LeaseError::Client`] when the call failed
-    /// (the lease then runs out and the job is redelivered).
+    /// [`LeaseError::NotInFlight`] when the engine no longer holds the job (its lease was
+    /// lost, it timed out or was abandoned, or it was settled already: nothing is sent), or
+    /// when the server says the lease is lost ([`LeaseError::AttemptMismatch`] too);
+    /// [`LeaseError::Client`] when the call failed (the lease then runs out and the job is
+    /// redelivered). The run's counts include the job either way.
+    pub async fn settle(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        outcome: Outcome,
+    ) -> Result<(), LeaseError> {
+        let key = (job_id.to_string(), attempt);
+        let inner = &self.inner;
+        let Some(held) = inner
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+        else {
+            return Err(LeaseError::NotInFlight {
+                job_id: job_id.to_string(),
+                message: format!(
+                    "this worker no longer holds job {job_id} (attempt {attempt}): it was \
+                     settled already, or its lease was lost, timed out or abandoned"
+                ),
+            });
+        };
+        held.stop.cancel();
+        let acked = outcome == Outcome::Success;
+        let result = match outcome.nack() {
+            None => inner.client.ack(job_id, attempt).await,
+            Some((retry, reason)) => inner
+                .client
+                .nack(job_id, attempt, retry, reason)
+                .await
+                .map(|_| ()),
+        };
+        match &result {
+            Err(e) if e.is_lease_lost() => inner.count(|r| r.lease_lost += 1),
+            _ if acked => inner.count(|r| r.acked += 1),
+            _ => inner.count(|r| r.nacked += 1),
+        }
+        if let Err(e) = &result
+            && !e.is_lease_lost()
+        {
+            tracing::warn!(job_id, attempt, error = %e, "could not settle the job; its lease will run out");
+        }
+        held.end.send_replace(Some(LeaseEnd::Settled));
+        drop(held);
+        inner.settled.notify_waiters();
+        result
+    }
+
+    /// The former name of [`Engine::settle`].
+    ///
+    /// # Errors
+    /// As [`Engine::settle`].
+    #[deprecated(note = "renamed `settle`")]
     pub async fn complete(
         &self,
         job_id: &str,
         attempt: u32,
         outcome: Outcome,
     ) -> Result<(), LeaseError> {
-        let held = self.release(job_id, attempt);
-        let result = settle(&self.inner.client, job_id, attempt, outcome).await;
-        drop(held);
-        self.inner.settled.notify_waiters();
-        result
+        self.settle(job_id, attempt, outcome).await
     }
 
-    fn release(&self, job_id: &str, attempt: u32) -> Option<Held> {
-        let held = self
-            .inner
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(job_id.to_string(), attempt));
-        if let Some(h) = &held {
-            h.stop.cancel();
-        }
-        held
-    }
-
-    /// Stops reserving. Jobs already handed out stay held until completed or abandoned; jobs
+    /// Stops reserving. Jobs already handed out stay held until settled or abandoned; jobs
     /// reserved but not handed out yet are given back at once (nacked without delay).
     pub fn shutdown(&self) {
         if self.inner.stopping.is_cancelled() {
@@ -324,42 +561,92 @@ impl Engine {
         }
     }
 
-    /// Nacks every job still held, with the queue's retry policy and `reason`. Returns how
-    /// many were nacked. Used at the end of a shutdown grace period.
+    /// A graceful end: stops reserving ([`Engine::shutdown`]), waits up to `shutdown_timeout`
+    /// (or until [`Engine::end_grace_period`]) for the held jobs to be settled, then nacks the
+    /// rest with the queue's retry policy and the reason `worker shut down before the job
+    /// finished`; their leases end with [`LeaseEnd::Abandoned`], so the host stops their
+    /// handlers. Returns how many were nacked.
+    pub async fn drain(&self) -> usize {
+        self.shutdown();
+        tokio::select! {
+            _ = self.wait_idle(self.inner.opts.shutdown_timeout) => {}
+            _ = self.inner.hurry.cancelled() => {}
+        }
+        self.abandon_all(SHUTDOWN_REASON).await
+    }
+
+    /// Ends the grace period of a [`Engine::drain`] now (or the next one's, at once): the
+    /// jobs still held are nacked without waiting further. For a second stop signal, or a
+    /// cancelled run.
+    pub fn end_grace_period(&self) {
+        self.inner.hurry.cancel();
+    }
+
+    /// Nacks every job still held, with the queue's retry policy and `reason`; their leases
+    /// end with [`LeaseEnd::Abandoned`]. Returns how many were nacked.
     pub async fn abandon_all(&self, reason: &str) -> usize {
-        let ids: Vec<(String, u32)> = {
+        let keys: Vec<Key> = {
             let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
             held.keys().cloned().collect()
         };
-        let n = ids.len();
-        for (id, attempt) in ids {
-            let _ = self
-                .complete(
-                    &id,
-                    attempt,
-                    Outcome::Retry {
-                        reason: Some(reason.to_string()),
-                    },
-                )
-                .await;
-        }
-        n
+        abandon(&self.inner, keys, reason).await
+    }
+
+    /// The counts of the run so far.
+    pub fn report(&self) -> WorkerReport {
+        *self.inner.report.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-async fn settle(
-    client: &SeppClient,
-    job_id: &str,
-    attempt: u32,
-    outcome: Outcome,
-) -> Result<(), LeaseError> {
-    match outcome.nack() {
-        None => client.ack(job_id, attempt).await,
-        Some((retry, reason)) => client
-            .nack(job_id, attempt, retry, reason)
-            .await
-            .map(|_| ()),
-    }
+/// Lets go of the held jobs among `keys` and nacks them with `reason`, all at once. Returns
+/// how many it let go of (a job settled meanwhile is not counted).
+async fn abandon(inner: &Arc<Inner>, keys: Vec<Key>, reason: &str) -> usize {
+    let taken: Vec<(Key, Held)> = keys
+        .into_iter()
+        .filter_map(|k| inner.let_go(&k, LeaseEnd::Abandoned).map(|h| (k, h)))
+        .collect();
+    let n = taken.len();
+    inner.count(|r| r.abandoned += n as u64);
+    futures_util::future::join_all(
+        taken
+            .into_iter()
+            .map(|(k, h)| async move { inner.nack_held(&k, h, NackRetry::Default, reason).await }),
+    )
+    .await;
+    n
+}
+
+/// Times a handed-out job: past `limit`, it is nacked and its lease ends as timed out.
+fn start_timer(inner: &Arc<Inner>, lease: &Lease, limit: Duration) {
+    let key: Key = (lease.job.id.clone(), lease.job.attempt);
+    let Some(stop) = inner
+        .held
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .map(|h| h.stop.clone())
+    else {
+        return;
+    };
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(limit) => {}
+            _ = stop.cancelled() => return,
+        }
+        let Some(held) = inner.let_go(&key, LeaseEnd::TimedOut) else {
+            return;
+        };
+        inner.count(|r| r.nacked += 1);
+        let reason = format!(
+            "the handler ran past handler_timeout ({} ms)",
+            limit.as_millis()
+        );
+        tracing::warn!(job_id = key.0, attempt = key.1, "{reason}");
+        inner
+            .nack_held(&key, held, NackRetry::Default, &reason)
+            .await;
+    });
 }
 
 /// The poller: reserve for the free slots, hand the jobs out, back off on errors.
@@ -389,8 +676,15 @@ async fn poll(inner: Arc<Inner>, tx: mpsc::UnboundedSender<Lease>) {
                 backoff = Duration::ZERO;
                 for job in jobs {
                     let Some(permit) = permits.pop() else { break };
+                    let handled = inner
+                        .opts
+                        .job_types
+                        .as_ref()
+                        .is_none_or(|types| types.contains(&job.job_type));
                     let lease = hold(&inner, job, permit);
-                    if inner.stopping.is_cancelled() || tx.send(lease.clone()).is_err() {
+                    if !handled {
+                        tokio::spawn(refuse_unhandled(inner.clone(), lease));
+                    } else if inner.stopping.is_cancelled() || tx.send(lease.clone()).is_err() {
                         release_unstarted(&inner, lease).await;
                     }
                 }
@@ -412,83 +706,87 @@ async fn poll(inner: Arc<Inner>, tx: mpsc::UnboundedSender<Lease>) {
     }
 }
 
-/// Registers a reserved job as held and starts its extender.
+/// Registers a reserved job as held and starts its lease keeping: the extender, or without
+/// auto-extension a timer that declares the lease lost when it runs out.
 fn hold(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) -> Lease {
-    let lost = CancellationToken::new();
     let stop = CancellationToken::new();
+    let (end_tx, end_rx) = watch::channel(None);
     let (expires_tx, expires_rx) = watch::channel(job.lease_expires_at);
+    let key: Key = (job.id.clone(), job.attempt);
     inner.held.lock().unwrap_or_else(|e| e.into_inner()).insert(
-        (job.id.clone(), job.attempt),
+        key.clone(),
         Held {
             stop: stop.clone(),
+            end: end_tx,
             _permit: permit,
         },
     );
     if inner.opts.auto_extend {
-        tokio::spawn(extend_loop(
-            inner.client.clone(),
-            job.id.clone(),
-            job.attempt,
-            inner.opts.lease_duration,
-            expires_tx,
-            lost.clone(),
-            stop.clone(),
-        ));
+        tokio::spawn(extend_loop(inner.clone(), key, expires_tx, stop));
     } else {
-        // Nobody extends it: the lease is lost when it runs out, unless released first.
+        // Nobody extends it: the lease is lost when it runs out, unless settled first.
         let expiry = job
             .lease_expires_at
             .unwrap_or_else(|| SystemTime::now() + inner.opts.lease_duration);
-        let (lost, stop) = (lost.clone(), stop.clone());
+        let inner = inner.clone();
         tokio::spawn(async move {
             let wait = expiry.duration_since(SystemTime::now()).unwrap_or_default();
             tokio::select! {
-                _ = tokio::time::sleep(wait) => lost.cancel(),
+                _ = tokio::time::sleep(wait) => {
+                    tracing::warn!(job_id = key.0, attempt = key.1, "lease ran out");
+                    inner.lose(&key);
+                }
                 _ = stop.cancelled() => {}
             }
         });
     }
     Lease {
         job,
-        lost,
-        released: stop,
+        end: end_rx,
         expires: expires_rx,
     }
 }
 
+/// A job of a type the host has no handler for: nacked with the queue's retry policy.
+async fn refuse_unhandled(inner: Arc<Inner>, lease: Lease) {
+    let key: Key = (lease.job.id.clone(), lease.job.attempt);
+    let Some(held) = inner.let_go(&key, LeaseEnd::Settled) else {
+        return;
+    };
+    inner.count(|r| r.nacked += 1);
+    let reason = format!("no handler for job type {:?}", lease.job.job_type);
+    tracing::warn!(job_id = key.0, attempt = key.1, "{reason}");
+    inner
+        .nack_held(&key, held, NackRetry::Default, &reason)
+        .await;
+}
+
 /// A job reserved during shutdown, never handed out: give it back at once.
 async fn release_unstarted(inner: &Arc<Inner>, lease: Lease) {
-    let held = inner
-        .held
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&(lease.job.id.clone(), lease.job.attempt));
-    if let Some(h) = &held {
-        h.stop.cancel();
-    }
-    let _ = inner
-        .client
-        .nack(
-            &lease.job.id,
-            lease.job.attempt,
+    let key: Key = (lease.job.id.clone(), lease.job.attempt);
+    let Some(held) = inner.let_go(&key, LeaseEnd::Abandoned) else {
+        return;
+    };
+    inner.count(|r| r.abandoned += 1);
+    inner
+        .nack_held(
+            &key,
+            held,
             NackRetry::Delay(Duration::ZERO),
-            Some("worker shutting down before the job started".into()),
+            UNSTARTED_REASON,
         )
         .await;
-    drop(held);
-    inner.settled.notify_waiters();
 }
 
 /// Keeps one lease alive: extends it when a third of it is left, until stopped or lost.
 async fn extend_loop(
-    client: SeppClient,
-    job_id: String,
-    attempt: u32,
-    lease: Duration,
+    inner: Arc<Inner>,
+    key: Key,
     expires: watch::Sender<Option<SystemTime>>,
-    lost: CancellationToken,
     stop: CancellationToken,
 ) {
+    let lease = inner.opts.lease_duration;
+    let (job_id, attempt) = (&key.0, key.1);
     let mut expiry = expires
         .borrow()
         .unwrap_or_else(|| SystemTime::now() + lease);
@@ -506,7 +804,11 @@ async fn extend_loop(
             _ = tokio::time::sleep(wait) => {}
             _ = stop.cancelled() => return,
         }
-        match client.extend(&job_id, attempt, lease).await {
+        let extended = tokio::select! {
+            r = inner.client.extend(job_id, attempt, lease) => r,
+            _ = stop.cancelled() => return,
+        };
+        match extended {
             Ok(new_expiry) => {
                 granted = new_expiry
                     .duration_since(SystemTime::now())
@@ -517,13 +819,13 @@ async fn extend_loop(
             }
             Err(e) if e.is_lease_lost() => {
                 tracing::warn!(job_id, attempt, error = %e, "lease lost");
-                lost.cancel();
+                inner.lose(&key);
                 return;
             }
             Err(e) => {
                 if SystemTime::now() >= expiry {
                     tracing::warn!(job_id, attempt, error = %e, "lease expired while extensions failed");
-                    lost.cancel();
+                    inner.lose(&key);
                     return;
                 }
                 // Try again soon, well before the lease runs out.

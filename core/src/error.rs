@@ -96,32 +96,49 @@ impl ErrorCode {
 
     /// The stable SCREAMING_SNAKE name, e.g. `IDEMPOTENCY_KEY_TOO_LONG`.
     pub fn as_str(self) -> &'static str {
+        self.names().0
+    }
+
+    /// The name of the exception class for this code in Python (`sepp.errors`) and of the
+    /// `Error` subclass in TypeScript (`errors.js`): the code in PascalCase followed by
+    /// `Error`, e.g. `IdempotencyKeyTooLongError`. Each binding's tests check its classes
+    /// against this, and `docs/errors.md` lists it.
+    pub fn class_name(self) -> &'static str {
+        self.names().1
+    }
+
+    /// The one table of the code's names: (code, class name).
+    fn names(self) -> (&'static str, &'static str) {
         match self {
-            ErrorCode::Transport => "TRANSPORT",
-            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
-            ErrorCode::Overloaded => "OVERLOADED",
-            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
-            ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
-            ErrorCode::JobNotInFlight => "JOB_NOT_IN_FLIGHT",
-            ErrorCode::AttemptMismatch => "ATTEMPT_MISMATCH",
-            ErrorCode::ServerFault => "SERVER_FAULT",
-            ErrorCode::Unsupported => "UNSUPPORTED",
-            ErrorCode::InvalidConfig => "INVALID_CONFIG",
-            ErrorCode::UnknownQueue => "UNKNOWN_QUEUE",
-            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            ErrorCode::EncodingNotAllowed => "ENCODING_NOT_ALLOWED",
-            ErrorCode::JobTypeNotAllowed => "JOB_TYPE_NOT_ALLOWED",
-            ErrorCode::CustomEntriesTooMany => "CUSTOM_ENTRIES_TOO_MANY",
-            ErrorCode::CustomMapTooLarge => "CUSTOM_MAP_TOO_LARGE",
-            ErrorCode::CustomKeyTooLong => "CUSTOM_KEY_TOO_LONG",
-            ErrorCode::QueueNameTooLong => "QUEUE_NAME_TOO_LONG",
-            ErrorCode::JobTypeNameTooLong => "JOB_TYPE_NAME_TOO_LONG",
-            ErrorCode::IdempotencyKeyTooLong => "IDEMPOTENCY_KEY_TOO_LONG",
-            ErrorCode::ScheduledTooFar => "SCHEDULED_TOO_FAR",
-            ErrorCode::InvalidRequest => "INVALID_REQUEST",
-            ErrorCode::QueueFull => "QUEUE_FULL",
-            ErrorCode::QueueClosing => "QUEUE_CLOSING",
-            ErrorCode::UnknownRejection => "UNKNOWN_REJECTION",
+            ErrorCode::Transport => ("TRANSPORT", "TransportError"),
+            ErrorCode::Unauthenticated => ("UNAUTHENTICATED", "UnauthenticatedError"),
+            ErrorCode::Overloaded => ("OVERLOADED", "OverloadedError"),
+            ErrorCode::InvalidArgument => ("INVALID_ARGUMENT", "InvalidArgumentError"),
+            ErrorCode::FailedPrecondition => ("FAILED_PRECONDITION", "FailedPreconditionError"),
+            ErrorCode::JobNotInFlight => ("JOB_NOT_IN_FLIGHT", "JobNotInFlightError"),
+            ErrorCode::AttemptMismatch => ("ATTEMPT_MISMATCH", "AttemptMismatchError"),
+            ErrorCode::ServerFault => ("SERVER_FAULT", "ServerFaultError"),
+            ErrorCode::Unsupported => ("UNSUPPORTED", "UnsupportedError"),
+            ErrorCode::InvalidConfig => ("INVALID_CONFIG", "InvalidConfigError"),
+            ErrorCode::UnknownQueue => ("UNKNOWN_QUEUE", "UnknownQueueError"),
+            ErrorCode::PayloadTooLarge => ("PAYLOAD_TOO_LARGE", "PayloadTooLargeError"),
+            ErrorCode::EncodingNotAllowed => ("ENCODING_NOT_ALLOWED", "EncodingNotAllowedError"),
+            ErrorCode::JobTypeNotAllowed => ("JOB_TYPE_NOT_ALLOWED", "JobTypeNotAllowedError"),
+            ErrorCode::CustomEntriesTooMany => {
+                ("CUSTOM_ENTRIES_TOO_MANY", "CustomEntriesTooManyError")
+            }
+            ErrorCode::CustomMapTooLarge => ("CUSTOM_MAP_TOO_LARGE", "CustomMapTooLargeError"),
+            ErrorCode::CustomKeyTooLong => ("CUSTOM_KEY_TOO_LONG", "CustomKeyTooLongError"),
+            ErrorCode::QueueNameTooLong => ("QUEUE_NAME_TOO_LONG", "QueueNameTooLongError"),
+            ErrorCode::JobTypeNameTooLong => ("JOB_TYPE_NAME_TOO_LONG", "JobTypeNameTooLongError"),
+            ErrorCode::IdempotencyKeyTooLong => {
+                ("IDEMPOTENCY_KEY_TOO_LONG", "IdempotencyKeyTooLongError")
+            }
+            ErrorCode::ScheduledTooFar => ("SCHEDULED_TOO_FAR", "ScheduledTooFarError"),
+            ErrorCode::InvalidRequest => ("INVALID_REQUEST", "InvalidRequestError"),
+            ErrorCode::QueueFull => ("QUEUE_FULL", "QueueFullError"),
+            ErrorCode::QueueClosing => ("QUEUE_CLOSING", "QueueClosingError"),
+            ErrorCode::UnknownRejection => ("UNKNOWN_REJECTION", "UnknownRejectionError"),
         }
     }
 }
@@ -286,6 +303,96 @@ impl Rejection {
             message: message.into(),
         }
     }
+
+    /// The rejection's fields, flattened: each kind sets its own and leaves the others `None`.
+    ///
+    /// Bindings copy these instead of matching the variants themselves: the match is written
+    /// once, here, without a wildcard arm, so a new kind of rejection cannot be added without
+    /// saying which fields it carries, and a new field cannot be added without every binding
+    /// (which destructures [`RejectionFields`] whole) handing it on.
+    pub fn fields(&self) -> RejectionFields {
+        let none = RejectionFields::default();
+        match self {
+            Rejection::UnknownQueue { queue } | Rejection::QueueClosing { queue } => {
+                RejectionFields {
+                    queue: Some(queue.clone()),
+                    ..none
+                }
+            }
+            Rejection::QueueFull { queue, limit } => RejectionFields {
+                queue: Some(queue.clone()),
+                limit: Some(*limit),
+                ..none
+            },
+            Rejection::PayloadTooLarge { limit, actual }
+            | Rejection::CustomMapTooLarge { limit, actual } => RejectionFields {
+                limit: Some(*limit),
+                actual: Some(*actual),
+                ..none
+            },
+            Rejection::CustomEntriesTooMany { limit, actual } => RejectionFields {
+                limit: Some(u64::from(*limit)),
+                actual: Some(u64::from(*actual)),
+                ..none
+            },
+            Rejection::QueueNameTooLong { limit, actual }
+            | Rejection::JobTypeNameTooLong { limit, actual }
+            | Rejection::IdempotencyKeyTooLong { limit, actual } => RejectionFields {
+                limit: Some(u64::from(*limit)),
+                actual: Some(*actual),
+                ..none
+            },
+            Rejection::CustomKeyTooLong { key, limit, actual } => RejectionFields {
+                key: Some(key.clone()),
+                limit: Some(u64::from(*limit)),
+                actual: Some(*actual),
+                ..none
+            },
+            Rejection::EncodingNotAllowed { encoding, allowed } => RejectionFields {
+                encoding: Some(encoding.clone()),
+                allowed: Some(allowed.clone()),
+                ..none
+            },
+            Rejection::JobTypeNotAllowed { job_type, allowed } => RejectionFields {
+                job_type: Some(job_type.clone()),
+                allowed: Some(allowed.clone()),
+                ..none
+            },
+            Rejection::ScheduledTooFar { horizon, actual } => RejectionFields {
+                horizon: Some(*horizon),
+                scheduled_at: Some(*actual),
+                ..none
+            },
+            // The code and the message say everything about these.
+            Rejection::InvalidRequest { .. } | Rejection::Unknown => none,
+        }
+    }
+}
+
+/// The fields of a [`Rejection`] as one flat record ([`Rejection::fields`]), for the bindings:
+/// Python's `Rejection` value and the properties of a JavaScript rejection error. Only the
+/// fields of the rejection's kind are set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RejectionFields {
+    /// The queue named by `UNKNOWN_QUEUE`, `QUEUE_FULL` and `QUEUE_CLOSING`.
+    pub queue: Option<String>,
+    /// The limit of the size and count rejections (bytes or entries), and the depth limit of
+    /// `QUEUE_FULL`.
+    pub limit: Option<u64>,
+    /// The size or count sent, for the size and count rejections.
+    pub actual: Option<u64>,
+    /// The encoding sent, for `ENCODING_NOT_ALLOWED`.
+    pub encoding: Option<String>,
+    /// The allowed encodings or job types.
+    pub allowed: Option<Vec<String>>,
+    /// The job type sent, for `JOB_TYPE_NOT_ALLOWED`.
+    pub job_type: Option<String>,
+    /// The custom key, for `CUSTOM_KEY_TOO_LONG`.
+    pub key: Option<String>,
+    /// The schedule horizon, for `SCHEDULED_TOO_FAR`.
+    pub horizon: Option<Duration>,
+    /// The requested time, for `SCHEDULED_TOO_FAR`.
+    pub scheduled_at: Option<std::time::SystemTime>,
 }
 
 /// A failure not about one job: the transport, auth, or the server.
@@ -553,6 +660,28 @@ mod tests {
         assert_eq!(names.len(), ErrorCode::ALL.len());
         for n in names {
             assert!(n.chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{n}");
+        }
+    }
+
+    #[test]
+    fn class_names_are_the_code_in_pascal_case_then_error() {
+        for code in ErrorCode::ALL {
+            let pascal: String = code
+                .as_str()
+                .split('_')
+                .map(|w| w[..1].to_string() + &w[1..].to_ascii_lowercase())
+                .collect();
+            assert_eq!(code.class_name(), format!("{pascal}Error"));
+        }
+    }
+
+    /// docs/errors.md has one row per code with its class, for every language.
+    #[test]
+    fn the_error_docs_list_every_code_with_its_class() {
+        let docs = include_str!("../../docs/errors.md");
+        for code in ErrorCode::ALL {
+            let row = format!("| `{}` | `{}` |", code.as_str(), code.class_name());
+            assert!(docs.contains(&row), "docs/errors.md lacks the row {row}");
         }
     }
 

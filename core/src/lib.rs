@@ -42,7 +42,8 @@ pub mod worker;
 
 pub use client::SeppClient;
 pub use error::{
-    BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, ReserveError,
+    BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, RejectionFields,
+    ReserveError,
 };
 pub use job::{
     DeadLetterCause, DeadLetterRecord, EnqueueAck, Job, Payload, ServerInfo, TraceContext, Value,

@@ -1,27 +1,30 @@
 //! Requests: [`EnqueueRequest`] (with the client-side validation, written once here for every
 //! language), [`ReserveOptions`] and [`NackRetry`].
 
+use crate::client::AdvertisedLimits;
 use crate::error::Rejection;
 use crate::job::{Payload, TraceContext, Value};
 use sepp_proto::v1 as pb;
+use sepp_rules::{JobShape, PayloadShape};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 /// One job to enqueue. Build it with [`EnqueueRequest::new`] and the `with_*` methods.
 ///
-/// Structural checks ([`EnqueueRequest::validate`]) run when the request is sent (and in the
-/// bindings, when it is constructed); the idempotency key's length is checked against the
-/// server's advertised `max_idempotency_key_bytes` before anything is sent.
+/// The structural checks ([`EnqueueRequest::validate`]) run when the request is sent, in every
+/// language; once the client knows the server's limits (from `GetServerInfo`, which
+/// `SeppClient::connect` calls) it also checks the lengths up to the idempotency key's before
+/// anything is sent. A client that does not know them yet leaves the lengths to the server.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnqueueRequest {
-    /// Target queue; non-empty.
+    /// Target queue: non-empty, not `.` or `..`, no `/`, no control or invisible characters.
     pub queue: String,
     /// Job type; non-empty.
     pub job_type: String,
     /// Optional data.
     pub payload: Option<Payload>,
-    /// Optional idempotency key: 1 to `max_idempotency_key_bytes` UTF-8 bytes (256 by default),
-    /// compared byte for byte, scoped to the queue.
+    /// Optional idempotency key: 1 to the server's `max_idempotency_key_bytes` UTF-8 bytes
+    /// (256 unless configured otherwise), compared byte for byte, scoped to the queue.
     pub idempotency_key: Option<String>,
     /// 0 (lowest) to 9 (highest); unset takes the queue's default.
     pub priority: Option<u32>,
@@ -39,7 +42,9 @@ impl EnqueueRequest {
     /// A request for a `job_type` job on `queue`.
     ///
     /// # Errors
-    /// [`Rejection::InvalidRequest`] when `queue` or `job_type` is empty.
+    /// [`Rejection::InvalidRequest`] when `queue` breaks the queue-name rule (empty, `.` or
+    /// `..`, a `/`, a control or invisible character) or `job_type` is empty: the first two
+    /// structural rules, with the messages the server gives.
     pub fn new(queue: impl Into<String>, job_type: impl Into<String>) -> Result<Self, Rejection> {
         let r = EnqueueRequest {
             queue: queue.into(),
@@ -52,12 +57,7 @@ impl EnqueueRequest {
             trace_context: None,
             scheduled_at: None,
         };
-        if r.queue.is_empty() {
-            return Err(Rejection::invalid("queue is empty"));
-        }
-        if r.job_type.is_empty() {
-            return Err(Rejection::invalid("job_type is empty"));
-        }
+        r.validate()?;
         Ok(r)
     }
 
@@ -128,52 +128,37 @@ impl EnqueueRequest {
         self
     }
 
-    /// The structural checks: non-empty names, priority 0–9, max attempts ≥ 1, a non-empty
-    /// key, a non-empty payload and encoding, non-empty custom keys, a non-empty traceparent.
+    /// The structural rules of the protocol, in its order and with the server's messages
+    /// (`sepp_rules::check_structure`): the queue-name rule, a non-empty job type, a non-empty
+    /// payload and encoding, a non-empty key, priority 0–9, max attempts ≥ 1, a non-empty
+    /// traceparent, a `scheduled_at` within the years 1 to 9999, non-empty custom keys.
     ///
     /// # Errors
     /// [`Rejection::InvalidRequest`] naming the field.
     pub fn validate(&self) -> Result<(), Rejection> {
-        if self.queue.is_empty() {
-            return Err(Rejection::invalid("queue is empty"));
-        }
-        if self.job_type.is_empty() {
-            return Err(Rejection::invalid("job_type is empty"));
-        }
-        if let Some(p) = &self.payload {
-            if p.data.is_empty() {
-                return Err(Rejection::invalid(
-                    "payload.data is empty: omit the payload when there is no data",
-                ));
-            }
-            if p.encoding.is_empty() {
-                return Err(Rejection::invalid("payload.encoding is empty"));
-            }
-        }
-        if self.idempotency_key.as_deref() == Some("") {
-            return Err(Rejection::invalid(
-                "idempotency_key is empty: omit it, or send 1 or more bytes",
-            ));
-        }
-        if let Some(p) = self.priority
-            && p > 9
-        {
-            return Err(Rejection::invalid(format!(
-                "priority is {p}: allowed 0 (lowest) to 9 (highest)"
-            )));
-        }
-        if self.max_attempts == Some(0) {
-            return Err(Rejection::invalid("max_attempts is 0: must be at least 1"));
-        }
-        if self.custom.keys().any(String::is_empty) {
-            return Err(Rejection::invalid("custom has an empty key"));
-        }
-        if let Some(t) = &self.trace_context
-            && t.traceparent.is_empty()
-        {
-            return Err(Rejection::invalid("trace_context.traceparent is empty"));
-        }
-        Ok(())
+        let scheduled = self.scheduled_at.map(|t| {
+            let ts = crate::job::system_time_to_proto(t);
+            sepp_rules::timestamp_problem(ts.seconds, ts.nanos)
+        });
+        let shape = JobShape {
+            queue: &self.queue,
+            job_type: &self.job_type,
+            payload: self.payload.as_ref().map(|p| PayloadShape {
+                data_len: p.data.len(),
+                encoding: &p.encoding,
+            }),
+            idempotency_key: self.idempotency_key.as_deref(),
+            priority: self.priority,
+            max_attempts: self.max_attempts,
+            traceparent: self.trace_context.as_ref().map(|t| t.traceparent.as_str()),
+            scheduled_at: scheduled.as_ref().map(|p| match p {
+                None => Ok(()),
+                Some(why) => Err(why.as_str()),
+            }),
+        };
+        // Every custom value of the core holds a value: only the key can be wrong.
+        let custom = self.custom.keys().map(|k| (k.as_str(), true));
+        sepp_rules::check_structure(&shape, custom).map_err(Rejection::invalid)
     }
 
     /// [`EnqueueRequest::validate`], then the key length against `max_key_bytes`.
@@ -182,13 +167,56 @@ impl EnqueueRequest {
     /// [`Rejection::InvalidRequest`] or [`Rejection::IdempotencyKeyTooLong`].
     pub fn check(&self, max_key_bytes: u32) -> Result<(), Rejection> {
         self.validate()?;
-        if let Some(k) = &self.idempotency_key
-            && k.len() > max_key_bytes as usize
-        {
-            return Err(Rejection::IdempotencyKeyTooLong {
-                limit: max_key_bytes,
-                actual: k.len() as u64,
-            });
+        if let Some(k) = &self.idempotency_key {
+            sepp_rules::check_length(k, max_key_bytes).map_err(|t| {
+                Rejection::IdempotencyKeyTooLong {
+                    limit: t.limit,
+                    actual: t.actual,
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The checks a client makes before sending: the structural rules, then, once the server
+    /// has advertised its limits, the rules up to the key length that need nothing but those
+    /// limits, in the protocol's order (queue name length, job type length, key length).
+    ///
+    /// In strict mode the server checks that the queue is declared before any length, which a
+    /// client cannot know, so then the lengths are left to the server: whatever the job, the
+    /// rejection is the one the server would give. The one exception is a queue's
+    /// `allowed_job_types`, which the server checks between the job type's length and the
+    /// key's and does not advertise: a job breaking both gets `IDEMPOTENCY_KEY_TOO_LONG`
+    /// from the client and `JOB_TYPE_NOT_ALLOWED` from the server.
+    pub(crate) fn check_before_sending(
+        &self,
+        limits: Option<&AdvertisedLimits>,
+    ) -> Result<(), Rejection> {
+        self.validate()?;
+        let Some(l) = limits.filter(|l| !l.strict_queues) else {
+            return Ok(());
+        };
+        let within = |value: &str, limit: u32| match limit {
+            0 => Ok(()), // not advertised
+            _ => sepp_rules::check_length(value, limit),
+        };
+        within(&self.queue, l.max_queue_name_bytes).map_err(|t| Rejection::QueueNameTooLong {
+            limit: t.limit,
+            actual: t.actual,
+        })?;
+        within(&self.job_type, l.max_job_type_bytes).map_err(|t| {
+            Rejection::JobTypeNameTooLong {
+                limit: t.limit,
+                actual: t.actual,
+            }
+        })?;
+        if let Some(k) = &self.idempotency_key {
+            within(k, l.max_idempotency_key_bytes).map_err(|t| {
+                Rejection::IdempotencyKeyTooLong {
+                    limit: t.limit,
+                    actual: t.actual,
+                }
+            })?;
         }
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! Automatic retries: what is retried, and only when it is safe (the per-RPC table of the
-//! protocol). On by default ([`RetryPolicy::default`]: 3 tries in all); a client built with
+//! protocol). On by default ([`RetryPolicy::default`]: 2 retries, 3 tries in all); a client built with
 //! `SeppClientBuilder::no_retries` makes every call once.
 //!
 //! | call | retried on | why it is safe |
@@ -19,15 +19,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tonic::Code;
 
-/// Exponential backoff with full jitter between tries.
+/// How a call that failed in a retryable way is repeated: up to `max_retries` more times, with
+/// growing random pauses (exponential, full jitter) between them.
+///
+/// The names are the client's own: `attempt`, `max_attempts` and `backoff` belong to jobs
+/// (docs/glossary.md), so a call is *retried*, `max_retries` times, after a *retry delay*.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
-    /// Tries in all, the first included (at least 1). Default 3.
-    pub max_attempts: u32,
-    /// Upper bound of the first pause. Default 50 ms.
-    pub initial_backoff: Duration,
+    /// Retries after the first try (0: the call is made once). Default 2 (3 tries in all).
+    pub max_retries: u32,
+    /// Upper bound of the pause before the first retry. Default 50 ms.
+    pub first_retry_delay: Duration,
     /// Upper bound of any pause. Default 2 s.
-    pub max_backoff: Duration,
+    pub max_retry_delay: Duration,
     /// Growth of the bound per retry. Default 2.0.
     pub multiplier: f64,
 }
@@ -35,9 +39,9 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
-            max_attempts: 3,
-            initial_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(2),
+            max_retries: 2,
+            first_retry_delay: Duration::from_millis(50),
+            max_retry_delay: Duration::from_secs(2),
             multiplier: 2.0,
         }
     }
@@ -45,15 +49,22 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The pause before retry number `n` (1-based): a random duration in `[0, bound]`, where
-    /// the bound grows by `multiplier` per retry up to `max_backoff`.
-    pub fn backoff(&self, n: u32) -> Duration {
-        let bound = self.initial_backoff.as_secs_f64()
+    /// the bound starts at `first_retry_delay` and grows by `multiplier` per retry up to
+    /// `max_retry_delay`.
+    pub fn retry_delay(&self, n: u32) -> Duration {
+        let bound = self.first_retry_delay.as_secs_f64()
             * self
                 .multiplier
                 .max(1.0)
                 .powi(n.saturating_sub(1).min(64) as i32);
-        let bound = bound.min(self.max_backoff.as_secs_f64());
+        let bound = bound.min(self.max_retry_delay.as_secs_f64());
         Duration::from_secs_f64(bound * random_unit())
+    }
+
+    /// The former name of [`RetryPolicy::retry_delay`].
+    #[deprecated(note = "renamed `retry_delay`")]
+    pub fn backoff(&self, n: u32) -> Duration {
+        self.retry_delay(n)
     }
 }
 
@@ -164,11 +175,11 @@ mod tests {
     }
 
     #[test]
-    fn backoff_stays_under_its_bound() {
+    fn retry_delays_stay_under_their_bound() {
         let p = RetryPolicy::default();
         for n in 1..20 {
-            assert!(p.backoff(n) <= p.max_backoff);
+            assert!(p.retry_delay(n) <= p.max_retry_delay);
         }
-        assert!(p.backoff(1) <= p.initial_backoff);
+        assert!(p.retry_delay(1) <= p.first_retry_delay);
     }
 }

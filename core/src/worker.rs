@@ -4,12 +4,17 @@
 //! tokio task, at most `max_in_flight` at once. A handler returns `Ok(())` (ack) or a
 //! [`HandlerError`]: [`HandlerError::retry`] (the queue's retry policy),
 //! [`HandlerError::retry_after`] (a delay), [`HandlerError::permanent`] (dead-letter). A
-//! panicking handler, or a job type without a handler, is nacked with the retry policy; the
-//! worker goes on. If a job's lease is lost, its handler is cancelled (dropped at its next
-//! await point). On shutdown the worker stops reserving, gives in-flight handlers
-//! `shutdown_timeout` to finish, then cancels them and nacks their jobs.
+//! panicking handler is nacked with the retry policy; the worker goes on.
+//!
+//! The worker only runs handlers: the policy around them is the engine's, shared with the
+//! Python and Node workers ([`crate::engine`]): a job type without a handler is nacked
+//! there, a lost lease frees its slot without a call, a handler past `handler_timeout` is
+//! nacked, and shutdown (stop reserving, `shutdown_timeout` for running handlers, then nack
+//! the rest) is the engine's `drain`. Whenever the engine lets go of a job before its handler
+//! returns, the handler is cancelled (dropped at its next await point).
 
 use crate::client::SeppClient;
+pub use crate::engine::WorkerReport;
 use crate::engine::{Engine, EngineOptions, Lease, Outcome};
 use crate::error::LeaseError;
 use crate::job::Job;
@@ -143,7 +148,6 @@ pub struct WorkerBuilder {
     opts: EngineOptions,
     handlers: HashMap<String, Handler>,
     fallback: Option<Handler>,
-    shutdown_timeout: Duration,
 }
 
 impl WorkerBuilder {
@@ -185,7 +189,15 @@ impl WorkerBuilder {
     /// How long in-flight handlers may run after shutdown begins (default 30 s).
     #[must_use]
     pub fn shutdown_timeout(mut self, d: Duration) -> Self {
-        self.shutdown_timeout = d;
+        self.opts.shutdown_timeout = d;
+        self
+    }
+
+    /// Longest a handler may run on one job (default: no limit). Past it the handler is
+    /// cancelled and the job nacked with the queue's retry policy and a reason saying so.
+    #[must_use]
+    pub fn handler_timeout(mut self, d: Duration) -> Self {
+        self.opts.handler_timeout = Some(d);
         self
     }
 
@@ -214,27 +226,18 @@ impl WorkerBuilder {
 
     /// The worker; it starts reserving when run.
     pub fn build(self) -> Worker {
+        let mut opts = self.opts;
+        // Without a catch-all, the engine nacks the types nobody handles.
+        if self.fallback.is_none() {
+            opts.job_types = Some(self.handlers.keys().cloned().collect());
+        }
         Worker {
             client: self.client,
-            opts: self.opts,
+            opts,
             handlers: Arc::new(self.handlers),
             fallback: self.fallback,
-            shutdown_timeout: self.shutdown_timeout,
         }
     }
-}
-
-/// What a worker run did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WorkerReport {
-    /// Jobs acked.
-    pub succeeded: u64,
-    /// Jobs nacked (retry, delay or dead-letter), panics and missing handlers included.
-    pub failed: u64,
-    /// Jobs whose lease was lost while their handler ran.
-    pub lease_lost: u64,
-    /// Jobs nacked because the shutdown grace period ran out.
-    pub abandoned: u64,
 }
 
 /// Processes jobs with registered handlers.
@@ -243,12 +246,6 @@ pub struct Worker {
     opts: EngineOptions,
     handlers: Arc<HashMap<String, Handler>>,
     fallback: Option<Handler>,
-    shutdown_timeout: Duration,
-}
-
-enum Done {
-    Settled(Outcome),
-    LeaseLost,
 }
 
 impl Worker {
@@ -263,7 +260,6 @@ impl Worker {
             opts: EngineOptions::new(queues),
             handlers: HashMap::new(),
             fallback: None,
-            shutdown_timeout: Duration::from_secs(30),
         }
     }
 
@@ -276,45 +272,35 @@ impl Worker {
     }
 
     /// Runs until `shutdown` resolves, then stops reserving, lets in-flight handlers finish
-    /// within `shutdown_timeout`, cancels and nacks the rest.
+    /// within `shutdown_timeout`, cancels the rest and nacks their jobs.
     ///
     /// # Errors
-    /// [`LeaseError::Invalid`] for bad options (no queues, zero lease, zero concurrency).
+    /// [`LeaseError::Invalid`] for bad options (no queues, zero lease, zero concurrency, zero
+    /// handler timeout).
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<WorkerReport, LeaseError> {
         let engine = Engine::start(self.client.clone(), self.opts.clone())?;
-        let mut tasks: JoinSet<Done> = JoinSet::new();
-        let mut report = WorkerReport::default();
+        let mut tasks: JoinSet<()> = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 lease = engine.next() => {
                     let Some(lease) = lease else { break };
-                    tasks.spawn(run_one(engine.clone(), self.handler_for(&lease.job), lease));
+                    if let Some(handler) = self.handler_for(&lease.job) {
+                        tasks.spawn(run_one(engine.clone(), handler, lease));
+                    }
                 }
-                Some(done) = tasks.join_next(), if !tasks.is_empty() => count(&mut report, done),
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
                 _ = &mut shutdown => break,
             }
         }
-        engine.shutdown();
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
-        while !tasks.is_empty() {
-            match tokio::time::timeout_at(deadline, tasks.join_next()).await {
-                Ok(Some(done)) => count(&mut report, done),
-                Ok(None) => break,
-                Err(_) => {
-                    tasks.abort_all();
-                    while tasks.join_next().await.is_some() {}
-                    break;
-                }
-            }
-        }
-        report.abandoned = engine
-            .abandon_all("worker shut down before the job finished")
-            .await as u64;
-        Ok(report)
+        // Every job still held ends here (settled, or nacked by the drain), and each task
+        // returns once its job has ended.
+        engine.drain().await;
+        while tasks.join_next().await.is_some() {}
+        Ok(engine.report())
     }
 
     fn handler_for(&self, job: &Job) -> Option<Handler> {
@@ -325,50 +311,27 @@ impl Worker {
     }
 }
 
-fn count(report: &mut WorkerReport, done: Result<Done, tokio::task::JoinError>) {
-    match done {
-        Ok(Done::Settled(Outcome::Success)) => report.succeeded += 1,
-        Ok(Done::Settled(_)) => report.failed += 1,
-        Ok(Done::LeaseLost) => report.lease_lost += 1,
-        // Aborted at the end of the grace period; abandon_all nacks it.
-        Err(_) => {}
-    }
-}
-
-/// Runs one handler: catches panics, cancels it when the lease is lost, settles the job.
-async fn run_one(engine: Engine, handler: Option<Handler>, lease: Lease) -> Done {
-    let job = lease.job.clone();
-    let outcome = match handler {
-        None => Outcome::Retry {
-            reason: Some(format!("no handler for job type {:?}", job.job_type)),
-        },
-        Some(h) => {
-            let ctx = JobCtx {
-                lease: lease.clone(),
-            };
-            let run = AssertUnwindSafe(h(ctx)).catch_unwind();
-            tokio::select! {
-                r = run => match r {
-                    Ok(Ok(())) => Outcome::Success,
-                    Ok(Err(e)) => e.outcome,
-                    Err(panic) => Outcome::Retry { reason: Some(format!("handler panicked: {}", panic_message(&panic))) },
-                },
-                _ = lease.lost() => {
-                    // The job is someone else's now; settling would fail anyway.
-                    let _ = engine.complete(&job.id, job.attempt, Outcome::Retry { reason: None }).await;
-                    return Done::LeaseLost;
-                }
-            }
-        }
+/// Runs one handler and reports how it ended; a panic is a retry. When the engine lets go of
+/// the job first (lease lost, handler timeout, shutdown), the handler is dropped.
+async fn run_one(engine: Engine, handler: Handler, lease: Lease) {
+    let ctx = JobCtx {
+        lease: lease.clone(),
     };
-    match engine.complete(&job.id, job.attempt, outcome.clone()).await {
-        Ok(()) => Done::Settled(outcome),
-        Err(e) if e.is_lease_lost() => Done::LeaseLost,
-        Err(e) => {
-            tracing::warn!(job_id = job.id, error = %e, "could not settle job; its lease will run out");
-            Done::Settled(outcome)
-        }
-    }
+    let run = AssertUnwindSafe(handler(ctx)).catch_unwind();
+    let outcome = tokio::select! {
+        r = run => match r {
+            Ok(Ok(())) => Outcome::Success,
+            Ok(Err(e)) => e.outcome,
+            Err(panic) => Outcome::Retry {
+                reason: Some(format!("handler panicked: {}", panic_message(&panic))),
+            },
+        },
+        _ = lease.done() => return,
+    };
+    // The engine counts and logs the result, whatever it is.
+    let _ = engine
+        .settle(&lease.job.id, lease.job.attempt, outcome)
+        .await;
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {

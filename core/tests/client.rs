@@ -17,14 +17,17 @@ async fn setup() -> (TestServer, SeppClient) {
 #[tokio::test]
 async fn a_client_connected_to_nothing_still_validates_requests() {
     let client = SeppClient::builder("127.0.0.1:9").connect_lazy().unwrap();
-    let long = EnqueueRequest::new("q", "t")
-        .unwrap()
-        .with_idempotency_key("a".repeat(257));
-    match client.enqueue(long).await {
-        Err(EnqueueError::Rejected(Rejection::IdempotencyKeyTooLong { limit, actual })) => {
-            assert_eq!((limit, actual), (256, 257));
+    assert_eq!(client.max_idempotency_key_bytes(), None);
+    // The structural rules need no server, and give the server's messages.
+    let bad_queue = EnqueueRequest {
+        queue: "a/b".into(),
+        ..EnqueueRequest::new("q", "t").unwrap()
+    };
+    match client.enqueue(bad_queue).await {
+        Err(EnqueueError::Rejected(Rejection::InvalidRequest { message })) => {
+            assert_eq!(message, "queue: queue name must not contain '/'");
         }
-        other => panic!("expected IdempotencyKeyTooLong, got {other:?}"),
+        other => panic!("expected InvalidRequest, got {other:?}"),
     }
     let empty = EnqueueRequest::new("q", "t")
         .unwrap()
@@ -61,12 +64,122 @@ async fn a_client_connected_to_nothing_still_validates_requests() {
         client.extend("x", 1, Duration::ZERO).await,
         Err(LeaseError::Invalid(_))
     ));
-    // And a real call reports the transport.
-    let err = client
-        .enqueue(EnqueueRequest::new("q", "t").unwrap())
-        .await
-        .unwrap_err();
+    // A long key is not refused before the server's limit is known: the call goes out (and
+    // here reports the transport).
+    let long_key = EnqueueRequest::new("q", "t")
+        .unwrap()
+        .with_idempotency_key("a".repeat(300));
+    let err = client.enqueue(long_key).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::Transport);
+}
+
+/// A server whose key limit is 1,024 bytes: a client that has not asked for the limit yet
+/// must not refuse a 300-byte key (it used to assume 256), and once it knows the limit it
+/// refuses exactly what the server refuses, with the same rejection.
+#[tokio::test]
+async fn key_lengths_follow_the_limit_the_server_advertises() {
+    let server = TestServer::start(|c| c.limits.max_idempotency_key_bytes = 1024).await;
+    let keyed = |n: usize| {
+        EnqueueRequest::new("keys", "t")
+            .unwrap()
+            .with_idempotency_key("k".repeat(n))
+    };
+    let lazy = SeppClient::builder(server.url()).connect_lazy().unwrap();
+    assert_eq!(lazy.max_idempotency_key_bytes(), None);
+    lazy.enqueue(keyed(300))
+        .await
+        .expect("a 300-byte key is accepted");
+    let from_server = lazy.enqueue(keyed(1025)).await.unwrap_err();
+
+    let connected = SeppClient::connect(server.url()).await.unwrap();
+    assert_eq!(connected.max_idempotency_key_bytes(), Some(1024));
+    connected
+        .enqueue(keyed(1024))
+        .await
+        .expect("1,024 bytes is the limit");
+    let from_client = connected.enqueue(keyed(1025)).await.unwrap_err();
+    let expected = Rejection::IdempotencyKeyTooLong {
+        limit: 1024,
+        actual: 1025,
+    };
+    for e in [from_server, from_client] {
+        assert!(
+            matches!(&e, EnqueueError::Rejected(r) if *r == expected),
+            "{e:?}"
+        );
+    }
+    // The lazy client learns the limit when it asks.
+    lazy.get_server_info().await.unwrap();
+    assert_eq!(lazy.max_idempotency_key_bytes(), Some(1024));
+}
+
+/// A job with two faults gets the same rejection from the client (checking before sending) as
+/// from the server (sent the same job over raw gRPC): the first in the protocol's order.
+#[tokio::test]
+async fn a_job_with_two_faults_gets_the_servers_rejection_from_the_client() {
+    use sepp_proto::v1 as pb;
+    use sepp_proto::v1::job_rejection::Reason;
+    let server = TestServer::start(|_| {}).await;
+    let client = SeppClient::connect(server.url()).await.unwrap();
+    let mut raw = pb::queue_service_client::QueueServiceClient::connect(server.url())
+        .await
+        .unwrap();
+    let long_key = "k".repeat(300);
+    let cases = [
+        // A queue name with a '/' and a key too long: the name's shape comes first.
+        ("a/b".to_string(), Some(long_key.clone()), None, None),
+        // A queue name and a key both too long: the name's length comes first.
+        ("q".repeat(600), Some(long_key.clone()), None, None),
+        // A priority over 9 and an empty traceparent: the priority comes first.
+        ("q".to_string(), None, Some(10), Some(String::new())),
+    ];
+    for (queue, key, priority, traceparent) in cases {
+        let wire = pb::EnqueueRequest {
+            queue: queue.clone(),
+            job_type: "t".into(),
+            idempotency_key: key.clone(),
+            priority,
+            trace_context: traceparent.clone().map(|t| pb::TraceContext {
+                traceparent: t,
+                tracestate: None,
+            }),
+            ..Default::default()
+        };
+        let reply = raw
+            .enqueue_batch(pb::EnqueueBatchRequest { jobs: vec![wire] })
+            .await
+            .unwrap()
+            .into_inner();
+        let by_server = match reply.results[0].outcome.clone() {
+            Some(pb::job_result::Outcome::Rejection(r)) => match r.reason {
+                Some(Reason::InvalidRequest(x)) => format!("INVALID_REQUEST {}", x.message),
+                Some(Reason::QueueNameTooLong(x)) => {
+                    format!("QUEUE_NAME_TOO_LONG {} {}", x.limit, x.actual)
+                }
+                other => format!("{other:?}"),
+            },
+            other => panic!("the server accepted it: {other:?}"),
+        };
+        let mut job = EnqueueRequest {
+            queue,
+            ..EnqueueRequest::new("q", "t").unwrap()
+        };
+        job.idempotency_key = key;
+        job.priority = priority;
+        if let Some(t) = traceparent {
+            job = job.with_trace_context(t, None);
+        }
+        let by_client = match client.enqueue(job).await {
+            Err(EnqueueError::Rejected(Rejection::InvalidRequest { message })) => {
+                format!("INVALID_REQUEST {message}")
+            }
+            Err(EnqueueError::Rejected(Rejection::QueueNameTooLong { limit, actual })) => {
+                format!("QUEUE_NAME_TOO_LONG {limit} {actual}")
+            }
+            other => format!("{other:?}"),
+        };
+        assert_eq!(by_client, by_server);
+    }
 }
 
 #[tokio::test]
@@ -142,10 +255,7 @@ async fn every_queue_call_round_trips() {
     );
 
     // Admin calls.
-    assert_eq!(
-        c.get_job(&ack.job_id).await.unwrap().state,
-        JobState::Completed
-    );
+    assert_eq!(c.get_job(&ack.job_id).await.unwrap().state, JobState::Acked);
     assert_eq!(
         c.get_job(&k.id).await.unwrap().state,
         JobState::DeadLettered

@@ -86,6 +86,6 @@ client.close();
 
 const secs = (performance.now() - t0) / 1000;
 console.log(
-  `${report.succeeded} files hashed (${report.failed} failed) in ${secs.toFixed(1)} s: ` +
-    `${(report.succeeded / secs).toFixed(0)} files/s, ${(bytes / (1024 * 1024)).toFixed(1)} MiB hashed; results in ${flags.out}`,
+  `${report.acked} files hashed (${report.nacked} failed) in ${secs.toFixed(1)} s: ` +
+    `${(report.acked / secs).toFixed(0)} files/s, ${(bytes / (1024 * 1024)).toFixed(1)} MiB hashed; results in ${flags.out}`,
 );

@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { InvalidArgument, SeppClient } from "sepp";
+import { InvalidArgumentError, SeppClient } from "sepp";
 import { startServer } from "../test-support/server.js";
 
 /** @type {Awaited<ReturnType<typeof startServer>>} */
@@ -62,7 +62,7 @@ describe("admin calls", { timeout: 30_000 }, () => {
     assert.ok(inFlight.leaseExpiresAt instanceof Date);
 
     await client.ack(job.id, job.attempt);
-    assert.equal((await client.getJob(jobId)).state, "completed");
+    assert.equal((await client.getJob(jobId)).state, "acked");
   });
 
   test("getJob of an id the server never saw is unknown", async () => {
@@ -78,7 +78,7 @@ describe("admin calls", { timeout: 30_000 }, () => {
     assert.ok(record?.expiresAt instanceof Date);
     assert.ok(record.expiresAt.getTime() - record.createdAt.getTime() >= 86_399_000);
     assert.equal(await client.lookupIdempotencyKey("keys", "never-used"), null);
-    await assert.rejects(client.lookupIdempotencyKey("", "k"), InvalidArgument);
+    await assert.rejects(client.lookupIdempotencyKey("", "k"), InvalidArgumentError);
   });
 
   test("listDeadLetters pages without removing; requeue and delete take them out", async () => {
@@ -103,7 +103,7 @@ describe("admin calls", { timeout: 30_000 }, () => {
 
     assert.deepEqual((await client.deleteDeadLetters({ queue: "dlq", max: 10 })).sort(), rest.sort());
     assert.deepEqual((await client.listDeadLetters({ queue: "dlq" })).records, []);
-    await assert.rejects(client.deleteDeadLetters({ max: 0 }), InvalidArgument);
+    await assert.rejects(client.deleteDeadLetters({ max: 0 }), InvalidArgumentError);
   });
 
   test("a paused queue is skipped by reserve until resumed; stats count its jobs", async () => {

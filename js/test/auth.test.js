@@ -1,8 +1,8 @@
-// A server with API keys: calls without the right key reject with Unauthenticated.
+// A server with API keys: calls without the right key reject with UnauthenticatedError.
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { InvalidConfig, SeppClient, SeppError, Unauthenticated } from "sepp";
+import { InvalidConfigError, SeppClient, SeppError, UnauthenticatedError } from "sepp";
 import { startServer } from "../test-support/server.js";
 
 describe("api keys", { timeout: 30_000 }, () => {
@@ -17,7 +17,7 @@ describe("api keys", { timeout: 30_000 }, () => {
 
   test("connect without a key rejects with Unauthenticated", async () => {
     await assert.rejects(SeppClient.connect(server.url), (e) => {
-      assert.ok(e instanceof Unauthenticated);
+      assert.ok(e instanceof UnauthenticatedError);
       assert.ok(e instanceof SeppError);
       assert.equal(e.code, "UNAUTHENTICATED");
       assert.equal(e.retryable, false);
@@ -27,11 +27,11 @@ describe("api keys", { timeout: 30_000 }, () => {
   });
 
   test("connect with a wrong key rejects with Unauthenticated", async () => {
-    await assert.rejects(SeppClient.connect(server.url, { apiKey: "wrong" }), Unauthenticated);
+    await assert.rejects(SeppClient.connect(server.url, { apiKey: "wrong" }), UnauthenticatedError);
   });
 
   test("a key that cannot be sent as a header rejects with InvalidConfig", async () => {
-    await assert.rejects(SeppClient.connect(server.url, { apiKey: "bad\nkey" }), InvalidConfig);
+    await assert.rejects(SeppClient.connect(server.url, { apiKey: "bad\nkey" }), InvalidConfigError);
   });
 
   test("the right key is sent on every call", async () => {

@@ -3,11 +3,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import {
-  AttemptMismatch,
-  InvalidArgument,
-  InvalidRequest,
-  JobNotInFlight,
-  Rejection,
+  AttemptMismatchError,
+  IdempotencyKeyTooLongError,
+  InvalidArgumentError,
+  InvalidRequestError,
+  JobNotInFlightError,
+  JobRejectedError,
   SeppClient,
   SeppError,
 } from "sepp";
@@ -59,7 +60,7 @@ describe("connect and getServerInfo", T, () => {
       rpcTimeoutMs: null,
       connectTimeoutMs: 5_000,
       maxReceiveBytes: 1 << 20,
-      retryPolicy: { maxAttempts: 3, initialBackoffMs: 10, maxBackoffMs: 100, multiplier: 2 },
+      retryPolicy: { maxRetries: 2, firstRetryDelayMs: 10, maxRetryDelayMs: 100, multiplier: 2 },
     });
     try {
       assert.ok(other instanceof SeppClient);
@@ -67,10 +68,35 @@ describe("connect and getServerInfo", T, () => {
     } finally {
       other.close();
     }
+    // The names of earlier releases are still accepted (deprecated), but not with the new.
+    const old = await SeppClient.connect(server.addr, { retryPolicy: { maxAttempts: 3, initialBackoffMs: 10 } });
+    old.close();
+    await assert.rejects(
+      SeppClient.connect(server.addr, { retryPolicy: { maxRetries: 2, maxAttempts: 3 } }),
+      (/** @type {any} */ e) => e.code === "INVALID_CONFIG" && /not both/.test(e.message),
+    );
   });
 });
 
 describe("enqueue", T, () => {
+  test("keys are checked against the limit the server advertises, not 256", async () => {
+    const big = await startServer({ extraToml: "[limits]\nmax_idempotency_key_bytes = 1024" });
+    const c = await SeppClient.connect(big.url);
+    try {
+      const queue = freshQueue("keys");
+      const ack = await c.enqueue({ queue, jobType: "t", idempotencyKey: "k".repeat(300) });
+      assert.equal(ack.deduplicated, false);
+      await assert.rejects(c.enqueue({ queue, jobType: "t", idempotencyKey: "k".repeat(1025) }), (e) => {
+        assert.ok(e instanceof IdempotencyKeyTooLongError);
+        assert.deepEqual([e.limit, e.actual], [1024, 1025]);
+        return true;
+      });
+    } finally {
+      c.close();
+      await big.stop();
+    }
+  });
+
   test("enqueue returns a new job id, not deduplicated", async () => {
     const ack = await client.enqueue({ queue: freshQueue("plain"), jobType: "t" });
     assert.match(ack.jobId, /^[0-9a-f-]{36}$/);
@@ -231,18 +257,18 @@ describe("enqueueBatch and enqueueAtomic", T, () => {
     for (const r of [empty, priority]) {
       assert.equal(r.status, "rejected");
       if (r.status !== "rejected") continue;
-      assert.ok(r.error instanceof InvalidRequest);
-      assert.ok(r.error instanceof Rejection);
+      assert.ok(r.error instanceof InvalidRequestError);
+      assert.ok(r.error instanceof JobRejectedError);
       assert.equal(r.error.code, "INVALID_REQUEST");
       assert.equal(r.error.retryable, false);
     }
   });
 
   test("enqueueBatch refuses an empty batch and one over maxEnqueueBatch", async () => {
-    await assert.rejects(client.enqueueBatch([]), InvalidArgument);
+    await assert.rejects(client.enqueueBatch([]), InvalidArgumentError);
     const tooMany = Array.from({ length: 257 }, () => ({ queue: "q", jobType: "t" }));
     await assert.rejects(client.enqueueBatch(tooMany), (e) => {
-      assert.ok(e instanceof InvalidArgument);
+      assert.ok(e instanceof InvalidArgumentError);
       assert.match(e.message, /max_enqueue_batch is 256/);
       return true;
     });
@@ -318,7 +344,7 @@ describe("reserve, ack, nack, extend, drainDeadLetters", T, () => {
     const job = await reserveOne(queue);
     assert.equal(await client.ack(job.id, job.attempt), undefined);
     await assert.rejects(client.ack(job.id, job.attempt), (e) => {
-      assert.ok(e instanceof JobNotInFlight);
+      assert.ok(e instanceof JobNotInFlightError);
       assert.ok(e instanceof SeppError);
       assert.equal(e.code, "JOB_NOT_IN_FLIGHT");
       assert.equal(e.jobId, job.id);
@@ -336,7 +362,7 @@ describe("reserve, ack, nack, extend, drainDeadLetters", T, () => {
     assert.equal(second.id, first.id);
     assert.equal(second.attempt, 2);
     // The first delivery's lease is gone: its attempt no longer matches.
-    await assert.rejects(client.ack(first.id, first.attempt), AttemptMismatch);
+    await assert.rejects(client.ack(first.id, first.attempt), AttemptMismatchError);
     await client.ack(second.id, second.attempt);
   });
 
@@ -391,7 +417,7 @@ describe("reserve, ack, nack, extend, drainDeadLetters", T, () => {
     assert.ok(until instanceof Date);
     assert.ok(until.getTime() > (job.leaseExpiresAt?.getTime() ?? 0) + 60_000);
     await client.ack(job.id, job.attempt);
-    await assert.rejects(client.extend(job.id, job.attempt, 1_000), JobNotInFlight);
+    await assert.rejects(client.extend(job.id, job.attempt, 1_000), JobNotInFlightError);
   });
 });
 

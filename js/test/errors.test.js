@@ -5,26 +5,27 @@ import { readFile } from "node:fs/promises";
 import { after, before, describe, test } from "node:test";
 import * as sepp from "sepp";
 import {
-  CustomEntriesTooMany,
-  CustomKeyTooLong,
-  CustomMapTooLarge,
-  EncodingNotAllowed,
-  FailedPrecondition,
-  IdempotencyKeyTooLong,
-  InvalidArgument,
-  InvalidConfig,
-  InvalidRequest,
-  JobTypeNameTooLong,
-  JobTypeNotAllowed,
-  PayloadTooLarge,
-  QueueFull,
-  QueueNameTooLong,
-  Rejection,
-  ScheduledTooFar,
+  CustomEntriesTooManyError,
+  CustomKeyTooLongError,
+  CustomMapTooLargeError,
+  EncodingNotAllowedError,
+  FailedPreconditionError,
+  IdempotencyKeyTooLongError,
+  InvalidArgumentError,
+  InvalidConfigError,
+  InvalidRequestError,
+  JobTypeNameTooLongError,
+  JobTypeNotAllowedError,
+  PayloadTooLargeError,
+  QueueFullError,
+  QueueNameTooLongError,
+  JobRejectedError,
+  ScheduledTooFarError,
   SeppClient,
   SeppError,
-  Transport,
-  UnknownQueue,
+  TransportError,
+  UnknownQueueError,
+  errorClassNames,
   errorClasses,
   errorCodes,
 } from "sepp";
@@ -62,18 +63,41 @@ describe("the error classes", T, () => {
     const dts = await readFile(new URL("../errors.d.ts", import.meta.url), "utf8");
     for (const [code, Class] of Object.entries(errorClasses)) {
       const decl = new RegExp(
-        `export declare class ${Class.name} extends (SeppError|Rejection) \\{[^}]*static readonly code: "${code}"`,
+        `export declare class ${Class.name} extends (SeppError|JobRejectedError|LeaseLostError) \\{[^}]*static readonly code: "${code}"`,
       );
       assert.match(dts, decl, `${Class.name} is declared with code ${code}`);
       assert.ok(dts.includes(`"${code}"`), `ErrorCode lists ${code}`);
     }
   });
 
-  test("rejection codes extend Rejection, call failures do not", () => {
-    assert.ok(new IdempotencyKeyTooLong("m") instanceof Rejection);
-    assert.ok(new QueueFull("m") instanceof Rejection);
-    assert.ok(!(new Transport("m") instanceof Rejection));
-    assert.ok(!(new InvalidArgument("m") instanceof Rejection));
+  test("every class is named for its code as the core's table says, and has that .code", () => {
+    const names = errorClassNames();
+    assert.deepEqual(Object.keys(names).sort(), [...errorCodes()].sort());
+    for (const [code, name] of Object.entries(names)) {
+      assert.equal(name, `${code.split("_").map((w) => w[0] + w.slice(1).toLowerCase()).join("")}Error`);
+      const Class = /** @type {any} */ (sepp)[name];
+      assert.equal(typeof Class, "function", `sepp exports ${name}`);
+      assert.equal(Class.name, name);
+      assert.equal(Class.code, code);
+      assert.equal(new Class("m").code, code);
+      assert.equal(errorClasses[/** @type {keyof typeof errorClasses} */ (code)], Class);
+    }
+  });
+
+  test("the names of earlier releases are deprecated aliases of the same classes", () => {
+    assert.equal(/** @type {any} */ (sepp).Transport, sepp.TransportError);
+    assert.equal(/** @type {any} */ (sepp).QueueFull, sepp.QueueFullError);
+    assert.equal(/** @type {any} */ (sepp).JobNotInFlight, sepp.JobNotInFlightError);
+    assert.equal(/** @type {any} */ (sepp).Rejection, sepp.JobRejectedError);
+    assert.ok(new sepp.JobNotInFlightError("m") instanceof sepp.LeaseLostError);
+    assert.ok(new sepp.AttemptMismatchError("m") instanceof sepp.LeaseLostError);
+  });
+
+  test("rejection codes extend JobRejectedError, call failures do not", () => {
+    assert.ok(new IdempotencyKeyTooLongError("m") instanceof JobRejectedError);
+    assert.ok(new QueueFullError("m") instanceof JobRejectedError);
+    assert.ok(!(new TransportError("m") instanceof JobRejectedError));
+    assert.ok(!(new InvalidArgumentError("m") instanceof JobRejectedError));
   });
 });
 
@@ -83,7 +107,7 @@ describe("checks made before anything is sent", T, () => {
 
   before(async () => {
     // Connect, then stop the server: a check that reached the network would fail with
-    // Transport instead of the expected error.
+    // TransportError instead of the expected error.
     const server = await startServer();
     client = await SeppClient.connect(server.url, {
       connectTimeoutMs: 1_000,
@@ -96,7 +120,7 @@ describe("checks made before anything is sent", T, () => {
 
   test("the server is really gone: a call that is sent fails with Transport", async () => {
     await assert.rejects(client.enqueue({ queue: "q", jobType: "t" }), (e) => {
-      assert.ok(e instanceof Transport);
+      assert.ok(e instanceof TransportError);
       assert.equal(e.retryable, true);
       return true;
     });
@@ -106,8 +130,8 @@ describe("checks made before anything is sent", T, () => {
     await assert.rejects(
       client.enqueue({ queue: "q", jobType: "t", idempotencyKey: "k".repeat(257) }),
       (e) => {
-        assert.ok(e instanceof IdempotencyKeyTooLong);
-        assert.ok(e instanceof Rejection);
+        assert.ok(e instanceof IdempotencyKeyTooLongError);
+        assert.ok(e instanceof JobRejectedError);
         assert.ok(e instanceof SeppError);
         assert.equal(e.code, "IDEMPOTENCY_KEY_TOO_LONG");
         assert.equal(e.limit, 256);
@@ -122,26 +146,26 @@ describe("checks made before anything is sent", T, () => {
   test("the key is measured in UTF-8 bytes", async () => {
     await assert.rejects(
       client.enqueue({ queue: "q", jobType: "t", idempotencyKey: "€".repeat(86) }),
-      (e) => e instanceof IdempotencyKeyTooLong && e.actual === 258,
+      (e) => e instanceof IdempotencyKeyTooLongError && e.actual === 258,
     );
   });
 
   test("invalid values reject with the matching sepp error", async () => {
     const cases = [
-      [() => client.enqueue({ queue: "", jobType: "t" }), InvalidRequest, /queue is empty/],
-      [() => client.enqueue({ queue: "q", jobType: "t", priority: 10 }), InvalidRequest, /priority/],
-      [() => client.enqueue({ queue: "q", jobType: "t", priority: 1.5 }), InvalidRequest, /priority/],
+      [() => client.enqueue({ queue: "", jobType: "t" }), InvalidRequestError, /queue: queue name is empty/],
+      [() => client.enqueue({ queue: "q", jobType: "t", priority: 10 }), InvalidRequestError, /priority/],
+      [() => client.enqueue({ queue: "q", jobType: "t", priority: 1.5 }), InvalidRequestError, /priority/],
       [
         () => client.enqueue({ queue: "q", jobType: "t", priority: Infinity }),
-        InvalidRequest,
-        /request\.priority is Infinity/,
+        InvalidRequestError,
+        /^invalid request: priority is Infinity: expected an integer from 0 to 4294967295$/,
       ],
-      [() => client.enqueue({ queue: "q", jobType: "t", maxAttempts: 0 }), InvalidRequest, /max_att/],
-      [() => client.enqueue({ queue: "q", jobType: "t", idempotencyKey: "" }), InvalidRequest, /key/],
+      [() => client.enqueue({ queue: "q", jobType: "t", maxAttempts: 0 }), InvalidRequestError, /max_att/],
+      [() => client.enqueue({ queue: "q", jobType: "t", idempotencyKey: "" }), InvalidRequestError, /key/],
       [
         () => client.enqueue({ queue: "q", jobType: "t", scheduledAt: new Date("not a date") }),
-        InvalidRequest,
-        /scheduledAt is an invalid Date/,
+        InvalidRequestError,
+        /scheduled_at is an invalid Date/,
       ],
       [
         () => client.enqueue({
@@ -149,35 +173,30 @@ describe("checks made before anything is sent", T, () => {
           jobType: "t",
           payload: { data: new Uint8Array(), encoding: "x" },
         }),
-        InvalidRequest,
+        InvalidRequestError,
         /payload/,
       ],
       [
         () => client.enqueue({ queue: "q", jobType: "t", custom: { n: 2n ** 64n } }),
-        InvalidRequest,
-        /custom\.n/,
+        InvalidRequestError,
+        /custom\["n"\] is outside the signed 64-bit integer range/,
       ],
       [
         () => client.reserve({ queues: ["q"], leaseDurationMs: -5 }),
-        InvalidArgument,
+        InvalidArgumentError,
         /leaseDurationMs is -5/,
       ],
-      [() => client.reserve({ queues: ["q"], leaseDurationMs: 0 }), InvalidArgument, /lease/],
-      [() => client.reserve({ queues: [], leaseDurationMs: 1_000 }), InvalidArgument, /queues/],
+      [() => client.reserve({ queues: ["q"], leaseDurationMs: 0 }), InvalidArgumentError, /lease/],
+      [() => client.reserve({ queues: [], leaseDurationMs: 1_000 }), InvalidArgumentError, /queues/],
       [
         () => client.reserve({ queues: ["q"], leaseDurationMs: 1_000, waitTimeoutMs: Number.NaN }),
-        InvalidArgument,
+        InvalidArgumentError,
         /waitTimeoutMs/,
       ],
-      [() => client.ack("id", -1), InvalidArgument, /attempt/],
-      [() => client.extend("id", 1, -1), InvalidArgument, /leaseDurationMs/],
-      [() => client.nack("id", 1, { retry: { delayMs: -1 } }), InvalidArgument, /delayMs/],
-      [() => client.drainDeadLetters({ max: 0 }), InvalidArgument, /max/],
-      [
-        () => client.enqueueBatch([{ queue: "q", jobType: "t", priority: -1 }]),
-        InvalidArgument,
-        /requests\[0\]\.priority/,
-      ],
+      [() => client.ack("id", -1), InvalidArgumentError, /attempt/],
+      [() => client.extend("id", 1, -1), InvalidArgumentError, /leaseDurationMs/],
+      [() => client.nack("id", 1, { retry: { delayMs: -1 } }), InvalidArgumentError, /delayMs/],
+      [() => client.drainDeadLetters({ max: 0 }), InvalidArgumentError, /max/],
     ];
     for (const [promise, Class, message] of cases) {
       await assert.rejects(promise, (e) => {
@@ -186,6 +205,24 @@ describe("checks made before anything is sent", T, () => {
         return true;
       });
     }
+  });
+
+  test("a value that cannot be held is a rejection in its slot of a batch, as in Python", async () => {
+    // Every slot is refused before sending, so no call goes out to the stopped server.
+    const bad = { queue: "q", jobType: "t", priority: -1 };
+    const message = "invalid request: priority is -1: expected an integer from 0 to 4294967295";
+    await assert.rejects(client.enqueue(bad), (e) => e instanceof InvalidRequestError && e.message === message);
+    const results = await client.enqueueBatch([bad, { queue: "", jobType: "t" }]);
+    assert.deepEqual(
+      results.map((r) => (r.status === "rejected" ? [r.error.constructor.name, r.error.message] : r.status)),
+      [
+        ["InvalidRequestError", message],
+        ["InvalidRequestError", "invalid request: queue: queue name is empty"],
+      ],
+    );
+    const atomic = await client.enqueueAtomic([bad]);
+    assert.equal(atomic.status, "rejected");
+    if (atomic.status === "rejected") assert.deepEqual(atomic.failures.map((f) => f.index), [0]);
   });
 
   test("a mistyped or missing field rejects with a TypeError naming it", async () => {
@@ -222,11 +259,11 @@ describe("checks made before anything is sent", T, () => {
 
 describe("connect", T, () => {
   test("an unusable url or option rejects with InvalidConfig", async () => {
-    await assert.rejects(SeppClient.connect("ftp://127.0.0.1:1"), InvalidConfig);
-    await assert.rejects(SeppClient.connect(""), InvalidConfig);
+    await assert.rejects(SeppClient.connect("ftp://127.0.0.1:1"), InvalidConfigError);
+    await assert.rejects(SeppClient.connect(""), InvalidConfigError);
     await assert.rejects(
       SeppClient.connect("127.0.0.1:1", { rpcTimeoutMs: -1 }),
-      (e) => e instanceof InvalidConfig && /rpcTimeoutMs/.test(e.message),
+      (e) => e instanceof InvalidConfigError && /rpcTimeoutMs/.test(e.message),
     );
   });
 
@@ -237,8 +274,8 @@ describe("connect", T, () => {
     await assert.rejects(C.connect("127.0.0.1:1", "x"), isTypeError("options"));
     await assert.rejects(C.connect("127.0.0.1:1", { apiKey: 1 }), isTypeError("options.apiKey"));
     await assert.rejects(
-      C.connect("127.0.0.1:1", { retryPolicy: { maxAttempts: "3" } }),
-      isTypeError("options.retryPolicy.maxAttempts"),
+      C.connect("127.0.0.1:1", { retryPolicy: { maxRetries: "3" } }),
+      isTypeError("options.retryPolicy.maxRetries"),
     );
   });
 
@@ -265,7 +302,7 @@ describe("connect", T, () => {
     while (done < 300) await new Promise((r) => setTimeout(r, 5));
     await server.stop(); // SIGKILL while 16 calls are on the wire
     for (const e of await Promise.all(producers)) {
-      assert.ok(e instanceof Transport, `${e}`);
+      assert.ok(e instanceof TransportError, `${e}`);
       assert.equal(e.retryable, true);
     }
   });
@@ -275,7 +312,7 @@ describe("connect", T, () => {
     const addr = server.addr;
     await server.stop();
     await assert.rejects(SeppClient.connect(addr, { connectTimeoutMs: 2_000 }), (e) => {
-      assert.ok(e instanceof Transport);
+      assert.ok(e instanceof TransportError);
       assert.equal(e.retryable, true);
       return true;
     });
@@ -323,48 +360,48 @@ describe("rejections reported by the server", T, () => {
 
   test("each limit rejects with its class and details", async () => {
     const cases = [
-      [{ queue: "undeclared", jobType: "ok" }, UnknownQueue, { queue: "undeclared" }],
-      [{ queue: "limited", jobType: "nope" }, JobTypeNotAllowed, { jobType: "nope" }],
+      [{ queue: "undeclared", jobType: "ok" }, UnknownQueueError, { queue: "undeclared" }],
+      [{ queue: "limited", jobType: "nope" }, JobTypeNotAllowedError, { jobType: "nope" }],
       [
         { queue: "limited", jobType: "ok", payload: json('{"a":"0123456789"}') },
-        PayloadTooLarge,
+        PayloadTooLargeError,
         { limit: 16, actual: 18 },
       ],
       [
         { queue: "limited", jobType: "ok", payload: { data: Buffer.from("x"), encoding: "text" } },
-        EncodingNotAllowed,
+        EncodingNotAllowedError,
         { encoding: "text", allowed: ["application/json"] },
       ],
       [
         { queue: "limited", jobType: "ok", custom: { a: 1, b: 2, c: 3 } },
-        CustomEntriesTooMany,
+        CustomEntriesTooManyError,
         { limit: 2, actual: 3 },
       ],
       [
         { queue: "limited", jobType: "ok", custom: { toolongkey: 1 } },
-        CustomKeyTooLong,
+        CustomKeyTooLongError,
         { key: "toolongkey", limit: 8, actual: 10 },
       ],
       [
         { queue: "limited", jobType: "ok", custom: { a: "x".repeat(80) } },
-        CustomMapTooLarge,
+        CustomMapTooLargeError,
         { limit: 64 },
       ],
       [
         { queue: "limited", jobType: "j".repeat(17) },
-        JobTypeNameTooLong,
+        JobTypeNameTooLongError,
         { limit: 16, actual: 17 },
       ],
       [
         { queue: "limited", jobType: "ok", scheduledAt: new Date(Date.now() + 3_600_000) },
-        ScheduledTooFar,
+        ScheduledTooFarError,
         { horizonMs: 60_000 },
       ],
     ];
     for (const [request, Class, details] of cases) {
       await assert.rejects(client.enqueue(request), (e) => {
         assert.ok(e instanceof Class, `${e} is a ${Class.name}`);
-        assert.ok(e instanceof Rejection);
+        assert.ok(e instanceof JobRejectedError);
         for (const [k, v] of Object.entries(details)) {
           assert.deepEqual(/** @type {any} */ (e)[k], v, `${Class.name}.${k}`);
         }
@@ -373,14 +410,14 @@ describe("rejections reported by the server", T, () => {
     }
   });
 
-  test("a queue name over the limit rejects with QueueNameTooLong ", async () => {
-    // In strict mode an undeclared name is UnknownQueue first, so this needs a non-strict
+  test("a queue name over the limit rejects with QueueNameTooLongError ", async () => {
+    // In strict mode an undeclared name is UnknownQueueError first, so this needs a non-strict
     // server: the default one allows 512 bytes.
     const other = await startServer();
     const c = await SeppClient.connect(other.url);
     try {
       await assert.rejects(c.enqueue({ queue: "q".repeat(513), jobType: "t" }), (e) => {
-        assert.ok(e instanceof QueueNameTooLong);
+        assert.ok(e instanceof QueueNameTooLongError);
         assert.equal(e.limit, 512);
         assert.equal(e.actual, 513);
         return true;
@@ -395,14 +432,14 @@ describe("rejections reported by the server", T, () => {
     const at = new Date(Date.now() + 3_600_000);
     await assert.rejects(
       client.enqueue({ queue: "limited", jobType: "ok", scheduledAt: at }),
-      (e) => e instanceof ScheduledTooFar && e.actual instanceof Date,
+      (e) => e instanceof ScheduledTooFarError && e.actual instanceof Date,
     );
   });
 
-  test("a full queue rejects with QueueFull, which is retryable", async () => {
+  test("a full queue rejects with QueueFullError, which is retryable", async () => {
     await client.enqueue({ queue: "tiny", jobType: "t" });
     await assert.rejects(client.enqueue({ queue: "tiny", jobType: "t" }), (e) => {
-      assert.ok(e instanceof QueueFull);
+      assert.ok(e instanceof QueueFullError);
       assert.equal(e.queue, "tiny");
       assert.equal(e.limit, 1);
       assert.equal(e.retryable, true);
@@ -413,7 +450,7 @@ describe("rejections reported by the server", T, () => {
   test("reserve on an undeclared queue in strict mode rejects with FailedPrecondition", async () => {
     await assert.rejects(
       client.reserve({ queues: ["undeclared"], leaseDurationMs: 1_000 }),
-      FailedPrecondition,
+      FailedPreconditionError,
     );
   });
 });

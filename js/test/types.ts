@@ -5,6 +5,8 @@ import {
   type AtomicResult,
   Engine,
   type EngineOptions,
+  type EngineReport,
+  type LeaseEnd,
   HandlerError,
   type Handler,
   type JobContext,
@@ -18,14 +20,14 @@ import {
   type EnqueueRequest,
   type EnqueueResult,
   type ErrorCode,
-  IdempotencyKeyTooLong,
+  IdempotencyKeyTooLongError,
   type Job,
   type JobInfo,
   type JobState,
   type KeyRecord,
   type QueueStats,
-  QueueFull,
-  Rejection,
+  QueueFullError,
+  JobRejectedError,
   SeppClient,
   SeppError,
   type ServerInfo,
@@ -38,7 +40,7 @@ export async function rightUsage(): Promise<void> {
     apiKey: "secret",
     tls: { caPem: "-----BEGIN CERTIFICATE-----", domain: "sepp.internal" },
     rpcTimeoutMs: null,
-    retryPolicy: { maxAttempts: 3, initialBackoffMs: 50 },
+    retryPolicy: { maxRetries: 2, firstRetryDelayMs: 50 },
   });
 
   const request: EnqueueRequest = {
@@ -120,12 +122,12 @@ export async function rightUsage(): Promise<void> {
   try {
     await client.enqueue({ queue: "q", jobType: "t", idempotencyKey: "k".repeat(257) });
   } catch (e) {
-    if (e instanceof IdempotencyKeyTooLong) {
+    if (e instanceof IdempotencyKeyTooLongError) {
       const bytes: number = e.limit + e.actual;
       const code: "IDEMPOTENCY_KEY_TOO_LONG" = e.code;
-      const rejection: Rejection = e;
+      const rejection: JobRejectedError = e;
       void bytes, code, rejection;
-    } else if (e instanceof QueueFull) {
+    } else if (e instanceof QueueFullError) {
       const queue: string = e.queue;
       const retryable: boolean = e.retryable;
       void queue, retryable;
@@ -168,7 +170,10 @@ export async function workerUsage(client: SeppClient): Promise<void> {
   const handler: Handler = async () => {};
   worker.handle("other", handler);
   const report: WorkerReport = await worker.run();
-  const counts: number = report.succeeded + report.failed + report.leaseLost + report.abandoned;
+  const counts: number = report.acked + report.nacked + report.leaseLost + report.abandoned;
+  // The names of earlier releases still type-check (deprecated).
+  const old: number = report.succeeded + report.failed;
+  void old;
   void counts;
   const stopped: void = await worker.stop();
   void stopped;
@@ -180,22 +185,36 @@ export async function workerUsage(client: SeppClient): Promise<void> {
   const asError: Error = e;
   void kind, delay, reason, asError;
 
-  const engineOptions: EngineOptions = { queues: ["q"], maxInFlight: 2, maxBackoffMs: 1_000 };
+  const engineOptions: EngineOptions = {
+    queues: ["q"],
+    maxInFlight: 2,
+    maxBackoffMs: 1_000,
+    jobTypes: ["t"],
+    handlerTimeoutMs: 5_000,
+    shutdownTimeoutMs: 1_000,
+  };
   const engine: Engine = await Engine.start(client, engineOptions);
   const lease: Lease | null = await engine.next();
   if (lease !== null) {
     const lost: boolean = await lease.lost();
     const expires: Date | null = lease.expiresAt;
     const outcome: Outcome = lost ? { kind: "retry" } : { kind: "retryAfter", delayMs: 500, reason: "r" };
-    await engine.complete(lease.job.id, lease.job.attempt, outcome);
+    await engine.settle(lease.job.id, lease.job.attempt, outcome);
+    await engine.settle(lease.job.id, lease.job.attempt, { kind: "success" });
+    // The former name still type-checks (deprecated).
     await engine.complete(lease.job.id, lease.job.attempt, { kind: "success" });
-    void expires;
+    const end: LeaseEnd = await lease.done();
+    const endKind: "settled" | "lost" | "timedOut" | "abandoned" = end.kind;
+    void expires, endKind;
   }
   engine.shutdown();
   const idle: boolean = await engine.waitIdle(1_000);
   const abandoned: number = await engine.abandonAll("bye");
   const held: number = engine.inFlight;
-  void idle, abandoned, held;
+  const drained: number = await engine.drain();
+  engine.endGracePeriod();
+  const engineReport: EngineReport = engine.report;
+  void idle, abandoned, held, drained, engineReport;
 }
 
 export async function wrongWorkerUsage(client: SeppClient, engine: Engine): Promise<void> {
@@ -219,9 +238,9 @@ export async function wrongWorkerUsage(client: SeppClient, engine: Engine): Prom
   // @ts-expect-error the delay is a number of milliseconds
   HandlerError.retryAfter("1m");
   // @ts-expect-error not an outcome kind
-  await engine.complete("id", 1, { kind: "later" });
+  await engine.settle("id", 1, { kind: "later" });
   // @ts-expect-error retryAfter needs delayMs
-  await engine.complete("id", 1, { kind: "retryAfter" });
+  await engine.settle("id", 1, { kind: "retryAfter" });
   // @ts-expect-error options are required
   await Engine.start(client);
   // @ts-expect-error autoExtend is a boolean
@@ -270,8 +289,8 @@ export async function wrongUsage(client: SeppClient): Promise<void> {
   try {
     await client.enqueue({ queue: "q", jobType: "t" });
   } catch (e) {
-    if (e instanceof IdempotencyKeyTooLong) {
-      // @ts-expect-error IdempotencyKeyTooLong has no queue
+    if (e instanceof IdempotencyKeyTooLongError) {
+      // @ts-expect-error IdempotencyKeyTooLongError has no queue
       e.queue;
     }
   }

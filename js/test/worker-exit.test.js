@@ -79,8 +79,8 @@ test("SIGTERM stops a worker process gracefully: the running handler finishes, e
   assert.deepEqual({ code, signal, stderr }, { code: 0, signal: null, stderr: "" });
   assert.ok(seen.includes(`finished ${jobId}`), seen.join("\n"));
   const report = JSON.parse((await line("report")).slice("report ".length));
-  assert.deepEqual(report, { succeeded: 1, failed: 0, leaseLost: 0, abandoned: 0 });
-  assert.ok(["completed", "unknown"].includes((await client.getJob(jobId)).state));
+  assert.deepEqual(report, { acked: 1, nacked: 0, leaseLost: 0, abandoned: 0 });
+  assert.ok(["acked", "unknown"].includes((await client.getJob(jobId)).state));
 });
 
 test("a process with an open client and a stopped worker exits on its own", { timeout: 30_000 }, async () => {
@@ -93,5 +93,5 @@ test("a process with an open client and a stopped worker exits on its own", { ti
   assert.ok(Date.now() - started < 15_000, "exited promptly");
   assert.equal(await line("finished"), `finished ${jobId}`);
   const report = JSON.parse((await line("report")).slice("report ".length));
-  assert.equal(report.succeeded, 1);
+  assert.equal(report.acked, 1);
 });

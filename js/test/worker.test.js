@@ -8,8 +8,8 @@ import { after, before, describe, test } from "node:test";
 import {
   Engine,
   HandlerError,
-  InvalidArgument,
-  JobNotInFlight,
+  InvalidArgumentError,
+  JobNotInFlightError,
   SeppClient,
   Worker,
 } from "sepp";
@@ -26,7 +26,7 @@ let queueSeq = 0;
 const freshQueue = (/** @type {string} */ name) => `${name}-${++queueSeq}`;
 
 before(async () => {
-  server = await startServer({ storage: "dead_letter_retention_ms = 60000" });
+  server = await startServer({ storage: "dead_letter_retention_ms = 60000\nsweep_interval_ms = 50" });
   client = await SeppClient.connect(server.url, { rpcTimeoutMs: 10_000 });
 });
 
@@ -77,7 +77,7 @@ async function jobWhen(jobId, check, ms = 10_000) {
   }
 }
 
-const gone = (/** @type {{ state: string }} */ info) => ["completed", "unknown"].includes(info.state);
+const gone = (/** @type {{ state: string }} */ info) => ["acked", "unknown"].includes(info.state);
 
 describe("outcomes", T, () => {
   test("a job failing every attempt is retried, then dead-lettered with its last reason", async () => {
@@ -93,7 +93,7 @@ describe("outcomes", T, () => {
     const report = await runUntil(worker, third.promise, "the third attempt");
 
     assert.deepEqual(attempts, [1, 2, 3]);
-    assert.deepEqual(report, { succeeded: 0, failed: 3, leaseLost: 0, abandoned: 0 });
+    assert.deepEqual(report, { acked: 0, nacked: 3, leaseLost: 0, abandoned: 0 });
     const info = await client.getJob(jobId);
     assert.equal(info.state, "deadLettered");
     assert.equal(info.attempt, 3);
@@ -117,7 +117,7 @@ describe("outcomes", T, () => {
     });
     const report = await runUntil(worker, ran.promise);
 
-    assert.equal(report.failed, 1);
+    assert.equal(report.nacked, 1);
     const info = await client.getJob(jobId);
     assert.equal(info.state, "scheduled");
     assert.equal(info.attempt, 1);
@@ -137,7 +137,7 @@ describe("outcomes", T, () => {
     });
     const report = await runUntil(worker, ran.promise);
 
-    assert.equal(report.failed, 1);
+    assert.equal(report.nacked, 1);
     const info = await client.getJob(jobId);
     assert.equal(info.state, "deadLettered");
     assert.equal(info.attempt, 1);
@@ -169,8 +169,8 @@ describe("outcomes", T, () => {
       });
     const report = await runUntil(worker, Promise.all(both.map((d) => d.promise)));
 
-    assert.equal(reasonsSeen.get("async"), "TypeError: kaboom");
-    assert.deepEqual(report, { succeeded: 2, failed: 2, leaseLost: 0, abandoned: 0 });
+    assert.equal(reasonsSeen.get("async"), "kaboom");
+    assert.deepEqual(report, { acked: 2, nacked: 2, leaseLost: 0, abandoned: 0 });
     // Each unexpected throw reached onError once, with the thrown value and the job.
     assert.equal(reported.length, 2);
     const byType = new Map(reported.map(([err, type, attempt]) => [type, { err, attempt }]));
@@ -190,8 +190,8 @@ describe("outcomes", T, () => {
       ran.resolve();
     });
     const report = await runUntil(worker, ran.promise);
-    assert.equal(report.succeeded, 1);
-    assert.equal(report.failed, 1);
+    assert.equal(report.acked, 1);
+    assert.equal(report.nacked, 1);
     const info = await client.getJob(nobody.jobId);
     assert.equal(info.state, "deadLettered", "its only attempt failed");
     assert.equal(info.lastReason, 'no handler for job type "nobody"');
@@ -205,7 +205,7 @@ describe("outcomes", T, () => {
       .fallback(async (job) => types.resolve(job.jobType));
     const fallbackReport = await runUntil(withFallback, types.promise);
     assert.equal(await types.promise, "whatever");
-    assert.equal(fallbackReport.succeeded, 1);
+    assert.equal(fallbackReport.acked, 1);
   });
 });
 
@@ -231,11 +231,11 @@ describe("leases", T, () => {
     const reason = await within(aborted.promise, 10_000, "the abort");
     assert.ok(reason instanceof DOMException);
     assert.equal(reason.name, "AbortError");
-    assert.match(reason.message, /lease .* was lost/);
+    assert.equal(reason.message, "the lease was lost: the job will be delivered again");
     await worker.stop();
     const report = await run;
     assert.equal(report.leaseLost, 1);
-    assert.equal(report.succeeded + report.failed, 0);
+    assert.equal(report.acked + report.nacked, 0);
     assert.equal((await client.getJob(jobId)).lastReason, "taken away");
   });
 
@@ -252,14 +252,51 @@ describe("leases", T, () => {
         autoExtend: false,
         maxInFlight: 1,
       }).handle("t", async (_job, { signal }) => {
-        await Promise.race([once(signal, "abort"), sleep(3_000)]);
-        aborted.resolve(signal.aborted);
+        await once(signal, "abort");
+        aborted.resolve(signal.reason);
       });
-      const report = await runUntil(worker, aborted.promise);
-      assert.equal(await aborted.promise, true, "the signal was aborted");
+      const report = await runUntil(worker, aborted.promise, "the abort");
+      assert.equal((await aborted.promise).message, "the lease was lost: the job will be delivered again");
       assert.ok(report.leaseLost >= 1, JSON.stringify(report));
     },
   );
+});
+
+describe("the engine's policy", T, () => {
+  test("a lost lease on the last attempt is left to the server's expiry: LEASE_EXPIRED, no nack", async () => {
+    const queue = freshQueue("lost-last");
+    const { jobId } = await client.enqueue({ queue, jobType: "t", maxAttempts: 1 });
+    const aborted = deferred();
+    const worker = new Worker(client, { queues: [queue], leaseDurationMs: 500, autoExtend: false }).handle(
+      "t",
+      async (_job, { signal }) => {
+        await once(signal, "abort");
+        aborted.resolve(signal.reason);
+      },
+    );
+    const report = await runUntil(worker, jobWhen(jobId, (info) => info.state === "deadLettered"));
+    assert.equal((await aborted.promise).message, "the lease was lost: the job will be delivered again");
+    assert.deepEqual(report, { acked: 0, nacked: 0, leaseLost: 1, abandoned: 0 });
+    const info = await client.getJob(jobId);
+    assert.equal(info.deadLetterCause, "leaseExpired");
+    assert.equal(info.attempt, 1);
+  });
+
+  test("a handler past handlerTimeoutMs is aborted and its job nacked with a reason saying so", async () => {
+    const queue = freshQueue("timeout");
+    const { jobId } = await client.enqueue({ queue, jobType: "t", maxAttempts: 1 });
+    const aborted = deferred();
+    const worker = new Worker(client, { queues: [queue], handlerTimeoutMs: 300 }).handle("t", async (_job, { signal }) => {
+      await once(signal, "abort");
+      aborted.resolve(signal.reason);
+    });
+    const report = await runUntil(worker, jobWhen(jobId, (info) => info.state === "deadLettered"));
+    assert.match((await aborted.promise).message, /handler_timeout/);
+    assert.deepEqual(report, { acked: 0, nacked: 1, leaseLost: 0, abandoned: 0 });
+    const info = await client.getJob(jobId);
+    assert.equal(info.lastReason, "the handler ran past handler_timeout (300 ms)");
+    assert.equal(info.deadLetterCause, "attemptsExhausted");
+  });
 });
 
 describe("shutdown", T, () => {
@@ -267,21 +304,27 @@ describe("shutdown", T, () => {
     const queue = freshQueue("graceful");
     const { jobId } = await client.enqueue({ queue, jobType: "t" });
     const started = deferred();
+    const release = deferred();
     let finished = false;
     let abortedSignal = false;
     const worker = new Worker(client, { queues: [queue] }).handle("t", async (_job, { signal }) => {
       started.resolve();
-      await sleep(400);
+      await release.promise;
       finished = true;
       abortedSignal = signal.aborted;
     });
     const run = worker.run();
     await within(started.promise, 10_000, "the handler");
-    await worker.stop();
+    // The handler goes on after the stop began; the stop waits for it.
+    const stopping = worker.stop();
+    release.resolve();
+    await stopping;
     const report = await run;
     assert.equal(finished, true);
     assert.equal(abortedSignal, false);
-    assert.deepEqual(report, { succeeded: 1, failed: 0, leaseLost: 0, abandoned: 0 });
+    assert.deepEqual(report, { acked: 1, nacked: 0, leaseLost: 0, abandoned: 0 });
+    // The names of earlier releases, deprecated and not enumerable.
+    assert.deepEqual([report.succeeded, report.failed], [1, 0]);
     assert.ok(gone(await client.getJob(jobId)));
   });
 
@@ -315,7 +358,7 @@ describe("shutdown", T, () => {
     const took = Date.now() - t0;
 
     assert.ok(took >= 190 && took < 3_000, `stop took ${took} ms`);
-    assert.deepEqual(report, { succeeded: 0, failed: 0, leaseLost: 0, abandoned: 2 });
+    assert.deepEqual(report, { acked: 0, nacked: 0, leaseLost: 0, abandoned: 2 });
     assert.ok(reason instanceof DOMException);
     assert.equal(reason.message, "worker shut down before the job finished");
     assert.equal(stubbornSignal?.aborted, true);
@@ -335,17 +378,20 @@ describe("shutdown", T, () => {
     let most = 0;
     let done = 0;
     const all = deferred();
+    // The first handlers wait until three run at once: the worker must start a third while
+    // two are still running, and never a fourth.
+    const three = deferred();
     const worker = new Worker(client, { queues: [queue], maxInFlight: 3 }).handle("t", async () => {
       running += 1;
       most = Math.max(most, running);
-      await sleep(20);
+      if (running === 3) three.resolve();
+      await three.promise;
       running -= 1;
       if (++done === n) all.resolve();
     });
     const report = await runUntil(worker, all.promise);
-    assert.equal(report.succeeded, n);
-    assert.ok(most <= 3, `${most} handlers at once`);
-    assert.ok(most >= 2, `only ${most} handler at a time`);
+    assert.equal(report.acked, n);
+    assert.equal(most, 3, `${most} handlers at once`);
     const stats = await client.getQueueStats(queue);
     assert.deepEqual([stats.ready, stats.inFlight], [0, 0]);
   });
@@ -359,7 +405,7 @@ describe("shutdown", T, () => {
       const ran = deferred();
       worker.handle("t", async () => ran.resolve());
       const report = await runUntil(worker, ran.promise, `round ${round}`);
-      assert.equal(report.succeeded, 1);
+      assert.equal(report.acked, 1);
     }
   });
 });
@@ -386,7 +432,7 @@ describe("bad input", T, () => {
           throw HandlerError.permanent("not for us");
         });
       const report = await runUntil(worker, Promise.all(both.map((d) => d.promise)));
-      assert.equal(report.failed, 2);
+      assert.equal(report.nacked, 2);
     } finally {
       console.error = original;
     }
@@ -399,7 +445,6 @@ describe("bad input", T, () => {
       e instanceof TypeError && e.code === "ERR_INVALID_ARG_TYPE" && re.test(e.message);
     assert.throws(() => new Worker(/** @type {any} */ ({}), { queues: ["q"] }), typeError(/client must be a SeppClient/));
     assert.throws(() => new Worker(client, /** @type {any} */ (undefined)), typeError(/options/));
-    assert.throws(() => new Worker(client, { queues: ["q"], shutdownTimeoutMs: -1 }), RangeError);
     assert.throws(() => new Worker(client, /** @type {any} */ ({ queues: ["q"], handleSignals: "yes" })), TypeError);
     assert.throws(() => new Worker(client, /** @type {any} */ ({ queues: ["q"], onError: "log" })), typeError(/onError/));
     const worker = new Worker(client, { queues: ["q"] });
@@ -422,9 +467,11 @@ describe("bad input", T, () => {
   });
 
   test("run() rejects bad engine options, and a second concurrent run", async () => {
-    await assert.rejects(new Worker(client, { queues: [] }).run(), InvalidArgument);
-    await assert.rejects(new Worker(client, { queues: ["q"], maxInFlight: 0 }).run(), InvalidArgument);
-    await assert.rejects(new Worker(client, { queues: ["q"], leaseDurationMs: -1 }).run(), InvalidArgument);
+    await assert.rejects(new Worker(client, { queues: [] }).run(), InvalidArgumentError);
+    await assert.rejects(new Worker(client, { queues: ["q"], maxInFlight: 0 }).run(), InvalidArgumentError);
+    await assert.rejects(new Worker(client, { queues: ["q"], leaseDurationMs: -1 }).run(), InvalidArgumentError);
+    await assert.rejects(new Worker(client, { queues: ["q"], shutdownTimeoutMs: -1 }).run(), InvalidArgumentError);
+    await assert.rejects(new Worker(client, { queues: ["q"], handlerTimeoutMs: 0 }).run(), InvalidArgumentError);
     await assert.rejects(
       new Worker(client, /** @type {any} */ ({ queues: "q" })).run(),
       (/** @type {any} */ e) => e instanceof TypeError && /options\.queues/.test(e.message),
@@ -433,12 +480,12 @@ describe("bad input", T, () => {
     const run = worker.run();
     await assert.rejects(worker.run(), /already running/);
     await worker.stop();
-    assert.deepEqual(await run, { succeeded: 0, failed: 0, leaseLost: 0, abandoned: 0 });
+    assert.deepEqual(await run, { acked: 0, nacked: 0, leaseLost: 0, abandoned: 0 });
   });
 });
 
 describe("Engine", T, () => {
-  test("next, complete, lost, waitIdle, shutdown and abandonAll", async () => {
+  test("next, settle, lost, done, waitIdle, shutdown, abandonAll and report", async () => {
     const queue = freshQueue("engine");
     const a = await client.enqueue({ queue, jobType: "t", payload: { data: Buffer.from("a"), encoding: "text/plain" } });
     const b = await client.enqueue({ queue, jobType: "t" });
@@ -454,19 +501,22 @@ describe("Engine", T, () => {
     assert.equal((await client.getJob(first.job.id)).workerId, "engine-test");
 
     await assert.rejects(
-      engine.complete(first.job.id, first.job.attempt, /** @type {any} */ ({ kind: "later" })),
+      engine.settle(first.job.id, first.job.attempt, /** @type {any} */ ({ kind: "later" })),
       (/** @type {any} */ e) => e instanceof TypeError && /outcome\.kind/.test(e.message),
     );
     await assert.rejects(
-      engine.complete(first.job.id, first.job.attempt, { kind: "retryAfter", delayMs: -1 }),
-      InvalidArgument,
+      engine.settle(first.job.id, first.job.attempt, { kind: "retryAfter", delayMs: -1 }),
+      InvalidArgumentError,
     );
     // Settling resolves lost() with false: nothing keeps the process alive afterwards.
     const lost = first.lost();
-    await engine.complete(first.job.id, first.job.attempt, { kind: "success" });
+    await engine.settle(first.job.id, first.job.attempt, { kind: "success" });
     assert.equal(await lost, false);
+    assert.deepEqual(await first.done(), { kind: "settled", reason: "the job was settled" });
     assert.equal(engine.inFlight, 1);
     assert.equal(await engine.waitIdle(50), false);
+    // Settled already: refused without a call (also under the deprecated name).
+    await assert.rejects(engine.complete(first.job.id, first.job.attempt, { kind: "success" }), JobNotInFlightError);
 
     engine.shutdown();
     assert.equal(engine.isShutDown, true);
@@ -474,12 +524,14 @@ describe("Engine", T, () => {
     const secondLost = second.lost();
     assert.equal(await engine.abandonAll("test over"), 1);
     assert.equal(await secondLost, false);
+    assert.equal((await second.done()).kind, "abandoned");
     assert.equal(await engine.waitIdle(1_000), true);
+    assert.deepEqual(engine.report, { acked: 1, nacked: 0, leaseLost: 0, abandoned: 1 });
     const info = await client.getJob(second.job.id);
     assert.equal(info.state, "ready");
     assert.equal(info.lastReason, "test over");
-    // Completing it now is refused: it is not in flight any more.
-    await assert.rejects(engine.complete(second.job.id, second.job.attempt, { kind: "success" }), JobNotInFlight);
+    // Settling it now is refused: it is not in flight any more.
+    await assert.rejects(engine.settle(second.job.id, second.job.attempt, { kind: "success" }), JobNotInFlightError);
   });
 
   test("Engine.start checks its arguments", async () => {
@@ -487,6 +539,6 @@ describe("Engine", T, () => {
     await assert.rejects(Engine.start(client, /** @type {any} */ ({ queues: ["q"], autoExtend: "no" })), (e) =>
       e instanceof TypeError && /options\.autoExtend must be a boolean/.test(e.message),
     );
-    await assert.rejects(Engine.start(client, { queues: ["q"], waitTimeoutMs: Number.NaN }), InvalidArgument);
+    await assert.rejects(Engine.start(client, { queues: ["q"], waitTimeoutMs: Number.NaN }), InvalidArgumentError);
   });
 });

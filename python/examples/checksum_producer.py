@@ -65,7 +65,8 @@ async def main() -> int:
     args = parser.parse_args()
 
     async with await sepp.SeppClient.connect(args.server) as client:
-        limit = client.max_idempotency_key_bytes
+        # The server advertised its key limit at connect (256 unless configured otherwise).
+        limit = client.max_idempotency_key_bytes or 256
         started = time.perf_counter()
         files = list(regular_files(args.root))
         walked = time.perf_counter() - started

@@ -110,8 +110,8 @@ async def main() -> int:
             seconds = time.perf_counter() - started
 
     print(
-        f"{report.succeeded} files hashed ({report.failed} failed) in {seconds:.1f} s: "
-        f"{report.succeeded / seconds:.0f} files/s, {hashed_bytes / (1 << 20):.1f} MiB hashed; "
+        f"{report.acked} files hashed ({report.nacked} failed) in {seconds:.1f} s: "
+        f"{report.acked / seconds:.0f} files/s, {hashed_bytes / (1 << 20):.1f} MiB hashed; "
         f"results in {args.out}"
     )
     return 0

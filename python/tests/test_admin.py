@@ -45,7 +45,7 @@ async def test_get_job_follows_a_job_through_its_states(
 
     await client.ack(job.id, job.attempt)
     info = await client.get_job(job.id)
-    assert info.state == "COMPLETED" and info.finished_at is not None
+    assert info.state == "ACKED" and info.finished_at is not None
 
 
 async def test_get_job_of_an_unknown_id_says_unknown(client: sepp.SeppClient) -> None:

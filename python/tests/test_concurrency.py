@@ -50,24 +50,39 @@ async def test_a_call_never_awaited_sends_nothing(client: sepp.SeppClient, queue
     assert await client.reserve([queue], lease_duration=LEASE) == []
 
 
+async def round_trips(client: sepp.SeppClient, n: int) -> None:
+    """Makes `n` calls, one after the other, on the client's connection. The server gives no
+    signal that a reserve is waiting; a reserve issued before these, on the same HTTP/2
+    connection, has reached the server once they are answered (unless the runtime reordered
+    the two sends), with no fixed wait."""
+    for _ in range(n):
+        await client.get_server_info()
+
+
 @pytest.mark.parametrize("how", ["cancel", "wait_for"])
+@pytest.mark.parametrize("trips", [0, 1, 3])
 async def test_a_cancelled_reserve_leases_no_job(
-    client: sepp.SeppClient, queue: str, how: str
+    client: sepp.SeppClient, queue: str, how: str, trips: int
 ) -> None:
     waiting = client.reserve(
         [queue], lease_duration=timedelta(minutes=5), wait_timeout=timedelta(seconds=30)
     )
-    # The server gives no signal that a reserve is waiting, so give it time to get there: a
-    # reserve still queued locally when cancelled would make this test pass without proving it.
+    # Cancelled at several points, from still local to (after round trips on the connection)
+    # waiting on the server: a reserve only ever queued locally would pass vacuously.
     if how == "cancel":
         task = asyncio.ensure_future(waiting)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0)  # the call starts
+        await round_trips(client, trips)
+        assert not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
     else:
+        task = asyncio.ensure_future(waiting)
+        await asyncio.sleep(0)
+        await round_trips(client, trips)
         with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(waiting, 0.5)
+            await asyncio.wait_for(task, 0)
 
     # Cancelling resets the reserve's HTTP/2 stream from a runtime thread, asynchronously. A
     # round trip on the same connection lets that reset reach the server before the enqueue
@@ -86,7 +101,9 @@ async def test_a_waiting_reserve_gets_a_job_enqueued_meanwhile(
     waiting = asyncio.ensure_future(
         client.reserve([queue], lease_duration=LEASE, wait_timeout=timedelta(seconds=20))
     )
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0)  # the call starts
+    await round_trips(client, 2)
+    assert not waiting.done(), "nothing was ready: the reserve must be waiting"
     ack = await client.enqueue(EnqueueRequest(queue, "t"))
     jobs = await waiting
     assert [j.id for j in jobs] == [ack.job_id]
@@ -148,7 +165,7 @@ async def test_one_client_serves_event_loops_in_two_threads(
 def test_the_interpreter_exits_with_a_client_open(server: Server, queue: str) -> None:
     script = textwrap.dedent(
         f"""
-        import asyncio, threading, time
+        import asyncio, threading
         from datetime import timedelta
         import sepp
 
@@ -158,21 +175,29 @@ def test_the_interpreter_exits_with_a_client_open(server: Server, queue: str) ->
         async def main():
             client = await sepp.SeppClient.connect(URL)
             await client.enqueue(sepp.EnqueueRequest(QUEUE, "t"))
-            # Left running when the loop closes.
+            # Left running when the loop closes (a round trip after it: it was sent).
             asyncio.ensure_future(client.reserve([QUEUE + "-empty"], **LONG))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0)
+            await client.get_server_info()
             return client
 
         client = asyncio.run(main())  # never closed
 
-        def blocked():
+        async def reserve_forever():
+            waiting = asyncio.ensure_future(client.reserve([QUEUE + "-empty"], **LONG))
+            await asyncio.sleep(0)  # the call starts
             started.set()
-            asyncio.run(client.reserve([QUEUE + "-empty"], **LONG))
+            await waiting
+
+        def blocked():
+            asyncio.run(reserve_forever())
 
         started = threading.Event()
         threading.Thread(target=blocked, daemon=True).start()
         started.wait()
-        time.sleep(0.3)  # let the daemon thread's reserve reach the server
+        # A round trip on the shared connection from here: the daemon thread's reserve, sent
+        # before, reaches the server.
+        asyncio.run(client.get_server_info())
         print("exiting", flush=True)
         """
     )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 import sepp
 from sepp import EnqueueRequest, Payload
+
+from conftest import Server
 
 LEASE = timedelta(seconds=30)
 
@@ -134,7 +137,7 @@ async def test_a_batch_rejection_converts_to_its_exception(client: sepp.SeppClie
     [rejection] = await client.enqueue_batch([EnqueueRequest("q", "t", idempotency_key="é" * 200)])
     assert isinstance(rejection, sepp.Rejection)
     error = sepp.JobRejectedError.for_rejection(rejection, index=0)
-    assert isinstance(error, sepp.IdempotencyKeyTooLong)
+    assert isinstance(error, sepp.IdempotencyKeyTooLongError)
     assert (error.limit, error.actual, error.code) == (256, 400, rejection.code)
     assert error.rejection == rejection
 
@@ -149,7 +152,7 @@ async def test_enqueue_atomic_writes_all_jobs(client: sepp.SeppClient, queue: st
 async def test_enqueue_atomic_writes_nothing_when_one_job_fails(
     client: sepp.SeppClient, queue: str
 ) -> None:
-    with pytest.raises(sepp.JobTypeNotAllowed) as caught:
+    with pytest.raises(sepp.JobTypeNotAllowedError) as caught:
         await client.enqueue_atomic(
             [
                 EnqueueRequest(queue, "t"),
@@ -169,9 +172,23 @@ async def test_enqueue_atomic_writes_nothing_when_one_job_fails(
 async def test_enqueue_atomic_refuses_a_too_long_key_before_sending(
     client: sepp.SeppClient, queue: str
 ) -> None:
-    with pytest.raises(sepp.IdempotencyKeyTooLong) as caught:
+    with pytest.raises(sepp.IdempotencyKeyTooLongError) as caught:
         await client.enqueue_atomic(
             [EnqueueRequest(queue, "t"), EnqueueRequest(queue, "t", idempotency_key="k" * 257)]
         )
     assert (caught.value.index, caught.value.limit, caught.value.actual) == (1, 256, 257)
     assert await client.reserve([queue], lease_duration=LEASE) == []
+
+
+async def test_keys_are_checked_against_the_limit_the_server_advertises(
+    launch: Callable[[str], Server], queue: str
+) -> None:
+    # A server configured for 1,024-byte keys: the client checks against its limit, not 256.
+    server = launch("[limits]\nmax_idempotency_key_bytes = 1024")
+    async with await sepp.SeppClient.connect(server.url) as client:
+        assert client.max_idempotency_key_bytes == 1024
+        ack = await client.enqueue(EnqueueRequest(queue, "t", idempotency_key="k" * 300))
+        assert not ack.deduplicated
+        with pytest.raises(sepp.IdempotencyKeyTooLongError) as caught:
+            await client.enqueue(EnqueueRequest(queue, "t", idempotency_key="k" * 1025))
+        assert (caught.value.limit, caught.value.actual) == (1024, 1025)

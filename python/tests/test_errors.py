@@ -52,6 +52,31 @@ def test_every_code_of_the_core_has_an_exported_class() -> None:
         assert cls.__doc__
 
 
+def test_every_class_is_named_for_its_code_as_the_core_s_table_says() -> None:
+    assert set(sepp.ERROR_CLASS_NAMES) == set(sepp.ERROR_CODES)
+    for code, name in sepp.ERROR_CLASS_NAMES.items():
+        pascal = "".join(word.capitalize() for word in code.split("_"))
+        assert name == f"{pascal}Error"
+        cls = getattr(sepp.errors, name)
+        assert cls.__name__ == name
+        assert cls.code == code
+        assert sepp.errors.error_class(code) is cls
+
+
+def test_the_names_of_earlier_releases_are_deprecated_aliases() -> None:
+    for old, new in [
+        ("JobNotInFlight", sepp.JobNotInFlightError),
+        ("QueueFull", sepp.QueueFullError),
+        ("InvalidRequest", sepp.InvalidRequestError),
+    ]:
+        with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: use {new.__name__}"):
+            assert getattr(sepp.errors, old) is new
+        with pytest.warns(DeprecationWarning):
+            assert getattr(sepp, old) is new
+    with pytest.raises(AttributeError):
+        getattr(sepp, "NoSuchError")
+
+
 def test_rejections_are_job_rejected_errors_and_the_rest_are_not() -> None:
     assert REJECTION_CODES <= set(sepp.ERROR_CODES)
     for code in sepp.ERROR_CODES:
@@ -91,7 +116,7 @@ def test_a_missing_field_is_an_attribute_error() -> None:
     rejection: Any = types.SimpleNamespace(code="PAYLOAD_TOO_LARGE", message="m", transient=False)
     rejection.limit = None
     e = sepp.JobRejectedError.for_rejection(rejection)
-    assert isinstance(e, sepp.PayloadTooLarge)
+    assert isinstance(e, sepp.PayloadTooLargeError)
     with pytest.raises(AttributeError):
         _ = e.limit
 
@@ -107,7 +132,7 @@ async def test_a_too_long_key_is_refused_before_anything_is_sent(
     assert client.max_idempotency_key_bytes == 16
     server.stop()  # from here on, anything that needs the network fails with TransportError
 
-    with pytest.raises(sepp.IdempotencyKeyTooLong) as caught:
+    with pytest.raises(sepp.IdempotencyKeyTooLongError) as caught:
         await client.enqueue(EnqueueRequest("q", "t", idempotency_key="é" * 9))
     e = caught.value
     assert (e.limit, e.actual, e.code, e.grpc_code) == (16, 18, "IDEMPOTENCY_KEY_TOO_LONG", None)
@@ -137,14 +162,24 @@ async def test_a_too_long_key_is_refused_before_anything_is_sent(
         ({"scheduled_at": datetime(2030, 1, 1)}, "scheduled_at"),
     ],
 )
-def test_an_invalid_value_raises_invalid_request_on_construction(
-    kwargs: dict[str, Any], field: str
+async def test_an_invalid_value_is_rejected_when_sent_and_in_its_slot_of_a_batch(
+    client: sepp.SeppClient, kwargs: dict[str, Any], field: str
 ) -> None:
+    # As in Node: building the request checks only types; the values are checked when it is
+    # sent, and a bad job in a batch is a rejection in its slot, not a raise.
     args = {"queue": "q", "job_type": "t", **kwargs}
-    with pytest.raises(sepp.InvalidRequest, match=field) as caught:
-        EnqueueRequest(args.pop("queue"), args.pop("job_type"), **args)
+    bad = EnqueueRequest(args.pop("queue"), args.pop("job_type"), **args)
+    with pytest.raises(sepp.InvalidRequestError, match=field) as caught:
+        await client.enqueue(bad)
     assert caught.value.code == "INVALID_REQUEST"
     assert isinstance(caught.value, ValueError)
+    good, rejected = await client.enqueue_batch([EnqueueRequest("q", "t"), bad])
+    assert isinstance(good, sepp.EnqueueAck)
+    assert isinstance(rejected, sepp.Rejection)
+    assert (rejected.code, rejected.message) == ("INVALID_REQUEST", str(caught.value))
+    with pytest.raises(sepp.InvalidRequestError) as atomic:
+        await client.enqueue_atomic([EnqueueRequest("q", "t"), bad])
+    assert atomic.value.index == 1
 
 
 @pytest.mark.parametrize(
@@ -166,7 +201,7 @@ def test_an_invalid_value_raises_invalid_request_on_construction(
         (lambda: Payload("text", "text/plain"), "data"),
         (lambda: Payload(b"x", 1), "encoding"),
         (lambda: sepp.NackRetry.delay(5), "delay"),
-        (lambda: sepp.RetryPolicy(initial_backoff=0.1), "initial_backoff"),
+        (lambda: sepp.RetryPolicy(first_retry_delay=0.1), "first_retry_delay"),
         (lambda: sepp.TlsOptions(ca_pem=1), "ca_pem"),
     ],
 )
@@ -301,8 +336,23 @@ async def test_unusable_settings_raise_invalid_config(
 def test_unusable_setting_values_raise_invalid_config() -> None:
     with pytest.raises(sepp.InvalidConfigError, match="rpc_timeout"):
         sepp.SeppClient.connect("h:1", rpc_timeout=timedelta(seconds=-1))
-    with pytest.raises(sepp.InvalidConfigError, match="max_attempts"):
-        sepp.RetryPolicy(max_attempts=-1)
+    with pytest.raises(sepp.InvalidConfigError, match="max_retries"):
+        sepp.RetryPolicy(max_retries=-1)
+    with pytest.warns(DeprecationWarning), pytest.raises(sepp.InvalidConfigError, match="not both"):
+        sepp.RetryPolicy(max_retries=1, max_attempts=2)
+
+
+def test_a_retry_policy_takes_the_names_of_earlier_releases_with_a_warning() -> None:
+    assert sepp.RetryPolicy().max_retries == 2
+    with pytest.warns(DeprecationWarning) as warned:
+        policy = sepp.RetryPolicy(max_attempts=5, initial_backoff=timedelta(milliseconds=20))
+    assert [str(w.message) for w in warned] == [
+        "RetryPolicy.max_attempts is deprecated: use max_retries",
+        "RetryPolicy.initial_backoff is deprecated: use first_retry_delay",
+    ]
+    assert policy == sepp.RetryPolicy(max_retries=4, first_retry_delay=timedelta(milliseconds=20))
+    with pytest.warns(DeprecationWarning):
+        assert policy.max_attempts == 5
 
 
 async def test_a_missing_or_wrong_api_key_raises_unauthenticated(auth_server: Server) -> None:
@@ -321,16 +371,16 @@ async def test_a_missing_or_wrong_api_key_raises_unauthenticated(auth_server: Se
 
 
 async def test_the_server_checks_the_queue_name_shape(client: sepp.SeppClient) -> None:
-    with pytest.raises(sepp.InvalidRequest, match="queue") as caught:
+    with pytest.raises(sepp.InvalidRequestError, match="queue") as caught:
         await client.enqueue(EnqueueRequest("a/b", "t"))
     assert caught.value.rejection.code == "INVALID_REQUEST"
 
 
 async def test_names_over_the_limits_are_rejected(client: sepp.SeppClient) -> None:
-    with pytest.raises(sepp.QueueNameTooLong) as q:
+    with pytest.raises(sepp.QueueNameTooLongError) as q:
         await client.enqueue(EnqueueRequest("q" * 513, "t"))
     assert (q.value.limit, q.value.actual) == (512, 513)
-    with pytest.raises(sepp.JobTypeNameTooLong) as t:
+    with pytest.raises(sepp.JobTypeNameTooLongError) as t:
         await client.enqueue(EnqueueRequest("q", "t" * 257))
     assert (t.value.limit, t.value.actual) == (256, 257)
 
@@ -339,32 +389,32 @@ async def test_the_queue_restrictions_are_rejections_with_their_fields(
     client: sepp.SeppClient,
 ) -> None:
     json = "application/json"
-    with pytest.raises(sepp.JobTypeNotAllowed) as jt:
+    with pytest.raises(sepp.JobTypeNotAllowedError) as jt:
         await client.enqueue(EnqueueRequest("limited", "other"))
     assert (jt.value.job_type, jt.value.allowed) == ("other", ["ok"])
 
-    with pytest.raises(sepp.PayloadTooLarge) as big:
+    with pytest.raises(sepp.PayloadTooLargeError) as big:
         await client.enqueue(EnqueueRequest("limited", "ok", payload=Payload(b"123456789", json)))
     assert (big.value.limit, big.value.actual) == (8, 9)
 
-    with pytest.raises(sepp.EncodingNotAllowed) as enc:
+    with pytest.raises(sepp.EncodingNotAllowedError) as enc:
         await client.enqueue(EnqueueRequest("limited", "ok", payload=Payload(b"1", "text/plain")))
     assert (enc.value.encoding, enc.value.allowed) == ("text/plain", [json])
 
-    with pytest.raises(sepp.CustomEntriesTooMany) as many:
+    with pytest.raises(sepp.CustomEntriesTooManyError) as many:
         await client.enqueue(EnqueueRequest("limited", "ok", custom={"a": 1, "b": 2, "c": 3}))
     assert (many.value.limit, many.value.actual) == (2, 3)
 
-    with pytest.raises(sepp.CustomKeyTooLong) as key:
+    with pytest.raises(sepp.CustomKeyTooLongError) as key:
         await client.enqueue(EnqueueRequest("limited", "ok", custom={"ninechars": 1}))
     assert (key.value.key, key.value.limit, key.value.actual) == ("ninechars", 8, 9)
 
-    with pytest.raises(sepp.CustomMapTooLarge) as total:
+    with pytest.raises(sepp.CustomMapTooLargeError) as total:
         await client.enqueue(EnqueueRequest("limited", "ok", custom={"a": "x" * 40}))
     assert total.value.limit == 24 and total.value.actual > 24
 
     later = datetime.now(timezone.utc) + timedelta(hours=1)
-    with pytest.raises(sepp.ScheduledTooFar) as far:
+    with pytest.raises(sepp.ScheduledTooFarError) as far:
         await client.enqueue(EnqueueRequest("limited", "ok", scheduled_at=later))
     assert far.value.horizon == timedelta(minutes=1)
     assert abs(far.value.scheduled_at - later) < timedelta(milliseconds=1)
@@ -377,7 +427,7 @@ async def test_the_queue_restrictions_are_rejections_with_their_fields(
 async def test_a_full_queue_is_a_transient_rejection(client: sepp.SeppClient) -> None:
     # "one-deep" holds one job; only this test uses it.
     await client.enqueue(EnqueueRequest("one-deep", "t"))
-    with pytest.raises(sepp.QueueFull) as caught:
+    with pytest.raises(sepp.QueueFullError) as caught:
         await client.enqueue(EnqueueRequest("one-deep", "t"))
     e = caught.value
     assert (e.queue, e.limit, e.retryable, e.rejection.transient) == ("one-deep", 1, True, True)
@@ -385,7 +435,7 @@ async def test_a_full_queue_is_a_transient_rejection(client: sepp.SeppClient) ->
 
 async def test_strict_mode_rejects_undeclared_queues(strict_server: Server) -> None:
     async with await sepp.SeppClient.connect(strict_server.url) as client:
-        with pytest.raises(sepp.UnknownQueue) as caught:
+        with pytest.raises(sepp.UnknownQueueError) as caught:
             await client.enqueue(EnqueueRequest("undeclared", "t"))
         assert caught.value.queue == "undeclared"
         with pytest.raises(sepp.FailedPreconditionError) as reserve:

@@ -61,7 +61,7 @@ async def test_ack_removes_the_job_and_a_second_ack_finds_it_gone(
     await client.enqueue(EnqueueRequest(queue, "t"))
     job = await reserve_one(client, queue)
     assert await client.ack(job.id, job.attempt) is None
-    with pytest.raises(sepp.JobNotInFlight) as caught:
+    with pytest.raises(sepp.JobNotInFlightError) as caught:
         await client.ack(job.id, job.attempt)
     e = caught.value
     assert e.code == "JOB_NOT_IN_FLIGHT" and e.job_id == job.id
@@ -80,7 +80,7 @@ async def test_nack_with_the_default_policy_redelivers_with_the_next_attempt(
     assert (second.id, second.attempt) == (first.id, 2)
 
     # The first delivery's lease is gone: its attempt no longer matches.
-    with pytest.raises(sepp.AttemptMismatch) as caught:
+    with pytest.raises(sepp.AttemptMismatchError) as caught:
         await client.ack(first.id, first.attempt)
     assert caught.value.job_id == first.id and caught.value.code == "ATTEMPT_MISMATCH"
     await client.ack(second.id, second.attempt)
@@ -129,7 +129,7 @@ async def test_extend_moves_the_lease_out(client: sepp.SeppClient, queue: str) -
     assert isinstance(expiry, datetime) and expiry.tzinfo is not None
     assert expiry > job.lease_expires_at + timedelta(minutes=3)
     await client.ack(job.id, job.attempt)
-    with pytest.raises(sepp.JobNotInFlight):
+    with pytest.raises(sepp.JobNotInFlightError):
         await client.extend(job.id, job.attempt, timedelta(minutes=1))
 
 

@@ -91,7 +91,7 @@ async def test_a_worker_acks_every_job_its_handler_returns_from(
         seen.record(ctx)
 
     report = await run_until(worker, seen.enough.wait())
-    assert report == WorkerReport(succeeded=20, failed=0, lease_lost=0, abandoned=0)
+    assert report == WorkerReport(acked=20)
     assert sorted(payloads) == sorted(b"%d" % i for i in range(20))
     assert {job_id for job_id, _ in seen.calls} == {
         a.job_id for a in acks if isinstance(a, sepp.EnqueueAck)
@@ -119,7 +119,7 @@ async def test_a_worker_runs_at_most_max_in_flight_handlers_at_once(
         seen.record(ctx)
 
     report = await run_until(worker, seen.enough.wait())
-    assert report.succeeded == 9
+    assert report.acked == 9
     assert most == 3
 
 
@@ -146,7 +146,7 @@ async def test_failing_jobs_are_retried_and_dead_lettered_on_their_last_attempt(
     assert sorted(seen.calls) == sorted(
         [(flaky.job_id, 1), (flaky.job_id, 2)] + [(doomed.job_id, n) for n in (1, 2, 3)]
     )
-    assert report == WorkerReport(succeeded=1, failed=4, lease_lost=0, abandoned=0)
+    assert report == WorkerReport(acked=1, nacked=4)
 
     page = await client.list_dead_letters(queue)
     [record] = page.records
@@ -156,7 +156,7 @@ async def test_failing_jobs_are_retried_and_dead_lettered_on_their_last_attempt(
         3,
     )
     assert record.last_reason == "failure 3"
-    assert (await client.get_job(flaky.job_id)).state in ("COMPLETED", "UNKNOWN")
+    assert (await client.get_job(flaky.job_id)).state in ("ACKED", "UNKNOWN")
 
 
 async def test_retry_after_delivers_the_job_again_after_the_delay(
@@ -177,7 +177,7 @@ async def test_retry_after_delivers_the_job_again_after_the_delay(
     report = await run_until(worker, seen.enough.wait())
     assert seen.calls == [(ack.job_id, 1), (ack.job_id, 2)]
     assert delivered[1] - delivered[0] >= 0.9
-    assert (report.succeeded, report.failed) == (1, 1)
+    assert (report.acked, report.nacked) == (1, 1)
 
 
 async def test_permanent_dead_letters_the_job_whatever_attempts_remain(
@@ -193,7 +193,7 @@ async def test_permanent_dead_letters_the_job_whatever_attempts_remain(
         raise HandlerError.permanent("malformed input")
 
     report = await run_until(worker, seen.enough.wait())
-    assert report.failed == 1
+    assert report.nacked == 1
     info = await wait_for_state(client, ack.job_id, "DEAD_LETTERED")
     assert (info.state, info.dead_letter_cause, info.attempt) == ("DEAD_LETTERED", "REJECTED", 1)
     assert info.last_reason == "malformed input"
@@ -219,11 +219,11 @@ async def test_an_exception_nacks_the_job_with_the_queue_s_retry_policy_and_the_
 
     before = datetime.now(timezone.utc)
     report = await run_until(worker, seen.enough.wait())
-    assert (report.succeeded, report.failed) == (1, 1)
+    assert (report.acked, report.nacked) == (1, 1)
     assert {job_id for job_id, _ in seen.calls} == {broken.job_id, fine.job_id}
     info = await client.get_job(broken.job_id)
     assert info.state == "SCHEDULED"
-    assert info.last_reason == "ValueError: no such customer"
+    assert info.last_reason == "no such customer"
     assert info.scheduled_at is not None
     assert before + timedelta(seconds=40) < info.scheduled_at < before + timedelta(seconds=70)
 
@@ -246,10 +246,10 @@ async def test_a_job_type_without_a_handler_is_nacked_with_the_retry_policy(
 
     report = await run_until(worker, both_settled())
     assert seen.calls == [(known.job_id, 1)]
-    assert (report.succeeded, report.failed) == (1, 1)
+    assert (report.acked, report.nacked) == (1, 1)
     info = await client.get_job(orphan.job_id)
     assert (info.state, info.dead_letter_cause) == ("DEAD_LETTERED", "ATTEMPTS_EXHAUSTED")
-    assert info.last_reason == "no handler for job type 'unknown-type'"
+    assert info.last_reason == 'no handler for job type "unknown-type"'
 
 
 async def test_a_handler_that_returns_no_awaitable_fails_its_job(
@@ -260,7 +260,7 @@ async def test_a_handler_that_returns_no_awaitable_fails_its_job(
     worker.handle("sync", lambda ctx: None)  # type: ignore[type-var]
 
     report = await run_until(worker, wait_for_state(client, ack.job_id, "DEAD_LETTERED"))
-    assert report.failed == 1
+    assert report.nacked == 1
     info = await client.get_job(ack.job_id)
     assert info.last_reason is not None and "handlers must be async functions" in info.last_reason
 
@@ -284,7 +284,7 @@ async def test_auto_extend_keeps_the_lease_of_a_handler_running_past_it(
         seen.record(ctx)
 
     report = await run_until(worker, seen.enough.wait())
-    assert report == WorkerReport(succeeded=1)
+    assert report == WorkerReport(acked=1)
     assert expiries[1] > expiries[0] + timedelta(seconds=1)
 
 
@@ -313,7 +313,7 @@ async def test_a_lost_lease_cancels_the_handler(client: sepp.SeppClient, queue: 
 
     report = await run_until(worker, lose_the_lease())
     assert report == WorkerReport(lease_lost=1)
-    assert (await client.get_job(ack.job_id)).state in ("COMPLETED", "UNKNOWN")
+    assert (await client.get_job(ack.job_id)).state in ("ACKED", "UNKNOWN")
 
 
 async def test_an_expired_lease_cancels_the_handler_without_auto_extend(
@@ -343,7 +343,7 @@ async def test_an_expired_lease_cancels_the_handler_without_auto_extend(
     report = await run_until(worker, cancelled.wait())
     # The lease ran out after 1 s; the redelivery may have been taken before the stop.
     assert 0.9 <= time.monotonic() - started < 10
-    assert (report.lease_lost, report.succeeded, report.failed) == (1, 0, 0)
+    assert (report.lease_lost, report.acked, report.nacked) == (1, 0, 0)
 
 
 async def test_stop_lets_a_running_handler_finish(client: sepp.SeppClient, queue: str) -> None:
@@ -361,8 +361,8 @@ async def test_stop_lets_a_running_handler_finish(client: sepp.SeppClient, queue
 
     report = await run_until(worker, started.wait())
     assert finished
-    assert report == WorkerReport(succeeded=1)
-    assert (await client.get_job(ack.job_id)).state in ("COMPLETED", "UNKNOWN")
+    assert report == WorkerReport(acked=1)
+    assert (await client.get_job(ack.job_id)).state in ("ACKED", "UNKNOWN")
     assert not worker.running
 
 
@@ -420,7 +420,7 @@ async def test_cancelling_run_cancels_the_handlers_and_nacks_their_jobs(
     with pytest.raises(asyncio.CancelledError):
         await running
     info = await client.get_job(ack.job_id)
-    assert (info.state, info.last_reason) == ("READY", "worker cancelled before the job finished")
+    assert (info.state, info.last_reason) == ("READY", "worker shut down before the job finished")
 
 
 async def test_stop_before_run_makes_run_return_at_once(
@@ -437,7 +437,7 @@ async def test_stop_may_be_called_from_another_thread(client: sepp.SeppClient, q
     running = asyncio.ensure_future(worker.run())
     while not worker.running:
         await asyncio.sleep(0.01)
-    threading.Timer(0.1, worker.stop).start()
+    threading.Thread(target=worker.stop).start()
     assert await asyncio.wait_for(running, 5) == WorkerReport()
 
 
@@ -515,19 +515,87 @@ async def test_the_engine_hands_out_leases_and_settles_what_it_is_told(
     engine.shutdown()
     assert engine.is_shut_down
     assert await engine.next() is None
-    await engine.complete(first.job.id, first.job.attempt, Outcome.success())
+    await engine.settle(first.job.id, first.job.attempt, Outcome.success())
+    assert await first.done() == "settled"
     assert await first.ended() is False
-    await engine.complete(
+    await engine.settle(
         second.job.id, second.job.attempt, Outcome.retry_after(timedelta(hours=1), "later")
     )
-    with pytest.raises(sepp.JobNotInFlight):
-        await engine.complete(first.job.id, first.job.attempt, Outcome.success())
+    # Settled already: refused without a call.
+    with pytest.raises(sepp.JobNotInFlightError):
+        await engine.settle(first.job.id, first.job.attempt, Outcome.success())
+    with pytest.warns(DeprecationWarning, match="settle"):
+        with pytest.raises(sepp.JobNotInFlightError):
+            await engine.complete(first.job.id, first.job.attempt, Outcome.success())
     assert await engine.wait_idle(timedelta(milliseconds=50)) is False
     assert await engine.abandon_all("test over") == 1
+    assert await third.done() == "abandoned"
     assert await engine.wait_idle(timedelta(seconds=5)) is True
+    assert engine.report == WorkerReport(acked=1, nacked=1, abandoned=1)
     info = await client.get_job(third.job.id)
     assert (info.state, info.last_reason) == ("READY", "test over")
     assert (await client.get_job(second.job.id)).state == "SCHEDULED"
+
+
+async def test_a_handler_past_handler_timeout_is_cancelled_and_its_job_nacked(
+    client: sepp.SeppClient, queue: str
+) -> None:
+    ack = await client.enqueue(EnqueueRequest(queue, "slow", max_attempts=1))
+    cancelled = asyncio.Event()
+    worker = Worker(
+        client, [queue], wait_timeout=WAIT, handler_timeout=timedelta(milliseconds=300)
+    )
+
+    @worker.handler("slow")
+    async def slow(ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def dead_lettered() -> None:
+        await cancelled.wait()
+        await wait_for_state(client, ack.job_id, "DEAD_LETTERED")
+
+    report = await run_until(worker, dead_lettered())
+    assert report == WorkerReport(nacked=1)
+    info = await client.get_job(ack.job_id)
+    assert (info.dead_letter_cause, info.last_reason) == (
+        "ATTEMPTS_EXHAUSTED",
+        "the handler ran past handler_timeout (300 ms)",
+    )
+
+
+async def test_a_lost_lease_on_the_last_attempt_is_left_to_the_server_s_expiry(
+    client: sepp.SeppClient, queue: str
+) -> None:
+    # No nack for a lost lease: it would spend the attempt (ATTEMPTS_EXHAUSTED).
+    ack = await client.enqueue(EnqueueRequest(queue, "stuck", max_attempts=1))
+    worker = Worker(
+        client,
+        [queue],
+        lease_duration=timedelta(milliseconds=500),
+        auto_extend=False,
+        wait_timeout=WAIT,
+    )
+
+    @worker.handler("stuck")
+    async def stuck(ctx: JobContext) -> None:
+        await asyncio.sleep(3600)
+
+    report = await run_until(worker, wait_for_state(client, ack.job_id, "DEAD_LETTERED"))
+    assert report == WorkerReport(lease_lost=1)
+    info = await client.get_job(ack.job_id)
+    assert (info.dead_letter_cause, info.attempt) == ("LEASE_EXPIRED", 1)
+
+
+def test_the_report_s_old_names_still_work_with_a_warning() -> None:
+    report = WorkerReport(acked=2, nacked=1)
+    with pytest.warns(DeprecationWarning, match="acked"):
+        assert report.succeeded == 2
+    with pytest.warns(DeprecationWarning, match="nacked"):
+        assert report.failed == 1
 
 
 def test_handler_errors_carry_their_outcome() -> None:
@@ -567,7 +635,7 @@ async def main() -> None:
             print("finished", ctx.job.id, flush=True)
 
         report = await worker.run()
-        print("report", report.succeeded, report.abandoned, flush=True)
+        print("report", report.acked, report.abandoned, flush=True)
 
 asyncio.run(main())
 """
@@ -598,7 +666,7 @@ async def test_a_signal_stops_a_worker_process_gracefully(
             proc.wait()
     assert proc.returncode == 0, err
     assert out.split("\n")[:2] == [f"finished {ack.job_id}", "report 1 0"]
-    assert (await client.get_job(ack.job_id)).state in ("COMPLETED", "UNKNOWN")
+    assert (await client.get_job(ack.job_id)).state in ("ACKED", "UNKNOWN")
 
 
 async def _noop(ctx: JobContext) -> None:

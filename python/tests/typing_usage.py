@@ -25,10 +25,10 @@ async def produce(url: str) -> None:
         api_key="key",
         tls=sepp.TlsOptions(ca_pem=b"-----BEGIN CERTIFICATE-----"),
         rpc_timeout=None,
-        retry_policy=sepp.RetryPolicy(max_attempts=3, initial_backoff=timedelta(milliseconds=20)),
+        retry_policy=sepp.RetryPolicy(max_retries=2, first_retry_delay=timedelta(milliseconds=20)),
     ) as client:
         assert_type(client, sepp.SeppClient)
-        assert_type(client.max_idempotency_key_bytes, int)
+        assert_type(client.max_idempotency_key_bytes, Optional[int])
 
         request = EnqueueRequest(
             "thumbnails",
@@ -62,15 +62,15 @@ async def produce(url: str) -> None:
 
         try:
             assert_type(await client.enqueue_atomic((request,)), list[sepp.EnqueueAck])
-        except sepp.IdempotencyKeyTooLong as e:
+        except sepp.IdempotencyKeyTooLongError as e:
             assert_type(e.limit, int)
             assert_type(e.actual, int)
             assert_type(e.rejection, sepp.Rejection)
             assert_type(e.failures, list[tuple[int, sepp.Rejection]])
-        except sepp.ScheduledTooFar as e:
+        except sepp.ScheduledTooFarError as e:
             assert_type(e.horizon, timedelta)
             assert_type(e.scheduled_at, datetime)
-        except sepp.QueueFull as e:
+        except sepp.QueueFullError as e:
             assert_type(e.queue, str)
             assert_type(e.retryable, bool)
         except sepp.JobRejectedError as e:

@@ -71,6 +71,12 @@ pub struct ServerConfig {
     /// After SIGTERM, how long calls in flight may still finish before every connection is
     /// dropped, in milliseconds. 0–3 600 000, default 5 000.
     pub shutdown_grace_ms: u64,
+    /// Most bytes all partly received request messages may hold together, across every
+    /// stream and connection; a request that would pass it is refused with
+    /// `RESOURCE_EXHAUSTED` before any handler runs. At least `limits.max_message_bytes` + 5
+    /// (one largest message) and at most 2^40; default 67 108 864 (64 MiB: four largest
+    /// messages, a quarter of the 256 MiB the stalled-stream soak allows the whole server).
+    pub request_buffer_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +92,7 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             idle_timeout_ms: 300_000,
             shutdown_grace_ms: 5_000,
+            request_buffer_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -439,6 +446,22 @@ impl Config {
             0,
             3_600_000,
         )?;
+        check_range(
+            "server.request_buffer_bytes",
+            s.request_buffer_bytes,
+            1024 + 5,
+            1 << 40,
+        )?;
+        if s.request_buffer_bytes < self.limits.max_message_bytes.saturating_add(5) {
+            return Err(ConfigError(format!(
+                "config key server.request_buffer_bytes = {} cannot hold one request message \
+                 of limits.max_message_bytes = {} bytes plus its 5-byte header: raise it to at \
+                 least {} or lower limits.max_message_bytes",
+                s.request_buffer_bytes,
+                self.limits.max_message_bytes,
+                self.limits.max_message_bytes.saturating_add(5)
+            )));
+        }
         if let Some(keys) = &self.auth.api_keys {
             let mut seen = HashSet::new();
             for (i, k) in keys.iter().enumerate() {
@@ -589,6 +612,18 @@ mod tests {
         let err = load("[limits]\nmax_enqueue_batch = \"many\"\n").unwrap_err();
         assert!(err.contains("limits.max_enqueue_batch"), "{err}");
         assert!(err.contains("many"), "{err}");
+    }
+
+    #[test]
+    fn a_request_buffer_smaller_than_one_message_is_rejected_naming_both_keys() {
+        let err = load("[server]\nrequest_buffer_bytes = 1000000\n").unwrap_err();
+        assert!(
+            err.contains("server.request_buffer_bytes = 1000000"),
+            "{err}"
+        );
+        assert!(err.contains("limits.max_message_bytes = 16777216"), "{err}");
+        load("[server]\nrequest_buffer_bytes = 1000000\n[limits]\nmax_message_bytes = 999995\nmax_payload_bytes = 65536\n")
+            .expect("a budget of one largest message plus its header is enough");
     }
 
     #[test]

@@ -138,16 +138,21 @@ fn main() -> ExitCode {
         })
         .await;
         match result {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(stopped) => {
+                // Everything is durable and the process exits next: let the OS free the
+                // storage's memory at once rather than fjall entry by entry (see `Stopped`).
+                stopped.leak_for_exit();
+                ExitCode::SUCCESS
+            }
             Err(e) => {
                 eprintln!("sepp: {e}");
                 ExitCode::FAILURE
             }
         }
     });
-    // Storage is flushed and every connection closed: do not wait for what is left (a
-    // handler still running past the grace period, a blocking task), so the process exits
-    // right after "storage flushed; stopped".
+    // Storage is flushed and every connection closed. What the runtime still holds (measured:
+    // 1–7 ms to shut down) is not waited for past 100 ms: a handler still running after the
+    // grace period, or a blocking task, must not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
     code
 }

@@ -5,11 +5,23 @@
 //!   when a slot frees, so it waits in the listen backlog.
 //! - A new connection has `server.handshake_timeout_ms` to finish TLS and send the HTTP/2
 //!   preface and its first SETTINGS frame, else it is dropped.
-//! - Every request message is read by `ConnService` chunk by chunk, under the same timeout
-//!   and its path's size limit, before tonic sees it: tonic reserves the length a gRPC frame
-//!   header announces, so a stream that announces 16 MiB and sends nothing would cost 16 MiB.
-//!   Here it costs what it sent. The timeout runs from the request's headers to the end of its
-//!   message, never over the handler (a Reserve may wait minutes).
+//! - Each call is first admitted on its headers alone ([`AdmitFn`]: the gRPC edge checks the
+//!   API key there), so a call that will be refused never gets a byte of its body buffered.
+//! - Every request message of a unary call is read by `ConnService` chunk by chunk, under the
+//!   same timeout and its path's size limit, before tonic sees it: tonic reserves the length a
+//!   gRPC frame header announces, so a stream that announces 16 MiB and sends nothing would
+//!   cost 16 MiB. Here it costs what it sent. The timeout runs from the request's headers to
+//!   the end of its message, never over the handler (a Reserve may wait minutes).
+//! - What those partly received messages hold is charged to one server-wide budget,
+//!   `server.request_buffer_bytes` ([`RequestBudget`]), as it is buffered. A request that would
+//!   pass it is answered at once with `RESOURCE_EXHAUSTED` before any handler runs (so a retry
+//!   is always safe), and its bytes go back to the budget; so do a request's bytes once its
+//!   message is handed on, or when its stream is reset, times out or its connection drops. A
+//!   message that arrives whole in its first DATA frame (every small request) is handed on
+//!   without being charged, so a full budget does not stop ordinary calls.
+//! - A call whose request is a stream of messages (server reflection) is handed to its service
+//!   as it arrives: the service reads its messages one by one under its own small decode
+//!   limit (see [`crate::api::request_shape`]).
 //! - A connection with no call in flight for `server.idle_timeout_ms` gets GOAWAY; if the
 //!   peer does not let it close within the handshake timeout, it is dropped. HTTP/2 keepalive
 //!   pings drop a peer that stopped answering.
@@ -17,7 +29,7 @@
 //!   `server.shutdown_grace_ms`, then every remaining connection is dropped.
 
 use crate::config::Config;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -26,8 +38,8 @@ use hyper_util::service::TowerToHyperService;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -61,6 +73,8 @@ pub struct NetOptions {
     pub stream_window: u32,
     /// Initial HTTP/2 connection window, in bytes.
     pub connection_window: u32,
+    /// `server.request_buffer_bytes`.
+    pub request_buffer_bytes: u64,
 }
 
 impl NetOptions {
@@ -82,6 +96,7 @@ impl NetOptions {
             shutdown_grace: Duration::from_millis(s.shutdown_grace_ms),
             stream_window,
             connection_window: stream_window * 4,
+            request_buffer_bytes: s.request_buffer_bytes,
         }
     }
 
@@ -90,8 +105,99 @@ impl NetOptions {
     }
 }
 
-/// The request size limit for a path: the gRPC edge decides (see [`crate::api::message_limit`]).
-pub type LimitFn = Arc<dyn Fn(&str) -> usize + Send + Sync>;
+/// How the connection layer reads the request of a call on one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestShape {
+    /// Largest request message, in bytes.
+    pub max_message_bytes: usize,
+    /// True when the request is a stream of messages: the body goes to the service as it
+    /// arrives instead of being read in full first.
+    pub streaming: bool,
+}
+
+/// Decides, from a call's headers and before any of its body is read, whether the call is
+/// admitted (the gRPC edge checks the API key here; a refusal is the call's answer) and how
+/// its request is read. See [`crate::api::request_shape`].
+pub type AdmitFn =
+    Arc<dyn Fn(&http::request::Parts) -> Result<RequestShape, tonic::Status> + Send + Sync>;
+
+/// The server-wide budget of bytes held in partly received request messages
+/// (`server.request_buffer_bytes`). Every connection charges it as it reads request messages;
+/// each request's share goes back when the request's message is handed on, or when its
+/// stream ends, is reset, times out or its connection is dropped.
+#[derive(Debug)]
+pub struct RequestBudget {
+    limit: u64,
+    held: AtomicU64,
+    last_warned: Mutex<Option<Instant>>,
+}
+
+impl RequestBudget {
+    /// A budget of `limit` bytes, none held.
+    pub fn new(limit: u64) -> Self {
+        RequestBudget {
+            limit,
+            held: AtomicU64::new(0),
+            last_warned: Mutex::new(None),
+        }
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
+    }
+
+    fn take(&self, n: u64) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                h.checked_add(n).filter(|t| *t <= self.limit)
+            })
+            .is_ok()
+    }
+
+    /// The answer to a request that cannot get budget; logged once per 10 s at most.
+    fn refusal(&self) -> tonic::Status {
+        let mut last = self.last_warned.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            tracing::warn!(
+                request_buffer_bytes = self.limit,
+                "partly received requests hold the whole request buffer budget; refusing requests that need more"
+            );
+            *last = Some(Instant::now());
+        }
+        tonic::Status::resource_exhausted(format!(
+            "request not processed: partly received requests hold all of \
+             server.request_buffer_bytes ({} bytes); retry later",
+            self.limit
+        ))
+    }
+}
+
+/// One request's share of the [`RequestBudget`], returned when dropped.
+struct Share<'a> {
+    budget: &'a RequestBudget,
+    bytes: u64,
+}
+
+impl Share<'_> {
+    /// Grows the share to `total` bytes; false (and unchanged) when the budget cannot cover it.
+    fn grow_to(&mut self, total: u64) -> bool {
+        if total <= self.bytes {
+            return true;
+        }
+        if !self.budget.take(total - self.bytes) {
+            return false;
+        }
+        self.bytes = total;
+        true
+    }
+}
+
+impl Drop for Share<'_> {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
 
 /// Serves `routes` on `listener` until `shutdown` is cancelled, then shuts down as described
 /// in the module documentation and returns when every connection is closed.
@@ -99,10 +205,11 @@ pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     routes: tonic::service::Routes,
-    limit: LimitFn,
+    admit: AdmitFn,
     opts: NetOptions,
     shutdown: CancellationToken,
 ) {
+    let budget = Arc::new(RequestBudget::new(opts.request_buffer_bytes));
     let slots = Arc::new(Semaphore::new(opts.max_connections));
     let tracker = TaskTracker::new();
     let drop_all = CancellationToken::new();
@@ -119,7 +226,8 @@ pub async fn serve(
         let conn = Conn {
             tls: tls.clone(),
             routes: routes.clone(),
-            limit: limit.clone(),
+            admit: admit.clone(),
+            budget: budget.clone(),
             opts: opts.clone(),
             shutdown: shutdown.clone(),
             drop_all: drop_all.clone(),
@@ -173,7 +281,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 struct Conn {
     tls: Option<TlsAcceptor>,
     routes: tonic::service::Routes,
-    limit: LimitFn,
+    admit: AdmitFn,
+    budget: Arc<RequestBudget>,
     opts: NetOptions,
     shutdown: CancellationToken,
     drop_all: CancellationToken,
@@ -210,7 +319,8 @@ impl Conn {
         let (in_flight, mut calls) = watch::channel(0usize);
         let service = ConnService {
             routes: self.routes.clone(),
-            limit: self.limit.clone(),
+            admit: self.admit.clone(),
+            budget: self.budget.clone(),
             receive_timeout: self.opts.handshake_timeout,
             in_flight: Arc::new(in_flight),
         };
@@ -332,11 +442,13 @@ impl AsyncWrite for Counted {
 }
 
 /// One connection's service: counts calls in flight (for the idle timeout) and reads each
-/// request message in full, under the receive timeout and its path's limit, before tonic.
+/// unary request message in full, under the receive timeout, its path's limit and the request
+/// buffer budget, before tonic.
 #[derive(Clone)]
 struct ConnService {
     routes: tonic::service::Routes,
-    limit: LimitFn,
+    admit: AdmitFn,
+    budget: Arc<RequestBudget>,
     receive_timeout: Duration,
     in_flight: Arc<watch::Sender<usize>>,
 }
@@ -372,12 +484,24 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
     fn call(&mut self, req: http::Request<Incoming>) -> Self::Future {
         let guard = InFlight::new(self.in_flight.clone());
         let mut routes = self.routes.clone();
-        let limit = (self.limit)(req.uri().path());
+        let (parts, body) = req.into_parts();
+        let shape = match (self.admit)(&parts) {
+            Ok(shape) => shape,
+            Err(status) => return Box::pin(std::future::ready(Ok(status.into_http()))),
+        };
+        if shape.streaming {
+            return Box::pin(async move {
+                let _guard = guard;
+                let req = http::Request::from_parts(parts, tonic::body::Body::new(body));
+                tower_service::Service::call(&mut routes, req).await
+            });
+        }
+        let budget = self.budget.clone();
         let timeout = self.receive_timeout;
         Box::pin(async move {
             let _guard = guard;
-            let (parts, body) = req.into_parts();
-            let message = match tokio::time::timeout(timeout, read_message(body, limit)).await {
+            let read = read_message(body, shape.max_message_bytes, &budget);
+            let message = match tokio::time::timeout(timeout, read).await {
                 Ok(Ok(m)) => m,
                 Ok(Err(status)) => return Ok(status.into_http()),
                 Err(_) => {
@@ -394,32 +518,85 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
     }
 }
 
+/// The message length announced by the 5-byte gRPC frame header that starts the
+/// concatenation of `parts`, once all five bytes are there.
+fn announced(parts: &[&[u8]]) -> Option<usize> {
+    let mut h = parts.iter().flat_map(|p| p.iter()).skip(1).take(4).copied();
+    let be = [h.next()?, h.next()?, h.next()?, h.next()?];
+    Some(u32::from_be_bytes(be) as usize)
+}
+
+/// A unary request body that ended: exactly the messages it holds, else `INVALID_ARGUMENT`
+/// (a truncated or missing message is the caller's fault, where tonic would say `INTERNAL`).
+fn ended(body: Bytes) -> Result<Bytes, tonic::Status> {
+    match announced(&[&body]) {
+        Some(n) if body.len() < n + 5 => Err(tonic::Status::invalid_argument(format!(
+            "request body ends inside its message: {} of the {n} bytes its header announces",
+            body.len() - 5
+        ))),
+        None if body.is_empty() => Err(tonic::Status::invalid_argument(
+            "request body is empty: a unary call sends one message",
+        )),
+        None => Err(tonic::Status::invalid_argument(format!(
+            "request body ends inside the 5-byte message header ({} bytes)",
+            body.len()
+        ))),
+        _ => Ok(body),
+    }
+}
+
 /// Reads a unary gRPC request body: the 5-byte frame header and the message it announces, at
-/// most `limit` message bytes. When the header announces more than `limit`, what was read is
-/// handed on at once, so that tonic answers with its own `OUT_OF_RANGE` naming both numbers
-/// and nothing more is buffered.
-async fn read_message(mut body: Incoming, limit: usize) -> Result<Bytes, tonic::Status> {
-    let mut buf = BytesMut::new();
+/// most `limit` message bytes, charging what it buffers to `budget`.
+///
+/// - A message that arrives whole in the first DATA frame is handed on as it is, uncharged.
+/// - Otherwise the chunks are copied into one buffer whose capacity is charged to the budget
+///   before it grows (doubling, up to the announced length); when the budget cannot cover it,
+///   the request is refused with `RESOURCE_EXHAUSTED` and its share returns.
+/// - The message is handed on as soon as it is complete, without waiting for the end of the
+///   stream (a unary request has one message).
+/// - When the header announces more than `limit`, what was read is handed on at once, so that
+///   tonic answers with its own `OUT_OF_RANGE` naming both numbers and nothing more is
+///   buffered.
+/// - A body that ends before its message is complete is `INVALID_ARGUMENT` ([`ended`]).
+async fn read_message(
+    mut body: Incoming,
+    limit: usize,
+    budget: &RequestBudget,
+) -> Result<Bytes, tonic::Status> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut share = Share { budget, bytes: 0 };
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| tonic::Status::cancelled(format!("request body: {e}")))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        if buf.is_empty() && body.is_end_stream() {
-            return Ok(data);
-        }
-        buf.extend_from_slice(&data);
-        if buf.len() >= 5 {
-            let announced = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-            if announced > limit {
-                return Ok(buf.freeze());
+        if buf.is_empty() {
+            match announced(&[&data]) {
+                Some(n) if n > limit || data.len() == n + 5 => return Ok(data),
+                _ if body.is_end_stream() => return ended(data),
+                _ => {}
             }
         }
-        if buf.len() > limit.saturating_add(5) {
+        let len = buf.len() + data.len();
+        if len > limit.saturating_add(5) {
             return Err(tonic::Status::out_of_range(format!(
                 "request body is larger than the message limit of {limit} bytes"
             )));
         }
+        if len > buf.capacity() {
+            let whole = announced(&[&buf, &data]).map_or(limit, |n| n.min(limit)) + 5;
+            let capacity = len.max(buf.capacity().saturating_mul(2).min(whole));
+            if !share.grow_to(capacity as u64) {
+                return Err(budget.refusal());
+            }
+            buf.reserve_exact(capacity - buf.len());
+        }
+        buf.extend_from_slice(&data);
+        if let Some(n) = announced(&[&buf])
+            && (n > limit || buf.len() == n + 5)
+        {
+            return Ok(Bytes::from(buf));
+        }
     }
-    Ok(buf.freeze())
+    ended(Bytes::from(buf))
 }

@@ -1,6 +1,8 @@
 //! Test support: a server running inside the test process, and the real binary as a child
 //! process. Used by this crate's tests, the client core's tests and the benchmarks.
 
+pub mod stalled;
+
 use crate::config::{Config, PersistMode};
 use crate::queue::Queue;
 use crate::queue::clock::{Clock, ManualClock, SystemClock};
@@ -109,7 +111,7 @@ impl TestServer {
         let (tx, rx) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = oneshot::channel::<Arc<Queue>>();
         let handle = tokio::spawn(async move {
-            crate::serve_with(
+            let stopped = crate::serve_with(
                 listener,
                 config,
                 clock,
@@ -122,6 +124,9 @@ impl TestServer {
             )
             .await
             .expect("server ran");
+            // Frees the storage and releases its lock before the task ends, so that a test can
+            // restart a server on the same directory once `stop` returns.
+            drop(stopped);
         });
         let queue = tokio::time::timeout(Duration::from_secs(30), ready_rx)
             .await

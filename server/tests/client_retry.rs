@@ -25,9 +25,9 @@ async fn keyed_producers_survive_a_killed_and_restarted_server_with_every_job_on
     let addr = server.addr.to_string();
     // Enough tries to span a restart; the default policy (3 tries) is for short blips.
     let policy = RetryPolicy {
-        max_attempts: 60,
-        initial_backoff: Duration::from_millis(20),
-        max_backoff: Duration::from_millis(250),
+        max_retries: 59,
+        first_retry_delay: Duration::from_millis(20),
+        max_retry_delay: Duration::from_millis(250),
         ..RetryPolicy::default()
     };
     let client = SeppClient::builder(server.url())

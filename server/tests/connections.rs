@@ -4,6 +4,7 @@
 mod common;
 
 use common::{Clients, TestServer};
+use sepp_server::testing::stalled;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -22,7 +23,6 @@ fn quick(c: &mut sepp_server::config::Config) {
 
 struct Frame {
     kind: u8,
-    flags: u8,
     stream: u32,
     payload: Vec<u8>,
 }
@@ -37,7 +37,6 @@ async fn next_frame(s: &mut TcpStream, within: Duration) -> Option<Frame> {
         s.read_exact(&mut payload).await.ok()?;
         Some(Frame {
             kind: h[3],
-            flags: h[4],
             stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
             payload,
         })
@@ -225,28 +224,182 @@ async fn a_stream_that_stalls_its_message_is_answered_after_the_handshake_timeou
         c.server.handshake_timeout_ms = 500;
     })
     .await;
-    let mut s = handshake(server.addr).await;
-    s.write_all(&frame(HEADERS, 0x4, 1, &health_headers()))
-        .await
-        .unwrap();
-    s.write_all(&frame(DATA, 0, 1, &[0, 0, 0, 0, 100, 1]))
-        .await
-        .unwrap();
+    let mut conn = stalled::connect(server.addr).await.unwrap();
     let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs(5);
-    loop {
-        let f = next_frame(&mut s, deadline.saturating_duration_since(Instant::now()))
-            .await
-            .expect("connection open");
-        // The answer: a trailers-only HEADERS frame ending stream 1 (DEADLINE_EXCEEDED).
-        if f.kind == HEADERS && f.stream == 1 && f.flags & 0x1 != 0 {
-            break;
-        }
-    }
+    let call = stalled::open(&mut conn, HEALTH_CHECK, filler(100), 6)
+        .await
+        .unwrap();
+    let (code, message) = within(5, call.status()).await.unwrap();
+    assert_eq!(code, DEADLINE_EXCEEDED, "{message}");
+    assert!(message.contains("server.handshake_timeout_ms"), "{message}");
     assert!(
         t0.elapsed() >= Duration::from_millis(400),
         "{:?}",
         t0.elapsed()
     );
+    server.stop().await;
+}
+
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+const SERVER_INFO: &str = "/sepp.v1.QueueService/GetServerInfo";
+const OK: i32 = 0;
+const DEADLINE_EXCEEDED: i32 = 4;
+const RESOURCE_EXHAUSTED: i32 = 8;
+const INVALID_ARGUMENT: i32 = 3;
+const UNAUTHENTICATED: i32 = 16;
+
+fn filler(len: usize) -> bytes::Bytes {
+    stalled::filler_message(len)
+}
+
+/// `f`, which must finish within `secs` seconds.
+async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .expect("in time")
+}
+
+/// A budget of one largest message (1 MiB) plus its header; receive timeout far beyond the
+/// test, so that only the budget can answer a stalled call.
+fn one_message_budget(c: &mut sepp_server::config::Config) {
+    quick(c);
+    c.limits.max_message_bytes = 1 << 20;
+    c.server.request_buffer_bytes = (1 << 20) + 5;
+    c.server.handshake_timeout_ms = 60_000;
+}
+
+/// Opens two calls that each send 600 KiB of a 700 KiB message: together they pass the
+/// budget, so at least one is refused at once. Returns the calls not refused.
+async fn two_over_the_budget(
+    conn: &mut h2::client::SendRequest<bytes::Bytes>,
+) -> Vec<stalled::StalledCall> {
+    let mut a = stalled::open(conn, SERVER_INFO, filler(700 << 10), 600 << 10)
+        .await
+        .unwrap();
+    let mut b = stalled::open(conn, SERVER_INFO, filler(700 << 10), 600 << 10)
+        .await
+        .unwrap();
+    // The first answer is a refusal; the other call is refused too or still held.
+    let (first, other) = within(10, async {
+        tokio::select! {
+            r = stalled::grpc_status(&mut a.response) => (r, b),
+            r = stalled::grpc_status(&mut b.response) => (r, a),
+        }
+    })
+    .await;
+    let (code, message) = first.unwrap();
+    assert_eq!(code, RESOURCE_EXHAUSTED, "{message}");
+    assert!(
+        message.contains("server.request_buffer_bytes (1048581 bytes)")
+            && message.contains("not processed"),
+        "{message}"
+    );
+    vec![other]
+}
+
+/// Finishes `call` and returns its status.
+async fn finished(mut call: stalled::StalledCall) -> (i32, String) {
+    let _ = call.finish();
+    within(10, call.status()).await.unwrap()
+}
+
+/// Opens, finishes and awaits calls of 600 KiB until one is not refused by the budget (its
+/// return after a reset is not synchronous with the reset); panics after 10 s.
+async fn served_once_the_budget_is_back(conn: &mut h2::client::SendRequest<bytes::Bytes>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let call = stalled::open(conn, SERVER_INFO, filler(700 << 10), 600 << 10)
+            .await
+            .unwrap();
+        let (code, message) = finished(call).await;
+        if code == OK {
+            return;
+        }
+        assert_eq!(code, RESOURCE_EXHAUSTED, "{message}");
+        assert!(Instant::now() < deadline, "the budget did not come back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn partly_received_requests_beyond_the_request_buffer_are_refused_and_small_calls_go_on() {
+    let server = TestServer::start(one_message_budget).await;
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    let held = two_over_the_budget(&mut conn).await;
+    // A whole small request needs no buffering: it is served while the budget is taken.
+    let client = server.client().await;
+    client
+        .enqueue(sepp_rs::EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .expect("an enqueue while the request buffer is full");
+    // A held call completes normally when its client sends the rest.
+    for call in held {
+        let (code, message) = finished(call).await;
+        assert!(code == OK || code == RESOURCE_EXHAUSTED, "{code} {message}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_request_buffer_is_returned_when_a_call_ends_or_is_reset() {
+    let server = TestServer::start(one_message_budget).await;
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    // Ended normally: the share is returned before the handler runs.
+    for call in two_over_the_budget(&mut conn).await {
+        finished(call).await;
+    }
+    let call = stalled::open(&mut conn, SERVER_INFO, filler(700 << 10), 600 << 10)
+        .await
+        .unwrap();
+    assert_eq!(finished(call).await.0, OK, "served after the others ended");
+    // Reset by the client: the share is returned too.
+    for mut call in two_over_the_budget(&mut conn).await {
+        call.reset();
+    }
+    served_once_the_budget_is_back(&mut conn).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_body_that_ends_inside_its_message_is_invalid_argument() {
+    let server = TestServer::start(quick).await;
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    for (path, sent) in [(SERVER_INFO, 100), (SERVER_INFO, 3), (HEALTH_CHECK, 50)] {
+        let mut call = stalled::open(&mut conn, path, filler(200), sent)
+            .await
+            .unwrap();
+        call.end_here().unwrap();
+        let (code, message) = within(5, call.status()).await.unwrap();
+        assert_eq!(code, INVALID_ARGUMENT, "{path} {sent}: {message}");
+        assert!(message.contains("request body ends inside"), "{message}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn without_an_api_key_a_call_is_refused_on_its_headers_before_its_message_is_read() {
+    let server = TestServer::start(|c| {
+        quick(c);
+        c.server.handshake_timeout_ms = 60_000;
+        c.auth.api_keys = Some(vec![sepp_server::config::ApiKey {
+            name: "p".into(),
+            key: "s3cret".into(),
+        }]);
+    })
+    .await;
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    for path in [
+        SERVER_INFO,
+        "/sepp.admin.v1.AdminService/GetQueueStats",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    ] {
+        // 10 bytes of a 1 MiB message, then nothing: only the headers can be judged.
+        let call = stalled::open(&mut conn, path, filler(1 << 20), 10)
+            .await
+            .unwrap();
+        let (code, message) = within(5, call.status()).await.unwrap();
+        assert_eq!(code, UNAUTHENTICATED, "{path}: {message}");
+        assert!(message.contains("authorization"), "{path}: {message}");
+    }
     server.stop().await;
 }

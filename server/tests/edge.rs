@@ -191,3 +191,30 @@ async fn tls_serves_clients_that_trust_the_certificate() {
         .await;
     assert!(plain.is_err());
 }
+
+#[tokio::test]
+async fn reflection_answers_each_request_while_the_stream_stays_open() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    let server = TestServer::start(|_| {}).await;
+    let mut client = ServerReflectionClient::new(channel(&server).await);
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    })
+    .await
+    .unwrap();
+    let call = client.server_reflection_info(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let mut stream = tokio::time::timeout(std::time::Duration::from_secs(3), call)
+        .await
+        .expect("the call is answered while its request stream is open")
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(3), stream.message())
+        .await
+        .expect("the first request is answered before the stream ends");
+    assert!(first.unwrap().is_some());
+    drop(tx);
+}

@@ -395,5 +395,5 @@ async fn server_info_reports_limits_and_the_dedup_window() {
     assert!(info.server_time.is_some());
     // The client picks the limit up and checks keys against it before sending.
     let client = server.client().await;
-    assert_eq!(client.max_idempotency_key_bytes(), 64);
+    assert_eq!(client.max_idempotency_key_bytes(), Some(64));
 }

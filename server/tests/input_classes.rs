@@ -53,7 +53,8 @@ impl Codec for RawCodec {
     }
 }
 
-async fn send_raw(server: &TestServer, path: &'static str, body: Vec<u8>) -> tonic::Status {
+/// A generic gRPC client on `server`, ready for a call.
+async fn grpc(server: &TestServer) -> tonic::client::Grpc<tonic::transport::Channel> {
     let channel = tonic::transport::Channel::from_shared(server.url())
         .unwrap()
         .connect()
@@ -61,13 +62,19 @@ async fn send_raw(server: &TestServer, path: &'static str, body: Vec<u8>) -> ton
         .unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
-    grpc.unary(
-        tonic::Request::new(body),
-        http::uri::PathAndQuery::from_static(path),
-        RawCodec,
-    )
-    .await
-    .expect_err("an undecodable body is refused")
+    grpc
+}
+
+async fn send_raw(server: &TestServer, path: &'static str, body: Vec<u8>) -> tonic::Status {
+    grpc(server)
+        .await
+        .unary(
+            tonic::Request::new(body),
+            http::uri::PathAndQuery::from_static(path),
+            RawCodec,
+        )
+        .await
+        .expect_err("an undecodable body is refused")
 }
 
 #[tokio::test]
@@ -81,6 +88,10 @@ async fn an_undecodable_body_is_invalid_argument_on_every_service() {
         "/sepp.v1.QueueService/Ack",
         "/sepp.admin.v1.AdminService/GetQueueStats",
         "/sepp.admin.v1.AdminService/PauseQueue",
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
     ] {
         for body in &bodies {
             let s = send_raw(&server, path, body.clone()).await;
@@ -91,6 +102,40 @@ async fn an_undecodable_body_is_invalid_argument_on_every_service() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_reflection_stream_answers_its_valid_requests_then_refuses_an_undecodable_one() {
+    use prost::Message;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    let server = TestServer::start(|_| {}).await;
+    let valid = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    }
+    .encode_to_vec();
+    let requests = tokio_stream::iter(vec![valid, vec![0xff, 0xff, 0xff]]);
+    let mut answers = grpc(&server)
+        .await
+        .streaming(
+            tonic::Request::new(requests),
+            http::uri::PathAndQuery::from_static(
+                "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            ),
+            RawCodec,
+        )
+        .await
+        .expect("the stream is accepted")
+        .into_inner();
+    assert_eq!(answers.message().await.unwrap(), Some(()), "first answered");
+    let s = answers.message().await.expect_err("the second is refused");
+    assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
+    assert!(
+        s.message()
+            .contains("request body is not a valid ServerReflectionRequest"),
+        "{s:?}"
+    );
 }
 
 fn lease(seconds: i64, nanos: i32) -> Option<prost_types::Duration> {

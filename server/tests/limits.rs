@@ -294,3 +294,172 @@ async fn get_server_info_advertises_the_field_limits_and_the_reply_budget() {
     assert_eq!(r.max_worker_id_bytes, 44);
     assert_eq!(r.max_encoding_bytes, 55);
 }
+
+/// Six dead letters of about 1 MB each (with long reasons) on queue `q`.
+async fn six_1mb_dead_letters(server: &TestServer) -> HashSet<String> {
+    let mut raw = raw_with_limit(server, 4 * MIB).await;
+    enqueue(&mut raw, (0..6).map(|_| job("q", 1_000_000)).collect()).await;
+    let mut ids = HashSet::new();
+    while ids.len() < 6 {
+        let r = raw.reserve(reserve("q", 6)).await.unwrap().into_inner();
+        for j in r.jobs {
+            raw.nack(pb::NackRequest {
+                job_id: j.id.clone(),
+                attempt: j.attempt,
+                reason: Some("r".repeat(4096)),
+                retry: None,
+                worker_id: None,
+            })
+            .await
+            .unwrap();
+            ids.insert(j.id);
+        }
+    }
+    assert_eq!(stats(server, "q").await.dead_lettered, 6);
+    ids
+}
+
+fn dead_letter_server(c: &mut sepp_server::config::Config) {
+    c.limits.default_max_attempts = 1;
+    c.storage.dead_letter_retention_ms = 3_600_000;
+}
+
+#[tokio::test]
+async fn a_drain_of_1mb_dead_letters_through_a_4mib_receive_limit_loses_none() {
+    let server = TestServer::start(dead_letter_server).await;
+    let ids = six_1mb_dead_letters(&server).await;
+    let mut raw = raw_with_limit(&server, 4 * MIB).await;
+    let mut drained = HashSet::new();
+    while drained.len() < 6 {
+        let r = raw
+            .drain_dead_letters(pb::DrainDeadLettersRequest {
+                queue: Some("q".into()),
+                max: Some(6),
+            })
+            .await
+            .expect("every drain reply fits the client's 4 MiB receive limit")
+            .into_inner();
+        assert!(!r.records.is_empty(), "the rest are drained next");
+        assert!(r.records.len() < 6, "six 1 MB records do not fit 4 MiB");
+        assert!(prost::Message::encoded_len(&r) <= 4 * MIB);
+        for d in r.records {
+            let job = d.job.unwrap();
+            assert_eq!(job.payload.unwrap().data.len(), 1_000_000);
+            assert_eq!(d.last_reason.as_deref().map(str::len), Some(4096));
+            assert!(drained.insert(job.id), "each record drained once");
+        }
+        // Every record either came back or is still there.
+        let left = stats(&server, "q").await.dead_lettered;
+        assert_eq!(
+            left,
+            6 - drained.len() as u64,
+            "a record not sent was deleted"
+        );
+    }
+    assert_eq!(drained, ids);
+}
+
+#[tokio::test]
+async fn a_list_of_1mb_dead_letters_stops_before_the_budget_and_pages_on() {
+    let server = TestServer::start(dead_letter_server).await;
+    let ids = six_1mb_dead_letters(&server).await;
+    let mut admin = server.admin().await.max_decoding_message_size(4 * MIB);
+    let (mut listed, mut token, mut pages) = (HashSet::new(), String::new(), 0);
+    loop {
+        let page = admin
+            .list_dead_letters(admin::ListDeadLettersRequest {
+                queue: Some("q".into()),
+                page_size: Some(6),
+                page_token: token,
+            })
+            .await
+            .expect("every page fits the client's 4 MiB receive limit")
+            .into_inner();
+        assert!(prost::Message::encoded_len(&page) <= 4 * MIB);
+        pages += 1;
+        for d in page.records {
+            assert!(listed.insert(d.job.unwrap().id), "each record listed once");
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(listed, ids);
+    assert!(pages >= 2, "six 1 MB records take more than one page");
+    assert_eq!(
+        stats(&server, "q").await.dead_lettered,
+        6,
+        "listing removes nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_letter_larger_than_a_lowered_budget_is_never_drained_but_stays_listable() {
+    let server = TestServer::start(dead_letter_server).await;
+    let big = six_1mb_dead_letters(&server).await;
+    // Then one small dead letter, newer than the big ones.
+    let mut raw = raw_with_limit(&server, 4 * MIB).await;
+    enqueue(&mut raw, vec![job("q", 10)]).await;
+    let small = raw
+        .reserve(reserve("q", 1))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    raw.nack(pb::NackRequest {
+        job_id: small[0].id.clone(),
+        attempt: 1,
+        reason: None,
+        retry: None,
+        worker_id: None,
+    })
+    .await
+    .unwrap();
+    // Restarted with limits lowered below the stored records.
+    let budget = 256 * 1024;
+    let server = TestServer::start_in(server.stop().await, |c| {
+        dead_letter_server(c);
+        c.limits.max_reserve_reply_bytes = budget as u64;
+        c.limits.max_payload_bytes = 100_000;
+    })
+    .await;
+    let mut raw = raw_with_limit(&server, budget).await;
+    let r = raw
+        .drain_dead_letters(pb::DrainDeadLettersRequest {
+            queue: Some("q".into()),
+            max: Some(10),
+        })
+        .await
+        .expect("the reply fits the budget")
+        .into_inner();
+    let drained: Vec<String> = r.records.into_iter().map(|d| d.job.unwrap().id).collect();
+    assert_eq!(drained, vec![small[0].id.clone()], "only the small one");
+    assert_eq!(
+        stats(&server, "q").await.dead_lettered,
+        6,
+        "the big ones stay"
+    );
+    // Listing sends each alone; nothing is lost.
+    let mut admin = server.admin().await;
+    let mut listed = HashSet::new();
+    let mut token = String::new();
+    loop {
+        let page = admin
+            .list_dead_letters(admin::ListDeadLettersRequest {
+                queue: Some("q".into()),
+                page_size: Some(10),
+                page_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(page.records.len(), 1, "each over the budget comes alone");
+        listed.insert(page.records[0].job.clone().unwrap().id);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(listed, big);
+}

@@ -1,11 +1,18 @@
 //! Soak check for the connection layer (issue 11, `make soak-streams`): holds STREAMS stalled
-//! HTTP/2 streams against a sepp server it starts, each announcing a 16 MiB gRPC message to the
-//! open health service and sending 64 bytes of it, samples the server's RSS each second and
-//! the enqueue latency of a normal client meanwhile, and prints both.
+//! gRPC calls against a sepp server it starts, samples the server's RSS each second and the
+//! enqueue latency of a normal client meanwhile, and prints both.
 //!
-//! The server runs with `server.handshake_timeout_ms = 600000`, so that no stream is answered
-//! by the receive timeout while held: the figure is the memory of the streams themselves.
-//! Exits 1 when the peak RSS reaches 256 MiB or an enqueue fails.
+//! Each stalled call (opened with `sepp_server::testing::stalled`, 200 to a connection)
+//! announces a 1 MiB request message to `sepp.v1.QueueService/GetServerInfo` (no API keys are
+//! set, and a call is only authenticated once its message is in) and sends its first 256 KiB,
+//! so that what the server buffers for partly received messages is what is measured: 2,000
+//! such calls offer 500 MiB. The server bounds it with `server.request_buffer_bytes` (64 MiB
+//! by default), refusing the calls past it with `RESOURCE_EXHAUSTED`; the report counts the
+//! calls answered that way and the calls still held. The server runs with
+//! `server.handshake_timeout_ms = 600000`, so that no call is answered by the receive timeout
+//! while held.
+//!
+//! Exits 1 when the server's peak RSS reaches 256 MiB or an enqueue fails.
 //!
 //! ```text
 //! soak-streams SEPP_BIN [STREAMS=2000] [HOLD_SECS=60]
@@ -16,65 +23,52 @@
 mod procfs;
 
 use hdrhistogram::Histogram;
+use sepp_server::testing::stalled;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const STREAMS_PER_CONNECTION: usize = 200;
+const PATH: &str = "/sepp.v1.QueueService/GetServerInfo";
+const ANNOUNCED_BYTES: usize = 1 << 20;
+const SENT_BYTES: usize = 256 << 10;
 const RSS_LIMIT_MIB: f64 = 256.0;
+const RESOURCE_EXHAUSTED: i32 = 8;
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = (payload.len() as u32).to_be_bytes();
-    let mut f = vec![len[1], len[2], len[3], kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
+/// How the stalled calls ended so far.
+#[derive(Default)]
+struct Answers {
+    refused: AtomicU64,
+    other: AtomicU64,
+    broken: AtomicU64,
 }
 
-fn health_headers() -> Vec<u8> {
-    let mut block = Vec::new();
-    for (k, v) in [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", "/grpc.health.v1.Health/Check"),
-        (":authority", "localhost"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ] {
-        block.push(0);
-        block.push(k.len() as u8);
-        block.extend_from_slice(k.as_bytes());
-        block.push(v.len() as u8);
-        block.extend_from_slice(v.as_bytes());
+/// One attacking connection with `n` stalled calls; each call's answer is counted as it comes.
+async fn attack(
+    addr: std::net::SocketAddr,
+    n: usize,
+    answers: Arc<Answers>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut conn = stalled::connect(addr).await?;
+    let message = stalled::filler_message(ANNOUNCED_BYTES);
+    for _ in 0..n {
+        let call = stalled::open(&mut conn, PATH, message.clone(), SENT_BYTES).await?;
+        let answers = answers.clone();
+        tokio::spawn(async move {
+            let counter = match call.status().await {
+                Ok((RESOURCE_EXHAUSTED, _)) => &answers.refused,
+                Ok((code, message)) => {
+                    eprintln!("a stalled call was answered {code}: {message}");
+                    &answers.other
+                }
+                Err(_) => &answers.broken,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        });
     }
-    block
-}
-
-/// One attacking connection with `n` stalled streams; drains what the server sends.
-async fn attack(addr: std::net::SocketAddr, n: usize) -> std::io::Result<()> {
-    let s = TcpStream::connect(addr).await?;
-    let (mut rd, mut wr) = s.into_split();
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        while let Ok(k) = rd.read(&mut buf).await {
-            if k == 0 {
-                break;
-            }
-        }
-    });
-    wr.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
-    wr.write_all(&frame(4, 0, 0, &[])).await?;
-    wr.write_all(&frame(4, 1, 0, &[])).await?;
-    let mut data = vec![0u8, 0x01, 0, 0, 0]; // announces 16 MiB
-    data.extend_from_slice(&[7u8; 59]);
-    for i in 0..n {
-        let id = 1 + 2 * i as u32;
-        wr.write_all(&frame(1, 0x4, id, &health_headers())).await?;
-        wr.write_all(&frame(0, 0, id, &data)).await?;
-    }
-    // Hold the connection open.
+    // Hold the connection (and its calls) open: the connection is driven by its own task.
     std::future::pending::<()>().await;
     Ok(())
 }
@@ -116,16 +110,21 @@ async fn main() {
     let client = sepp_rs::SeppClient::connect(format!("http://{addr}"))
         .await
         .expect("client connects");
+    let answers = Arc::new(Answers::default());
     let mut left = streams;
     let mut attackers = Vec::new();
     while left > 0 {
         let n = left.min(STREAMS_PER_CONNECTION);
         left -= n;
-        attackers.push(tokio::spawn(attack(addr, n)));
+        attackers.push(tokio::spawn(attack(addr, n, answers.clone())));
     }
     println!(
-        "opened {streams} stalled streams on {} connections; holding {hold:?}",
-        attackers.len()
+        "opening {streams} stalled calls on {} connections, each sending {} KiB of a {} KiB \
+         message ({} MiB offered); holding {hold:?}",
+        attackers.len(),
+        SENT_BYTES >> 10,
+        ANNOUNCED_BYTES >> 10,
+        (streams * SENT_BYTES) >> 20,
     );
     let mut hist = Histogram::<u64>::new(3).expect("histogram");
     let (mut failures, mut peak) = (0u64, 0f64);
@@ -149,8 +148,9 @@ async fn main() {
             let now = rss("VmRSS");
             peak = peak.max(now);
             println!(
-                "t={:>3}s rss={now:.1} MiB enqueues={} p99={:.2} ms",
+                "t={:>3}s rss={now:.1} MiB refused={} enqueues={} p99={:.2} ms",
                 t0.elapsed().as_secs(),
+                answers.refused.load(Ordering::Relaxed),
                 hist.len(),
                 hist.value_at_quantile(0.99) as f64 / 1000.0
             );
@@ -159,12 +159,22 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let hwm = rss("VmHWM");
+    let refused = answers.refused.load(Ordering::Relaxed);
+    let other = answers.other.load(Ordering::Relaxed);
+    let broken = answers.broken.load(Ordering::Relaxed);
+    let attacker_errors = attackers.iter().filter(|a| a.is_finished()).count();
     println!(
-        "RESULT streams={streams} peak_rss={peak:.1} MiB vm_hwm={hwm:.1} MiB enqueues={} failures={failures} p50={:.2} ms p99={:.2} ms",
+        "RESULT streams={streams} held={} refused_resource_exhausted={refused} \
+         other_answers={other} broken={broken} peak_rss={peak:.1} MiB vm_hwm={hwm:.1} MiB \
+         enqueues={} failures={failures} p50={:.2} ms p99={:.2} ms",
+        streams as u64 - refused - other - broken,
         hist.len(),
         hist.value_at_quantile(0.5) as f64 / 1000.0,
         hist.value_at_quantile(0.99) as f64 / 1000.0
     );
+    if attacker_errors > 0 {
+        println!("note: {attacker_errors} attacking connections ended early");
+    }
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);

@@ -26,8 +26,9 @@ pub enum JobState {
     InFlight,
     /// Dead-lettered.
     DeadLettered,
-    /// Acked (kept while its idempotency key's dedup record lives).
-    Completed,
+    /// Acked (kept while its idempotency key's dedup record lives). Earlier releases said
+    /// `'completed'`.
+    Acked,
 }
 
 impl From<core::JobState> for JobState {
@@ -38,7 +39,7 @@ impl From<core::JobState> for JobState {
             core::JobState::Ready => JobState::Ready,
             core::JobState::InFlight => JobState::InFlight,
             core::JobState::DeadLettered => JobState::DeadLettered,
-            core::JobState::Completed => JobState::Completed,
+            core::JobState::Acked => JobState::Acked,
         }
     }
 }
@@ -204,7 +205,7 @@ fn invalid_argument(message: String) -> SeppFailure {
 impl SeppClient {
     /// Everything the server knows about job `jobId` (`state: 'unknown'` if nothing).
     ///
-    /// Rejects with `Unsupported` from a server without the admin service, otherwise as
+    /// Rejects with `UnsupportedError` from a server without the admin service, otherwise as
     /// `getServerInfo`.
     #[napi(ts_args_type = "jobId: string", ts_return_type = "Promise<JobInfo>")]
     pub fn get_job<'env>(
@@ -230,7 +231,7 @@ impl SeppClient {
     /// The live dedup record of idempotency key `key` on `queue`, or `null` when none (never
     /// used, or its dedup window has passed).
     ///
-    /// Rejects with `InvalidArgument` for an empty queue or key, otherwise as `getJob`.
+    /// Rejects with `InvalidArgumentError` for an empty queue or key, otherwise as `getJob`.
     #[napi(
         ts_args_type = "queue: string, key: string",
         ts_return_type = "Promise<KeyRecord | null>"
@@ -260,7 +261,7 @@ impl SeppClient {
     /// One page of dead letters, oldest first, without removing them. Pass `nextPageToken`
     /// back as `pageToken` for the next page.
     ///
-    /// Rejects with `InvalidArgument` for `pageSize` 0 or a token the server did not issue,
+    /// Rejects with `InvalidArgumentError` for `pageSize` 0 or a token the server did not issue,
     /// otherwise as `getJob`.
     #[napi(
         ts_args_type = "options?: ListDeadLettersOptions",
@@ -312,7 +313,7 @@ impl SeppClient {
     /// `max`, at least 1, of one queue or of all). Resolves to the ids requeued. Never
     /// retried automatically.
     ///
-    /// Rejects with `InvalidArgument` for `max` 0, otherwise as `getJob`.
+    /// Rejects with `InvalidArgumentError` for `max` 0, otherwise as `getJob`.
     #[napi(
         ts_args_type = "selector: { jobIds: string[] } | { queue?: string; max: number }",
         ts_return_type = "Promise<string[]>"

@@ -39,18 +39,16 @@ fn invalid_config(message: String) -> SeppFailure {
     SeppFailure::new(ErrorCode::InvalidConfig, message)
 }
 
-fn invalid_request(message: String) -> Rejection {
-    Rejection::InvalidRequest { message }
-}
-
-/// Reads `value` as an enqueue request at `path` and converts it to the core's.
-fn core_request(
-    value: Option<Unknown<'_>>,
-    path: &str,
-) -> Result<sepp_rs::EnqueueRequest, BadInput> {
-    EnqueueRequest::read(value, path)?
-        .into_core(path)
-        .map_err(BadInput::Value)
+/// Reads the array argument `requests` (a `TypeError` for a mistyped one) and converts each
+/// request, a slot that cannot be held carrying its rejection.
+fn core_requests(
+    requests: Option<Unknown<'_>>,
+) -> Result<Vec<Result<sepp_rs::EnqueueRequest, Rejection>>, Failure> {
+    let read = read::array(requests, "requests", |v, path| {
+        EnqueueRequest::read(Some(v), path)
+    })
+    .map_err(|e| e.into_failure(BatchError::Invalid))?;
+    Ok(read.into_iter().map(EnqueueRequest::into_core).collect())
 }
 
 /// Reads the `jobId` and `attempt` arguments of ack, nack and extend.
@@ -69,8 +67,8 @@ impl SeppClient {
     /// Connects to `url` (`http://host:port`, `https://host:port` or `host:port`), then reads
     /// the server's limits, so that requests are checked against them before sending.
     ///
-    /// Rejects with `InvalidConfig` for an unusable url or option value (a negative
-    /// duration), `Transport` when the server cannot be reached, `Unauthenticated` for a
+    /// Rejects with `InvalidConfigError` for an unusable url or option value (a negative
+    /// duration), `TransportError` when the server cannot be reached, `UnauthenticatedError` for a
     /// missing or wrong API key.
     ///
     /// @example
@@ -124,14 +122,17 @@ impl SeppClient {
 
     /// Enqueues one job.
     ///
-    /// The request is checked before anything is sent: its structure (non-empty names,
-    /// priority 0 to 9, ...) and the idempotency key's length against the server's
-    /// `maxIdempotencyKeyBytes` (256 unless the server says otherwise).
+    /// The request is checked when this is called, before anything is sent, by the core (as
+    /// in every language): its structure (a valid queue name, a non-empty job type, priority 0
+    /// to 9, ...; a value that cannot be held, such as a fractional priority, is
+    /// `InvalidRequestError` too), then the lengths up to the idempotency key's against the
+    /// limits the server advertised at connect.
     ///
-    /// Rejects with the job's `Rejection` subclass (`IdempotencyKeyTooLong` with `limit` and
-    /// `actual` in bytes, `InvalidRequest`, `PayloadTooLarge`, `QueueFull`, ...), or
-    /// `Transport`, `Unauthenticated`, `Overloaded`, `ServerFault` when the call fails. A
-    /// keyed enqueue is always safe to retry: a repeat is a dedup hit.
+    /// Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with
+    /// `limit` and `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`,
+    /// `QueueFullError`, ...), or `TransportError`, `UnauthenticatedError`, `OverloadedError`,
+    /// `ServerFaultError` when the call fails. A keyed enqueue is always safe to retry: a
+    /// repeat is a dedup hit.
     ///
     /// @example
     /// const ack = await client.enqueue({ queue: "emails", jobType: "welcome", idempotencyKey: "user-42" });
@@ -145,28 +146,27 @@ impl SeppClient {
         request: Option<Unknown<'env>>,
     ) -> napi::Result<PromiseRaw<'env, EnqueueAck>> {
         let call = (|| -> Result<_, Failure> {
-            let request =
-                core_request(request, "request").map_err(|e| e.into_failure(invalid_request))?;
-            request.validate()?;
-            Ok((self.core()?, request))
+            let request = EnqueueRequest::read(request, "request")
+                .map_err(|e| e.into_failure(|message| Rejection::InvalidRequest { message }))?;
+            Ok((self.core()?, request.into_core()))
         })();
         settle(
             env,
             async move {
                 let (client, request) = call?;
-                Ok(client.enqueue(request).await?)
+                Ok(client.enqueue(request?).await?)
             },
             EnqueueAck::from,
         )
     }
 
     /// Enqueues each job on its own (one round trip): one result per request, in order. A
-    /// job that fails the checks of `enqueue` is not sent and gets `status: 'rejected'`; the
-    /// others are committed together.
+    /// job that fails the checks of `enqueue` (a value that cannot be held included) is not
+    /// sent and gets `status: 'rejected'` in its slot; the others are committed together.
     ///
-    /// Rejects with `InvalidArgument` for an empty batch, one larger than the server's
-    /// `maxEnqueueBatch`, or a value that cannot be sent; otherwise as `enqueue` for the call
-    /// as a whole.
+    /// Rejects with `InvalidArgumentError` for an empty batch or one larger than the server's
+    /// `maxEnqueueBatch`, a `TypeError` for a mistyped request; otherwise as `enqueue` for the
+    /// call as a whole.
     #[napi(
         ts_args_type = "requests: EnqueueRequest[]",
         ts_return_type = "Promise<EnqueueResult[]>"
@@ -176,16 +176,12 @@ impl SeppClient {
         env: &'env Env,
         requests: Option<Unknown<'env>>,
     ) -> napi::Result<PromiseRaw<'env, Vec<EnqueueResult>>> {
-        let call = (|| -> Result<_, Failure> {
-            let requests = read::array(requests, "requests", |v, path| core_request(Some(v), path))
-                .map_err(|e| e.into_failure(BatchError::Invalid))?;
-            Ok((self.core()?, requests))
-        })();
+        let call = core_requests(requests).and_then(|r| Ok((self.core()?, r)));
         settle(
             env,
             async move {
                 let (client, requests) = call?;
-                Ok(client.enqueue_batch(requests).await?)
+                Ok(client.enqueue_batch_prepared(requests).await?)
             },
             |results| results.into_iter().map(EnqueueResult::from).collect(),
         )
@@ -205,16 +201,12 @@ impl SeppClient {
         env: &'env Env,
         requests: Option<Unknown<'env>>,
     ) -> napi::Result<PromiseRaw<'env, AtomicResult>> {
-        let call = (|| -> Result<_, Failure> {
-            let requests = read::array(requests, "requests", |v, path| core_request(Some(v), path))
-                .map_err(|e| e.into_failure(BatchError::Invalid))?;
-            Ok((self.core()?, requests))
-        })();
+        let call = core_requests(requests).and_then(|r| Ok((self.core()?, r)));
         settle(
             env,
             async move {
                 let (client, requests) = call?;
-                Ok(client.enqueue_atomic(requests).await?)
+                Ok(client.enqueue_atomic_prepared(requests).await?)
             },
             AtomicResult::from,
         )
@@ -224,8 +216,8 @@ impl SeppClient {
     /// `waitTimeoutMs` for the first; resolves to an empty array when none came. Never
     /// retried automatically: a lost reply would lease jobs twice.
     ///
-    /// Rejects with `InvalidArgument` before sending (no queues, a lease that is not
-    /// positive, `maxJobs` 0, a negative duration), `FailedPrecondition` when the server is
+    /// Rejects with `InvalidArgumentError` before sending (no queues, a lease that is not
+    /// positive, `maxJobs` 0, a negative duration), `FailedPreconditionError` when the server is
     /// in strict mode and a queue is not declared, or as `enqueue` for the call.
     #[napi(
         ts_args_type = "options: ReserveOptions",
@@ -254,9 +246,9 @@ impl SeppClient {
 
     /// Acks delivery `attempt` of job `jobId`: the job is done and removed.
     ///
-    /// Rejects with `JobNotInFlight` when the job is not in flight (acked already, lease
-    /// expired, dead-lettered, never existed) and `AttemptMismatch` when it was redelivered
-    /// under another attempt: either way the lease is lost. `InvalidArgument` for an
+    /// Rejects with `JobNotInFlightError` when the job is not in flight (acked already, lease
+    /// expired, dead-lettered, never existed) and `AttemptMismatchError` when it was redelivered
+    /// under another attempt: either way the lease is lost. `InvalidArgumentError` for an
     /// `attempt` that is not a non-negative integer; otherwise as `enqueue` for the call.
     #[napi(
         ts_args_type = "jobId: string, attempt: number",
@@ -287,7 +279,7 @@ impl SeppClient {
     /// dead-letters it. Resolves to `true` when the job was dead-lettered (`'deadLetter'`,
     /// or its last attempt).
     ///
-    /// Rejects as `ack`; `InvalidArgument` also for a negative `delayMs`.
+    /// Rejects as `ack`; `InvalidArgumentError` also for a negative `delayMs`.
     #[napi(
         ts_args_type = "jobId: string, attempt: number, options?: NackOptions",
         ts_return_type = "Promise<boolean>"
@@ -320,7 +312,7 @@ impl SeppClient {
     /// milliseconds (clamped by the server). Resolves to the new expiry. Does not add an
     /// attempt; may be called any number of times.
     ///
-    /// Rejects with `InvalidArgument` for a duration that is not positive; otherwise as `ack`.
+    /// Rejects with `InvalidArgumentError` for a duration that is not positive; otherwise as `ack`.
     #[napi(
         ts_args_type = "jobId: string, attempt: number, leaseDurationMs: number",
         ts_return_type = "Promise<Date>"
@@ -356,7 +348,7 @@ impl SeppClient {
     /// all. Destructive, and never retried automatically. Empty unless the server keeps dead
     /// letters (`deadLetterRetentionEnabled`).
     ///
-    /// Rejects with `InvalidArgument` for `max` 0 or not an integer; otherwise as `reserve`.
+    /// Rejects with `InvalidArgumentError` for `max` 0 or not an integer; otherwise as `reserve`.
     #[napi(
         ts_args_type = "options: DrainDeadLettersOptions",
         ts_return_type = "Promise<DeadLetterRecord[]>"
@@ -388,7 +380,7 @@ impl SeppClient {
     /// The server's version and limits. Also refreshes the limits this client checks
     /// requests against.
     ///
-    /// Rejects with `Transport`, `Unauthenticated`, `Overloaded` or `ServerFault`.
+    /// Rejects with `TransportError`, `UnauthenticatedError`, `OverloadedError` or `ServerFaultError`.
     #[napi(ts_return_type = "Promise<ServerInfo>")]
     pub fn get_server_info<'env>(
         &self,

@@ -2,15 +2,15 @@
 //! for anyone writing their own worker loop.
 //!
 //! Every rule stays in the core: the engine reserves in batches sized to the free slots,
-//! long-polls, backs off while the server fails, extends leases, settles jobs and releases
-//! what was reserved during shutdown. This module only converts: options in, leases and
-//! outcomes across, errors out.
+//! long-polls, backs off while the server fails, extends leases, frees the slot of a lost
+//! lease without a call, nacks the job types without a handler and the jobs past the handler
+//! timeout, settles jobs, drains at shutdown, gives back what it holds when dropped, and
+//! counts it all. This module only converts: options in, leases and outcomes across, errors
+//! and counts out.
 //!
-//! The one thing added here is Promise lifetime. A pending Promise of this addon keeps Node's
-//! event loop alive, and the core's `Lease::lost` never resolves for a job that was settled
-//! (nothing is lost then). So each lease handed out gets a `settled` channel whose sender the
-//! engine keeps until the job is completed or abandoned; dropping it resolves the lease's
-//! `lost()` Promises with `false`, and a process whose worker has stopped can exit.
+//! A pending Promise of this addon keeps Node's event loop alive; every Promise of a lease
+//! (`lost()`, `done()`) resolves once the engine lets go of the job, settled or not, so a
+//! process whose worker has stopped can exit.
 
 use crate::client::SeppClient;
 use crate::error::{Failure, settle};
@@ -19,12 +19,12 @@ use crate::read::{self, BadInput, Fields};
 use crate::value::{self, Date};
 use napi::Env;
 use napi::bindgen_prelude::{PromiseRaw, Unknown};
-use napi::tokio::sync::watch;
 use napi_derive::napi;
 use sepp_rs::LeaseError;
-use sepp_rs::engine::{EngineOptions as CoreOptions, Outcome as CoreOutcome};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use sepp_rs::engine::{
+    EngineOptions as CoreOptions, LeaseEnd as CoreEnd, Outcome as CoreOutcome,
+    WorkerReport as CoreReport,
+};
 
 /// How an engine reserves and keeps leases. Only `queues` is required.
 #[napi(object, object_to_js = false, object_from_js = false)]
@@ -52,6 +52,18 @@ pub struct EngineOptions {
     pub max_backoff_ms: Option<f64>,
     /// A label sent with each reserve, shown by job inspection (`JobInfo.workerId`).
     pub worker_id: Option<String>,
+    /// The job types the host has a handler for: a job of another type is nacked with the
+    /// queue's retry policy (reason `no handler for job type "T"`) and never handed out.
+    /// Unset: every type is handed out.
+    pub job_types: Option<Vec<String>>,
+    /// The longest a job may stay handed out, in milliseconds; past it the engine nacks it
+    /// (reason `the handler ran past handler_timeout (N ms)`) and its `Lease.done()` resolves
+    /// with kind `'timedOut'`. Unset: no limit.
+    pub handler_timeout_ms: Option<f64>,
+    /// How long `drain()` waits for the held jobs to be settled before it nacks the rest, in
+    /// milliseconds.
+    /// @default 30000
+    pub shutdown_timeout_ms: Option<f64>,
 }
 
 impl EngineOptions {
@@ -66,6 +78,12 @@ impl EngineOptions {
             wait_timeout_ms: f.number("waitTimeoutMs")?,
             max_backoff_ms: f.number("maxBackoffMs")?,
             worker_id: f.string("workerId")?,
+            job_types: match f.get("jobTypes")? {
+                Some(_) => Some(f.required_strings("jobTypes")?),
+                None => None,
+            },
+            handler_timeout_ms: f.number("handlerTimeoutMs")?,
+            shutdown_timeout_ms: f.number("shutdownTimeoutMs")?,
         })
     }
 
@@ -88,11 +106,18 @@ impl EngineOptions {
             o.max_backoff = value::duration("options.maxBackoffMs", ms)?;
         }
         o.worker_id = self.worker_id;
+        o.job_types = self.job_types;
+        if let Some(ms) = self.handler_timeout_ms {
+            o.handler_timeout = Some(value::duration("options.handlerTimeoutMs", ms)?);
+        }
+        if let Some(ms) = self.shutdown_timeout_ms {
+            o.shutdown_timeout = value::duration("options.shutdownTimeoutMs", ms)?;
+        }
         Ok(o)
     }
 }
 
-/// What became of a job, as `Engine.complete` reports it: `'success'` acks it; the others nack
+/// What became of a job, as `Engine.settle` reports it: `'success'` acks it; the others nack
 /// it, and each dead-letters the job on its last attempt.
 #[napi(
     discriminant = "kind",
@@ -123,7 +148,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Reads the `outcome` argument of `complete`.
+    /// Reads the `outcome` argument of `settle`.
     fn read(value: Option<Unknown<'_>>) -> Result<Self, BadInput> {
         let f = Fields::required(value, "outcome")?;
         let kind = f.required_string("kind")?;
@@ -161,31 +186,89 @@ impl Outcome {
     }
 }
 
-/// The `settled` senders of the leases handed out and not yet completed or abandoned, by job
-/// id. Owned by the [`Engine`]; `next` adds one, `complete` and `abandonAll` drop them, which
-/// resolves the matching `Lease.lost()` Promises with `false`.
-type Settled = Arc<Mutex<HashMap<String, watch::Sender<()>>>>;
+/// What a worker run did: counts of jobs, kept by the engine (`WorkerReport` of the worker
+/// adds the deprecated names).
+#[napi(object, object_from_js = false, js_name = "EngineReport")]
+pub struct WorkerReport {
+    /// Jobs acked.
+    pub acked: u32,
+    /// Jobs nacked (retry, delay or dead-letter): thrown errors, job types without a
+    /// handler and handlers past `handlerTimeoutMs` included.
+    pub nacked: u32,
+    /// Jobs whose lease was lost while held.
+    pub lease_lost: u32,
+    /// Jobs nacked because the worker shut down before they were settled (or given back
+    /// because they were reserved during shutdown).
+    pub abandoned: u32,
+}
 
-/// The worker engine of the core: it reserves jobs, keeps their leases and settles them; the
-/// host (such as `Worker`) only asks for the next job and reports what became of it.
+impl From<CoreReport> for WorkerReport {
+    fn from(r: CoreReport) -> Self {
+        let CoreReport {
+            acked,
+            nacked,
+            lease_lost,
+            abandoned,
+        } = r;
+        let n = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        WorkerReport {
+            acked: n(acked),
+            nacked: n(nacked),
+            lease_lost: n(lease_lost),
+            abandoned: n(abandoned),
+        }
+    }
+}
+
+/// Why the engine let go of a job, as `Lease.done()` resolves: the kind, and a sentence
+/// saying so (the `AbortSignal` reason a worker gives a handler it stops).
+#[napi(object, object_from_js = false)]
+pub struct LeaseEnd {
+    /// `'settled'` (by `settle`), `'lost'` (the slot was freed without a call; the server's
+    /// lease expiry decides), `'timedOut'` (past `handlerTimeoutMs`; the engine nacked the
+    /// job) or `'abandoned'` (the worker shut down; the engine nacked the job).
+    #[napi(ts_type = "'settled' | 'lost' | 'timedOut' | 'abandoned'")]
+    pub kind: &'static str,
+    /// Why, in words.
+    pub reason: String,
+}
+
+impl From<CoreEnd> for LeaseEnd {
+    fn from(end: CoreEnd) -> Self {
+        let kind = match end {
+            CoreEnd::Settled => "settled",
+            CoreEnd::Lost => "lost",
+            CoreEnd::TimedOut => "timedOut",
+            CoreEnd::Abandoned => "abandoned",
+        };
+        LeaseEnd {
+            kind,
+            reason: end.to_string(),
+        }
+    }
+}
+
+/// The worker engine of the core, and the whole policy of a worker: it reserves jobs, keeps
+/// their leases, settles them, and counts; the host (such as `Worker`) only asks for the next
+/// job, runs its handler until the lease's `done()` resolves, and reports what became of it.
 ///
 /// - A poller reserves in batches sized to the free slots (`maxInFlight` minus the jobs held),
 ///   long-polls, and backs off exponentially (up to `maxBackoffMs`) while the server fails.
-/// - With `autoExtend`, each held job's lease is extended when a third of it is left; if it is
-///   lost anyway (expired, redelivered), the job's `Lease.lost()` resolves with `true`.
+/// - With `autoExtend`, each held job's lease is extended when a third of it is left. A lease
+///   lost anyway (expired, redelivered) frees its slot without a call, and the job's
+///   `Lease.done()` resolves with kind `'lost'`.
+/// - `jobTypes` and `handlerTimeoutMs` let the engine nack the jobs nobody handles and the
+///   jobs whose handler takes too long.
 /// - `shutdown` stops reserving: a waiting reserve is cancelled (it leases nothing), and jobs
-///   reserved but not yet handed out are released at once; `abandonAll` nacks whatever is
-///   still held once the host's grace period is over.
+///   reserved but not yet handed out are released at once; `drain` then waits up to
+///   `shutdownTimeoutMs` for the held jobs and nacks the rest.
 ///
 /// Create it with `Engine.start`. Methods reject with a `TypeError` for a missing or mistyped
-/// argument, and with a `SeppError` subclass otherwise.
+/// argument, and with a `SeppError` subclass otherwise. Collected while it holds jobs, it
+/// nacks them.
 #[napi]
 pub struct Engine {
     core: sepp_rs::engine::Engine,
-    settled: Settled,
-    /// The addon's runtime, for the abandon on drop (a spawn there after the runtime shut down
-    /// at process exit is dropped, where napi's own `spawn` would panic).
-    runtime: napi::tokio::runtime::Handle,
 }
 
 #[napi]
@@ -193,7 +276,7 @@ impl Engine {
     /// Starts an engine over `client`: its poller begins reserving at once (the client may
     /// still be used for other calls).
     ///
-    /// Rejects with `InvalidArgument` for no queues, a lease that is not positive,
+    /// Rejects with `InvalidArgumentError` for no queues, a lease that is not positive,
     /// `maxInFlight` 0 or a negative duration.
     ///
     /// @example
@@ -218,14 +301,9 @@ impl Engine {
             async move {
                 let (client, options) = call?;
                 // Inside the addon's runtime: the engine spawns its poller here.
-                let core = sepp_rs::engine::Engine::start(client, options)?;
-                Ok((core, napi::tokio::runtime::Handle::current()))
+                Ok(sepp_rs::engine::Engine::start(client, options)?)
             },
-            |(core, runtime)| Engine {
-                core,
-                settled: Settled::default(),
-                runtime,
-            },
+            |core| Engine { core },
         )
     }
 
@@ -234,39 +312,28 @@ impl Engine {
     /// at most `maxInFlight` jobs that are not yet completed.
     #[napi(ts_return_type = "Promise<Lease | null>")]
     pub fn next<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Option<Lease>>> {
-        let (core, settled) = (self.core.clone(), self.settled.clone());
+        let core = self.core.clone();
         settle(
             env,
-            async move {
-                let Some(lease) = core.next().await else {
-                    return Ok(None);
-                };
-                let (tx, rx) = watch::channel(());
-                settled
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(lease.job.id.clone(), tx);
-                Ok(Some(Lease {
-                    core: lease,
-                    settled: rx,
-                }))
-            },
+            async move { Ok(core.next().await.map(|core| Lease { core })) },
             |lease| lease,
         )
     }
 
     /// Settles delivery `attempt` of job `jobId`, handed out by `next`: acks it for
-    /// `{ kind: 'success' }`, nacks it otherwise; frees its slot either way.
+    /// `{ kind: 'success' }`, nacks it otherwise; frees its slot either way. The engine counts
+    /// the job (`report`) whatever happens.
     ///
-    /// Rejects with `JobNotInFlight` or `AttemptMismatch` when the lease was lost (the job
-    /// will be, or was, delivered again), `InvalidArgument` for a negative `delayMs`, or
-    /// `Transport` and the like when the call failed (the lease then runs out and the job is
-    /// redelivered).
+    /// Rejects with `JobNotInFlightError` when the engine no longer holds the job (lost,
+    /// timed out, abandoned, or settled already: nothing is sent) or the server says the lease
+    /// is lost, `AttemptMismatchError` when the job was redelivered, `InvalidArgumentError`
+    /// for a negative `delayMs`, or `TransportError` and the like when the call failed (the
+    /// lease then runs out and the job is redelivered).
     #[napi(
         ts_args_type = "jobId: string, attempt: number, outcome: Outcome",
         ts_return_type = "Promise<void>"
     )]
-    pub fn complete<'env>(
+    pub fn settle<'env>(
         &self,
         env: &'env Env,
         job_id: Option<Unknown<'env>>,
@@ -283,19 +350,31 @@ impl Engine {
             Ok((job_id, attempt, outcome))
         })()
         .map_err(|e| e.into_failure(LeaseError::Invalid));
-        let (core, settled) = (self.core.clone(), self.settled.clone());
+        let core = self.core.clone();
         settle(
             env,
             async move {
                 let (job_id, attempt, outcome) = call?;
-                settled
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&job_id);
-                Ok(core.complete(&job_id, attempt, outcome).await?)
+                Ok(core.settle(&job_id, attempt, outcome).await?)
             },
             |()| (),
         )
+    }
+
+    /// The former name of `settle`.
+    /// @deprecated Use `settle`.
+    #[napi(
+        ts_args_type = "jobId: string, attempt: number, outcome: Outcome",
+        ts_return_type = "Promise<void>"
+    )]
+    pub fn complete<'env>(
+        &self,
+        env: &'env Env,
+        job_id: Option<Unknown<'env>>,
+        attempt: Option<Unknown<'env>>,
+        outcome: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, ()>> {
+        self.settle(env, job_id, attempt, outcome)
     }
 
     /// Stops reserving: a waiting `next` resolves to `null`, a reserve in progress is
@@ -321,7 +400,7 @@ impl Engine {
     /// Waits until no job is held, or `timeoutMs` milliseconds pass. Resolves to whether it
     /// got idle.
     ///
-    /// Rejects with `InvalidArgument` for a negative `timeoutMs`.
+    /// Rejects with `InvalidArgumentError` for a negative `timeoutMs`.
     #[napi(
         ts_args_type = "timeoutMs: number",
         ts_return_type = "Promise<boolean>"
@@ -342,9 +421,35 @@ impl Engine {
         )
     }
 
+    /// Shuts down gracefully: stops reserving, waits up to `shutdownTimeoutMs` (or until
+    /// `endGracePeriod()`) for the held jobs to be settled, then nacks the rest with the
+    /// queue's retry policy and the reason `worker shut down before the job finished`; their
+    /// leases' `done()` resolve with kind `'abandoned'`. Resolves to how many were nacked.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn drain<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, u32>> {
+        let core = self.core.clone();
+        settle(
+            env,
+            async move { Ok(u32::try_from(core.drain().await).unwrap_or(u32::MAX)) },
+            |n| n,
+        )
+    }
+
+    /// Ends the grace period of a running (or the next) `drain()` at once.
+    #[napi]
+    pub fn end_grace_period(&self) {
+        self.core.end_grace_period();
+    }
+
+    /// The counts of the run so far.
+    #[napi(getter, ts_return_type = "EngineReport")]
+    pub fn report(&self) -> WorkerReport {
+        self.core.report().into()
+    }
+
     /// Nacks every job still held, with the queue's retry policy and `reason` (kept as the
-    /// jobs' last reason), and resolves their leases' `lost()` with `false`. Resolves to how
-    /// many were nacked. Meant for the end of a shutdown grace period, after `shutdown`.
+    /// jobs' last reason); their leases' `done()` resolve with kind `'abandoned'`. Resolves
+    /// to how many were nacked.
     #[napi(ts_args_type = "reason: string", ts_return_type = "Promise<number>")]
     pub fn abandon_all<'env>(
         &self,
@@ -353,15 +458,11 @@ impl Engine {
     ) -> napi::Result<PromiseRaw<'env, u32>> {
         let reason =
             read::string(reason, "reason").map_err(|e| e.into_failure(LeaseError::Invalid));
-        let (core, settled) = (self.core.clone(), self.settled.clone());
+        let core = self.core.clone();
         settle(
             env,
             async move {
                 let n = core.abandon_all(&reason?).await;
-                settled
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clear();
                 Ok(u32::try_from(n).unwrap_or(u32::MAX))
             },
             |n| n,
@@ -369,27 +470,10 @@ impl Engine {
     }
 }
 
-impl Drop for Engine {
-    /// The JavaScript object was collected, so nobody can complete its jobs any more: stop
-    /// reserving and give back what is held, instead of extending those leases forever.
-    fn drop(&mut self) {
-        self.core.shutdown();
-        if self.core.in_flight() > 0 {
-            let core = self.core.clone();
-            self.runtime.spawn(async move {
-                core.abandon_all("engine dropped before the job was completed")
-                    .await
-            });
-        }
-    }
-}
-
 /// A job handed out by `Engine.next`, with its lease.
 #[napi]
 pub struct Lease {
     core: sepp_rs::engine::Lease,
-    /// Ends (its sender is dropped) when the engine settles or abandons the job.
-    settled: watch::Receiver<()>,
 }
 
 #[napi]
@@ -400,29 +484,23 @@ impl Lease {
         Job::from(self.core.job.clone())
     }
 
+    /// Resolves once the engine has let go of the job, with why (see `LeaseEnd`). Before the
+    /// job is settled, any kind means: stop its handler, the engine did what the job needs.
+    /// Never rejects; resolves for every job, so it never keeps the process alive after.
+    #[napi(ts_return_type = "Promise<LeaseEnd>")]
+    pub fn done<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, LeaseEnd>> {
+        let lease = self.core.clone();
+        settle(env, async move { Ok(lease.done().await) }, LeaseEnd::from)
+    }
+
     /// Resolves to `true` when the lease is known to be lost (an extension found the job gone
-    /// or under another attempt, or the lease expired while extensions failed): stop working
-    /// on the job, it is someone else's now. Resolves to `false` once the job is completed or
-    /// abandoned without that happening, so the Promise never keeps the process alive after
-    /// the job is done. Never rejects.
-    ///
-    /// Loss is only noticed by auto-extension: with `autoExtend: false` a lease that runs out
-    /// is not reported here.
+    /// or under another attempt, or the lease ran out), to `false` once the engine let go of
+    /// the job otherwise (settled, timed out, abandoned), so the Promise never keeps the
+    /// process alive after the job is done. Never rejects.
     #[napi(ts_return_type = "Promise<boolean>")]
     pub fn lost<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, bool>> {
-        let (lease, mut settled) = (self.core.clone(), self.settled.clone());
-        settle(
-            env,
-            async move {
-                napi::tokio::select! {
-                    biased;
-                    () = lease.lost() => Ok(true),
-                    // Only ever an `Err`: nothing is sent, the sender is dropped.
-                    _ = settled.changed() => Ok(lease.is_lost()),
-                }
-            },
-            |lost| lost,
-        )
+        let lease = self.core.clone();
+        settle(env, async move { Ok(lease.ended().await) }, |lost| lost)
     }
 
     /// Whether the lease is known to be lost.

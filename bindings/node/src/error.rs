@@ -12,7 +12,8 @@
 use napi::bindgen_prelude::{JsObjectValue, JsValue, Object, PromiseRaw, ToNapiValue, Unknown};
 use napi::{Env, JsTypeError, sys};
 use sepp_rs::{
-    BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, ReserveError,
+    BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, RejectionFields,
+    ReserveError,
 };
 use std::future::Future;
 use std::time::SystemTime;
@@ -106,49 +107,47 @@ impl From<ClientError> for SeppFailure {
 
 impl From<Rejection> for SeppFailure {
     fn from(r: Rejection) -> Self {
-        let f = SeppFailure {
+        let mut f = SeppFailure {
             code: r.code(),
             message: r.to_string(),
             retryable: r.is_transient(),
             details: Vec::new(),
         };
-        let text = |s: &str| Detail::Text(s.to_string());
-        // Details are what each variant carries; the code above comes from `Rejection::code`,
-        // so a variant added to the core still maps to its own class, only without details.
-        match &r {
-            Rejection::UnknownQueue { queue } | Rejection::QueueClosing { queue } => {
-                f.with("queue", text(queue))
+        // Destructured whole: a field added to the core's `RejectionFields` does not compile
+        // here until it is handed on. Sizes become numbers (exact below 2^53).
+        let RejectionFields {
+            queue,
+            limit,
+            actual,
+            encoding,
+            allowed,
+            job_type,
+            key,
+            horizon,
+            scheduled_at,
+        } = r.fields();
+        let details = [
+            ("queue", queue.map(Detail::Text)),
+            ("limit", limit.map(|n| Detail::Number(n as f64))),
+            ("actual", actual.map(|n| Detail::Number(n as f64))),
+            ("encoding", encoding.map(Detail::Text)),
+            ("allowed", allowed.map(Detail::List)),
+            ("jobType", job_type.map(Detail::Text)),
+            ("key", key.map(Detail::Text)),
+            (
+                "horizonMs",
+                horizon.map(|h| Detail::Number(h.as_secs_f64() * 1000.0)),
+            ),
+            ("scheduledAt", scheduled_at.map(Detail::Time)),
+            // The name this property had before `scheduledAt` (deprecated).
+            ("actual", scheduled_at.map(Detail::Time)),
+        ];
+        for (name, detail) in details {
+            if let Some(d) = detail {
+                f = f.with(name, d);
             }
-            Rejection::QueueFull { queue, limit } => f
-                .with("queue", text(queue))
-                .with("limit", Detail::Number(*limit as f64)),
-            Rejection::PayloadTooLarge { limit, actual }
-            | Rejection::CustomMapTooLarge { limit, actual } => f
-                .with("limit", Detail::Number(*limit as f64))
-                .with("actual", Detail::Number(*actual as f64)),
-            Rejection::CustomEntriesTooMany { limit, actual } => f
-                .with("limit", Detail::Number(f64::from(*limit)))
-                .with("actual", Detail::Number(f64::from(*actual))),
-            Rejection::QueueNameTooLong { limit, actual }
-            | Rejection::JobTypeNameTooLong { limit, actual }
-            | Rejection::IdempotencyKeyTooLong { limit, actual } => f
-                .with("limit", Detail::Number(f64::from(*limit)))
-                .with("actual", Detail::Number(*actual as f64)),
-            Rejection::CustomKeyTooLong { key, limit, actual } => f
-                .with("key", text(key))
-                .with("limit", Detail::Number(f64::from(*limit)))
-                .with("actual", Detail::Number(*actual as f64)),
-            Rejection::EncodingNotAllowed { encoding, allowed } => f
-                .with("encoding", text(encoding))
-                .with("allowed", Detail::List(allowed.clone())),
-            Rejection::JobTypeNotAllowed { job_type, allowed } => f
-                .with("jobType", text(job_type))
-                .with("allowed", Detail::List(allowed.clone())),
-            Rejection::ScheduledTooFar { horizon, actual } => f
-                .with("horizonMs", Detail::Number(horizon.as_secs_f64() * 1000.0))
-                .with("actual", Detail::Time(*actual)),
-            _ => f,
         }
+        f
     }
 }
 

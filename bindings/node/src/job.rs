@@ -64,8 +64,8 @@ impl From<sepp_rs::EnqueueAck> for EnqueueAck {
 }
 
 /// The outcome of one job of `enqueueBatch`: `status: 'enqueued'` with the ack's fields, or
-/// `status: 'rejected'` with the `SeppError` saying why (a `Rejection` subclass such as
-/// `IdempotencyKeyTooLong`).
+/// `status: 'rejected'` with the `SeppError` saying why (a `JobRejectedError` subclass such as
+/// `IdempotencyKeyTooLongError`).
 #[napi(
     discriminant = "status",
     discriminant_case = "lowercase",

@@ -44,3 +44,14 @@ use napi_derive::napi;
 pub fn error_codes() -> Vec<&'static str> {
     sepp_rs::ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
 }
+
+/// The name of each code's `SeppError` subclass, by code: the code in PascalCase followed by
+/// `Error` (`IDEMPOTENCY_KEY_TOO_LONG` → `"IdempotencyKeyTooLongError"`), the same name as the
+/// Python class. A test checks `errors.js` against it.
+#[napi(ts_return_type = "Record<ErrorCode, string>")]
+pub fn error_class_names() -> std::collections::HashMap<&'static str, &'static str> {
+    sepp_rs::ErrorCode::ALL
+        .iter()
+        .map(|c| (c.as_str(), c.class_name()))
+        .collect()
+}

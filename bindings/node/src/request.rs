@@ -33,8 +33,8 @@ pub struct ConnectOptions {
     /// @default 16777216
     pub max_receive_bytes: Option<f64>,
     /// Automatic retries, only where a retry is safe (a keyed enqueue, ack, nack, extend,
-    /// getServerInfo; never reserve or drainDeadLetters). On by default (3 tries in all);
-    /// fields left out take the defaults; `null` turns retries off.
+    /// getServerInfo; never reserve or drainDeadLetters). On by default (2 retries, 3 tries
+    /// in all); fields left out take the defaults; `null` turns retries off.
     #[napi(ts_type = "RetryPolicy | null")]
     pub retry_policy: Option<Option<RetryPolicy>>,
 }
@@ -50,21 +50,29 @@ pub struct TlsOptions {
     pub domain: Option<String>,
 }
 
-/// Exponential backoff with full jitter between tries. Unset fields take the defaults.
+/// How a failed call is retried: up to `maxRetries` more times, with pauses growing
+/// exponentially (full jitter) between them. Unset fields take the defaults.
 #[napi(object, object_to_js = false, object_from_js = false)]
 pub struct RetryPolicy {
-    /// Tries in all, the first included (at least 1; 1 turns retries off).
-    /// @default 3
-    pub max_attempts: Option<f64>,
-    /// Upper bound of the first pause, in milliseconds.
+    /// Retries after the first try (0 makes one try).
+    /// @default 2
+    pub max_retries: Option<f64>,
+    /// Upper bound of the pause before the first retry, in milliseconds.
     /// @default 50
-    pub initial_backoff_ms: Option<f64>,
+    pub first_retry_delay_ms: Option<f64>,
     /// Upper bound of any pause, in milliseconds.
     /// @default 2000
-    pub max_backoff_ms: Option<f64>,
+    pub max_retry_delay_ms: Option<f64>,
     /// Growth of the bound per retry.
     /// @default 2
     pub multiplier: Option<f64>,
+    /// Tries in all, the first included (`maxRetries + 1`).
+    /// @deprecated Use `maxRetries`.
+    pub max_attempts: Option<f64>,
+    /// @deprecated Use `firstRetryDelayMs`.
+    pub initial_backoff_ms: Option<f64>,
+    /// @deprecated Use `maxRetryDelayMs`.
+    pub max_backoff_ms: Option<f64>,
 }
 
 impl ConnectOptions {
@@ -90,10 +98,13 @@ impl ConnectOptions {
         // `null` (no retries) is not the same as leaving the field out (the default policy).
         let retry_policy = match f.object("retryPolicy")? {
             Some(r) => Some(Some(RetryPolicy {
+                max_retries: r.number("maxRetries")?,
+                first_retry_delay_ms: r.number("firstRetryDelayMs")?,
+                max_retry_delay_ms: r.number("maxRetryDelayMs")?,
+                multiplier: r.number("multiplier")?,
                 max_attempts: r.number("maxAttempts")?,
                 initial_backoff_ms: r.number("initialBackoffMs")?,
                 max_backoff_ms: r.number("maxBackoffMs")?,
-                multiplier: r.number("multiplier")?,
             })),
             None if f.is_null("retryPolicy")? => Some(None),
             None => None,
@@ -145,14 +156,38 @@ impl ConnectOptions {
         }
         if let Some(Some(r)) = self.retry_policy {
             let mut p = sepp_rs::RetryPolicy::default();
+            let field = |name: &str| format!("options.retryPolicy.{name}");
+            for (new, old, names) in [
+                (r.max_retries, r.max_attempts, "maxRetries and maxAttempts"),
+                (
+                    r.first_retry_delay_ms,
+                    r.initial_backoff_ms,
+                    "firstRetryDelayMs and initialBackoffMs",
+                ),
+                (
+                    r.max_retry_delay_ms,
+                    r.max_backoff_ms,
+                    "maxRetryDelayMs and maxBackoffMs",
+                ),
+            ] {
+                if new.is_some() && old.is_some() {
+                    return Err(format!(
+                        "options.retryPolicy: give one of {names}, not both"
+                    ));
+                }
+            }
+            if let Some(n) = r.max_retries {
+                p.max_retries = value::uint32(&field("maxRetries"), n)?;
+            }
+            // `maxAttempts` (deprecated) counted the first try too.
             if let Some(n) = r.max_attempts {
-                p.max_attempts = value::uint32("options.retryPolicy.maxAttempts", n)?;
+                p.max_retries = value::uint32(&field("maxAttempts"), n)?.saturating_sub(1);
             }
-            if let Some(ms) = r.initial_backoff_ms {
-                p.initial_backoff = value::duration("options.retryPolicy.initialBackoffMs", ms)?;
+            if let Some(ms) = r.first_retry_delay_ms.or(r.initial_backoff_ms) {
+                p.first_retry_delay = value::duration(&field("firstRetryDelayMs"), ms)?;
             }
-            if let Some(ms) = r.max_backoff_ms {
-                p.max_backoff = value::duration("options.retryPolicy.maxBackoffMs", ms)?;
+            if let Some(ms) = r.max_retry_delay_ms.or(r.max_backoff_ms) {
+                p.max_retry_delay = value::duration(&field("maxRetryDelayMs"), ms)?;
             }
             if let Some(m) = r.multiplier {
                 p.multiplier = m;
@@ -222,18 +257,23 @@ impl EnqueueRequest {
         })
     }
 
-    /// The core's request. Not validated here: `enqueue` validates it, and `enqueueBatch`
-    /// leaves that to the core so that a bad job is a rejection in its slot.
-    ///
-    /// # Errors
-    /// A message naming the field at `path` for a value the core cannot hold.
-    pub fn into_core(self, path: &str) -> Result<sepp_rs::EnqueueRequest, String> {
-        let field = |name: &str| format!("{path}.{name}");
+    /// The core's request, or the rejection for a value the core's types cannot hold (a
+    /// fractional or negative count, an invalid `Date`, a `bigint` outside int64), which is
+    /// `INVALID_REQUEST` naming the field as the core's checks do (`priority is -1: expected
+    /// an integer from 0 to 4294967295`, the message Python gives). The core's own checks run
+    /// when the request is sent, so a bad job is a rejection in its slot of a batch.
+    pub fn into_core(self) -> Result<sepp_rs::EnqueueRequest, sepp_rs::Rejection> {
+        let invalid = |message: String| sepp_rs::Rejection::InvalidRequest { message };
         let mut custom = std::collections::BTreeMap::new();
         for (k, v) in self.custom.unwrap_or_default() {
-            let value = value::custom_to_core(&field(&format!("custom.{k}")), v)?;
+            let value = value::custom_to_core(&format!("custom[{k:?}]"), v).map_err(invalid)?;
             custom.insert(k, value);
         }
+        let count = |name: &str, n: Option<f64>| {
+            n.map(|n| value::uint32(name, n))
+                .transpose()
+                .map_err(invalid)
+        };
         Ok(sepp_rs::EnqueueRequest {
             queue: self.queue,
             job_type: self.job_type,
@@ -242,14 +282,8 @@ impl EnqueueRequest {
                 encoding: p.encoding,
             }),
             idempotency_key: self.idempotency_key,
-            priority: self
-                .priority
-                .map(|n| value::uint32(&field("priority"), n))
-                .transpose()?,
-            max_attempts: self
-                .max_attempts
-                .map(|n| value::uint32(&field("maxAttempts"), n))
-                .transpose()?,
+            priority: count("priority", self.priority)?,
+            max_attempts: count("max_attempts", self.max_attempts)?,
             custom,
             trace_context: self.trace_context.map(|t| sepp_rs::TraceContext {
                 traceparent: t.traceparent,
@@ -257,8 +291,9 @@ impl EnqueueRequest {
             }),
             scheduled_at: self
                 .scheduled_at
-                .map(|d| d.to_system_time(&field("scheduledAt")))
-                .transpose()?,
+                .map(|d| d.to_system_time("scheduled_at"))
+                .transpose()
+                .map_err(invalid)?,
         })
     }
 }

@@ -148,7 +148,7 @@ pub fn custom_to_core(field: &str, v: CustomValue) -> Result<sepp_rs::Value, Str
         }
         Either4::C(b) => sepp_rs::Value::Int(
             bigint_to_i64(&b)
-                .ok_or_else(|| format!("{field} is a bigint outside the signed 64-bit range"))?,
+                .ok_or_else(|| format!("{field} is outside the signed 64-bit integer range"))?,
         ),
         Either4::D(b) => sepp_rs::Value::Bool(b),
     })

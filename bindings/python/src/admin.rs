@@ -82,7 +82,7 @@ impl ToPython for sepp_rs::admin::JobInfo {
             S::Ready => "READY",
             S::InFlight => "IN_FLIGHT",
             S::DeadLettered => "DEAD_LETTERED",
-            S::Completed => "COMPLETED",
+            S::Acked => "ACKED",
         };
         let info = JobInfo {
             job_id: self.job_id,

@@ -7,8 +7,8 @@ use crate::request::{EnqueueRequest, NackRetry, RetryPolicy, TlsOptions, opt_u32
 use crate::time::{duration_arg, opt_duration_arg};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use sepp_rs::ReserveOptions;
 use sepp_rs::admin::DeadLetterSelector;
+use sepp_rs::{EnqueueError, ReserveOptions};
 use std::sync::RwLock;
 
 /// An argument whose omission means something other than `None` (for `rpc_timeout`, `None`
@@ -144,7 +144,7 @@ impl SeppClient {
     }
 
     #[getter]
-    fn max_idempotency_key_bytes(&self) -> PyResult<u32> {
+    fn max_idempotency_key_bytes(&self) -> PyResult<Option<u32>> {
         Ok(self.core()?.max_idempotency_key_bytes())
     }
 
@@ -159,8 +159,9 @@ impl SeppClient {
         request: PyRef<'py, EnqueueRequest>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
-        let request = request.inner.clone();
+        let request = request.prepared();
         coroutine(py, async move {
+            let request = request.map_err(EnqueueError::Rejected)?;
             client.enqueue(request).await.map_err(Failure::from)
         })
     }
@@ -171,9 +172,12 @@ impl SeppClient {
         requests: Vec<PyRef<'py, EnqueueRequest>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
-        let requests: Vec<_> = requests.iter().map(|r| r.inner.clone()).collect();
+        let requests: Vec<_> = requests.iter().map(|r| r.prepared()).collect();
         coroutine(py, async move {
-            client.enqueue_batch(requests).await.map_err(Failure::from)
+            client
+                .enqueue_batch_prepared(requests)
+                .await
+                .map_err(Failure::from)
         })
     }
 
@@ -183,9 +187,9 @@ impl SeppClient {
         requests: Vec<PyRef<'py, EnqueueRequest>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
-        let requests: Vec<_> = requests.iter().map(|r| r.inner.clone()).collect();
+        let requests: Vec<_> = requests.iter().map(|r| r.prepared()).collect();
         coroutine(py, async move {
-            match client.enqueue_atomic(requests).await {
+            match client.enqueue_atomic_prepared(requests).await {
                 Ok(Ok(acks)) => Ok(acks),
                 Ok(Err(failures)) => Err(Failure::Rejected(failures)),
                 Err(e) => Err(e.into()),
@@ -423,6 +427,7 @@ impl SeppClient {
             Some(c) => format!(
                 "<SeppClient max_idempotency_key_bytes={}>",
                 c.max_idempotency_key_bytes()
+                    .map_or_else(|| "None".to_string(), |n| n.to_string())
             ),
             None => "<SeppClient closed>".into(),
         }

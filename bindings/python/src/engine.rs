@@ -1,13 +1,14 @@
 //! The core's worker engine for the Python `Worker`: [`EngineOptions`], [`Engine`], the
-//! [`Lease`] it hands out and the [`Outcome`] reported back.
+//! [`Lease`] it hands out, the [`Outcome`] reported back and the run's [`WorkerReport`].
 //!
-//! Conversion only. Reserve batching, lease extension, the reserve backoff and shutdown are
-//! rules of `sepp_rs::engine`; `sepp.worker` decides which handler runs a job and turns its
-//! result into an `Outcome`.
+//! Conversion only. Every rule of a worker (reserve batching, lease keeping and loss, the
+//! job types without a handler, the handler timeout, shutdown and abandon-on-drop, the
+//! counts) is `sepp_rs::engine`'s; `sepp.worker` only runs the handler of each job and turns
+//! its result into an `Outcome`.
 
 use crate::call::{ToPython, coroutine};
 use crate::client::SeppClient;
-use crate::error::{Failure, Invalid};
+use crate::error::{Failure, Invalid, warn_deprecated};
 use crate::job::Job;
 use crate::repr::repr;
 use crate::request::u32_arg;
@@ -30,7 +31,8 @@ pub(crate) struct EngineOptions {
 #[pymethods]
 impl EngineOptions {
     #[new]
-    #[pyo3(signature = (queues, *, lease_duration=None, max_in_flight=None, auto_extend=None, wait_timeout=None, max_backoff=None, worker_id=None))]
+    #[pyo3(signature = (queues, *, lease_duration=None, max_in_flight=None, auto_extend=None, wait_timeout=None, max_backoff=None, worker_id=None, job_types=None, handler_timeout=None, shutdown_timeout=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         queues: Vec<String>,
         lease_duration: Option<&Bound<'_, PyAny>>,
@@ -39,6 +41,9 @@ impl EngineOptions {
         wait_timeout: Option<&Bound<'_, PyAny>>,
         max_backoff: Option<&Bound<'_, PyAny>>,
         worker_id: Option<String>,
+        job_types: Option<Vec<String>>,
+        handler_timeout: Option<&Bound<'_, PyAny>>,
+        shutdown_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut inner = engine::EngineOptions::new(queues);
         let duration = |obj: Option<&Bound<'_, PyAny>>, name: &str, default: Duration| match obj {
@@ -48,6 +53,13 @@ impl EngineOptions {
         inner.lease_duration = duration(lease_duration, "lease_duration", inner.lease_duration)?;
         inner.wait_timeout = duration(wait_timeout, "wait_timeout", inner.wait_timeout)?;
         inner.max_backoff = duration(max_backoff, "max_backoff", inner.max_backoff)?;
+        inner.shutdown_timeout =
+            duration(shutdown_timeout, "shutdown_timeout", inner.shutdown_timeout)?;
+        inner.handler_timeout = match handler_timeout {
+            Some(o) if !o.is_none() => Some(duration_arg(o, "handler_timeout", Invalid::Argument)?),
+            _ => None,
+        };
+        inner.job_types = job_types;
         if let Some(n) = max_in_flight.filter(|o| !o.is_none()) {
             inner.max_in_flight = u32_arg(n, "max_in_flight", Invalid::Argument)? as usize;
         }
@@ -93,6 +105,21 @@ impl EngineOptions {
         self.inner.worker_id.clone()
     }
 
+    #[getter]
+    fn job_types(&self) -> Option<Vec<String>> {
+        self.inner.job_types.clone()
+    }
+
+    #[getter]
+    fn handler_timeout(&self) -> Option<Duration> {
+        self.inner.handler_timeout
+    }
+
+    #[getter]
+    fn shutdown_timeout(&self) -> Duration {
+        self.inner.shutdown_timeout
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "EngineOptions({}, lease_duration={}, max_in_flight={}, auto_extend={})",
@@ -104,7 +131,7 @@ impl EngineOptions {
     }
 }
 
-/// What became of a job, as reported to `Engine.complete`.
+/// What became of a job, as reported to `Engine.settle`.
 #[pyclass(module = "sepp._native", frozen, eq)]
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Outcome {
@@ -231,6 +258,13 @@ impl Lease {
         coroutine(py, async move { Ok::<_, Failure>(lease.ended().await) })
     }
 
+    fn done<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lease = self.inner.clone();
+        coroutine(py, async move {
+            Ok::<_, Failure>(lease.done().await.as_str().to_string())
+        })
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         let job = self.job.get();
         format!(
@@ -266,27 +300,12 @@ impl<T: ToPython> ToPython for Detached<T> {
 
 /// The core's engine: reserves for free slots, keeps leases, settles what the host reports.
 //
-// The poller and the lease extenders run on the runtime, apart from this object. When it is
-// garbage-collected without `shutdown` and `abandon_all` (a worker task dropped mid-run), `Drop`
-// does both, so no job stays leased, and extended, by an engine nobody can reach.
+// The poller and the lease extenders run on the runtime, apart from this object. When the last
+// handle is garbage-collected without a drain (a worker task dropped mid-run), the core nacks
+// what is still held, so no job stays leased by an engine nobody can reach.
 #[pyclass(module = "sepp._native", frozen)]
 pub(crate) struct Engine {
     inner: engine::Engine,
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
-        self.inner.shutdown();
-        if self.inner.in_flight() > 0 {
-            let engine = self.inner.clone();
-            pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
-                engine
-                    .abandon_all("worker engine dropped before the job finished")
-                    .await
-            });
-        }
-    }
 }
 
 #[pymethods]
@@ -335,7 +354,7 @@ impl Engine {
         })
     }
 
-    fn complete<'py>(
+    fn settle<'py>(
         &self,
         py: Python<'py>,
         job_id: String,
@@ -349,12 +368,23 @@ impl Engine {
             // Settling runs to the end on the runtime even when the awaiting task is
             // cancelled: dropped half way, the job would leave the engine unsettled.
             let settle = pyo3_async_runtimes::tokio::get_runtime()
-                .spawn(async move { engine.complete(&job_id, attempt, outcome).await });
+                .spawn(async move { engine.settle(&job_id, attempt, outcome).await });
             match settle.await {
                 Ok(r) => r.map(|()| Detached(Ok(()))).map_err(Failure::from),
                 Err(e) => Ok(Detached(Err(e.to_string()))),
             }
         })
+    }
+
+    fn complete<'py>(
+        &self,
+        py: Python<'py>,
+        job_id: String,
+        attempt: &Bound<'py, PyAny>,
+        outcome: PyRef<'py, Outcome>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        warn_deprecated(py, "Engine.complete is deprecated: use Engine.settle")?;
+        self.settle(py, job_id, attempt, outcome)
     }
 
     fn shutdown(&self) {
@@ -385,6 +415,25 @@ impl Engine {
         })
     }
 
+    fn drain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let engine = self.inner.clone();
+        coroutine(py, async move {
+            // Like `settle`, not cut short by a cancelled task.
+            let drain = pyo3_async_runtimes::tokio::get_runtime()
+                .spawn(async move { engine.drain().await });
+            Ok::<_, Failure>(Detached(drain.await.map_err(|e| e.to_string())))
+        })
+    }
+
+    fn end_grace_period(&self) {
+        self.inner.end_grace_period();
+    }
+
+    #[getter]
+    fn report(&self) -> WorkerReport {
+        WorkerReport::from(self.inner.report())
+    }
+
     fn abandon_all<'py>(&self, py: Python<'py>, reason: String) -> PyResult<Bound<'py, PyAny>> {
         let engine = self.inner.clone();
         coroutine(py, async move {
@@ -400,6 +449,72 @@ impl Engine {
             "<Engine in_flight={} shut_down={}>",
             self.inner.in_flight(),
             self.inner.is_shut_down()
+        )
+    }
+}
+
+/// What a worker run did: counts of jobs, kept by the core's engine.
+#[pyclass(module = "sepp._native", frozen, eq, get_all)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WorkerReport {
+    acked: u64,
+    nacked: u64,
+    lease_lost: u64,
+    abandoned: u64,
+}
+
+impl From<engine::WorkerReport> for WorkerReport {
+    fn from(r: engine::WorkerReport) -> Self {
+        let engine::WorkerReport {
+            acked,
+            nacked,
+            lease_lost,
+            abandoned,
+        } = r;
+        WorkerReport {
+            acked,
+            nacked,
+            lease_lost,
+            abandoned,
+        }
+    }
+}
+
+#[pymethods]
+impl WorkerReport {
+    #[new]
+    #[pyo3(signature = (*, acked=0, nacked=0, lease_lost=0, abandoned=0))]
+    fn new(acked: u64, nacked: u64, lease_lost: u64, abandoned: u64) -> Self {
+        WorkerReport {
+            acked,
+            nacked,
+            lease_lost,
+            abandoned,
+        }
+    }
+
+    #[getter]
+    fn succeeded(&self, py: Python<'_>) -> PyResult<u64> {
+        warn_deprecated(
+            py,
+            "WorkerReport.succeeded is deprecated: use WorkerReport.acked",
+        )?;
+        Ok(self.acked)
+    }
+
+    #[getter]
+    fn failed(&self, py: Python<'_>) -> PyResult<u64> {
+        warn_deprecated(
+            py,
+            "WorkerReport.failed is deprecated: use WorkerReport.nacked",
+        )?;
+        Ok(self.nacked)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "WorkerReport(acked={}, nacked={}, lease_lost={}, abandoned={})",
+            self.acked, self.nacked, self.lease_lost, self.abandoned
         )
     }
 }

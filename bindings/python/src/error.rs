@@ -44,66 +44,34 @@ pub(crate) struct Rejection {
 }
 
 impl Rejection {
-    /// Converts the core's rejection.
+    /// Converts the core's rejection. The fields are destructured whole, so a field added to
+    /// the core's `RejectionFields` does not compile here until it is handed on.
     pub(crate) fn from_core(r: &sepp_rs::Rejection) -> Self {
-        use sepp_rs::Rejection as R;
-        let mut v = Rejection {
+        let sepp_rs::RejectionFields {
+            queue,
+            limit,
+            actual,
+            encoding,
+            allowed,
+            job_type,
+            key,
+            horizon,
+            scheduled_at,
+        } = r.fields();
+        Rejection {
             code: r.code().as_str(),
             message: r.to_string(),
             transient: r.is_transient(),
-            queue: None,
-            limit: None,
-            actual: None,
-            encoding: None,
-            allowed: None,
-            job_type: None,
-            key: None,
-            horizon: None,
-            scheduled_at: None,
-        };
-        match r {
-            R::UnknownQueue { queue } | R::QueueClosing { queue } => v.queue = Some(queue.clone()),
-            R::QueueFull { queue, limit } => {
-                v.queue = Some(queue.clone());
-                v.limit = Some(*limit);
-            }
-            R::PayloadTooLarge { limit, actual } | R::CustomMapTooLarge { limit, actual } => {
-                v.limit = Some(*limit);
-                v.actual = Some(*actual);
-            }
-            R::CustomEntriesTooMany { limit, actual } => {
-                v.limit = Some(u64::from(*limit));
-                v.actual = Some(u64::from(*actual));
-            }
-            R::QueueNameTooLong { limit, actual }
-            | R::JobTypeNameTooLong { limit, actual }
-            | R::IdempotencyKeyTooLong { limit, actual } => {
-                v.limit = Some(u64::from(*limit));
-                v.actual = Some(*actual);
-            }
-            R::CustomKeyTooLong { key, limit, actual } => {
-                v.key = Some(key.clone());
-                v.limit = Some(u64::from(*limit));
-                v.actual = Some(*actual);
-            }
-            R::EncodingNotAllowed { encoding, allowed } => {
-                v.encoding = Some(encoding.clone());
-                v.allowed = Some(allowed.clone());
-            }
-            R::JobTypeNotAllowed { job_type, allowed } => {
-                v.job_type = Some(job_type.clone());
-                v.allowed = Some(allowed.clone());
-            }
-            R::ScheduledTooFar { horizon, actual } => {
-                v.horizon = Some(*horizon);
-                v.scheduled_at = Some(*actual);
-            }
-            // The code and message say everything about these. A kind added to the core later
-            // still gets its code and message here; its fields need a line above.
-            R::InvalidRequest { .. } | R::Unknown => {}
-            _ => {}
+            queue,
+            limit,
+            actual,
+            encoding,
+            allowed,
+            job_type,
+            key,
+            horizon,
+            scheduled_at,
         }
-        v
     }
 }
 
@@ -118,11 +86,22 @@ impl Rejection {
     }
 }
 
+/// Warns with a `DeprecationWarning` pointing at the caller: `message` names the old name and
+/// the new one.
+pub(crate) fn warn_deprecated(py: Python<'_>, message: &str) -> PyResult<()> {
+    let message =
+        std::ffi::CString::new(message).map_err(|e| PyTypeError::new_err(e.to_string()))?;
+    PyErr::warn(
+        py,
+        &py.get_type::<pyo3::exceptions::PyDeprecationWarning>(),
+        &message,
+        1,
+    )
+}
+
 /// Which sepp error reports an unusable value given from Python.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Invalid {
-    /// An `EnqueueRequest` field: the `INVALID_REQUEST` rejection, as the core reports it.
-    Request,
     /// An argument of a call: `INVALID_ARGUMENT`.
     Argument,
     /// A connection setting: `INVALID_CONFIG`.
@@ -134,9 +113,6 @@ impl Invalid {
     pub(crate) fn failure(self, message: impl Into<String>) -> Failure {
         let message = message.into();
         match self {
-            Invalid::Request => {
-                Failure::Rejected(vec![(0, sepp_rs::Rejection::InvalidRequest { message })])
-            }
             Invalid::Argument => Failure::call(ErrorCode::InvalidArgument, message),
             Invalid::Config => Failure::call(ErrorCode::InvalidConfig, message),
         }

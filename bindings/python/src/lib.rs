@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `admin` | what the operator calls return: `JobInfo`, `KeyRecord`, `DeadLetterPage`, `QueueStats` |
 //! | `client` | `SeppClient`: connect, enqueue, reserve, ack, nack, extend, ..., operator calls |
-//! | `engine` | the core's worker engine under `sepp.worker`: `EngineOptions`, `Engine`, `Lease`, `Outcome` |
+//! | `engine` | the core's worker engine under `sepp.worker`: `EngineOptions`, `Engine`, `Lease`, `Outcome`, `WorkerReport` |
 //! | `request` | what Python sends: `EnqueueRequest`, `Payload`, `TraceContext`, `NackRetry`, `RetryPolicy`, `TlsOptions` |
 //! | `job` | what the server returns: `EnqueueAck`, `Job`, `DeadLetterRecord`, `ServerInfo` |
 //! | `error` | the `Rejection` value and the mapping of core errors to `sepp.errors` |
@@ -17,7 +17,7 @@
 //! | `time` | `timedelta` / aware `datetime` conversions |
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 mod admin;
 mod call;
@@ -36,6 +36,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let codes: Vec<&'static str> = sepp_rs::ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     m.add("ERROR_CODES", PyTuple::new(py, codes)?)?;
+    // The class of each code in `sepp.errors` (the core's table; a test checks the classes).
+    let classes = PyDict::new(py);
+    for code in sepp_rs::ErrorCode::ALL {
+        classes.set_item(code.as_str(), code.class_name())?;
+    }
+    m.add("ERROR_CLASS_NAMES", classes)?;
     // Before the interpreter finalizes, stop runtime threads from attaching to it (see `call`).
     py.import("atexit")?
         .call_method1("register", (wrap_pyfunction!(call::close_deliveries, m)?,))?;
@@ -59,5 +65,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<engine::Lease>()?;
     m.add_class::<engine::Outcome>()?;
+    m.add_class::<engine::WorkerReport>()?;
     Ok(())
 }

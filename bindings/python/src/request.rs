@@ -2,9 +2,9 @@
 //! its [`Payload`] and [`TraceContext`], the [`NackRetry`] strategy, and the connection
 //! settings [`RetryPolicy`] and [`TlsOptions`].
 
-use crate::error::{Failure, Invalid};
+use crate::error::{Invalid, warn_deprecated};
 use crate::repr::repr;
-use crate::time::{datetime_to_py, duration_arg, opt_datetime_arg, opt_duration_arg, type_name};
+use crate::time::{datetime_to_py, datetime_value, duration_arg, opt_duration_arg, type_name};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyMapping, PyString};
@@ -16,6 +16,12 @@ use std::collections::BTreeMap;
 /// # Errors
 /// `TypeError` for a non-int (a `bool` included); the `invalid` error when out of range.
 pub(crate) fn u32_arg(obj: &Bound<'_, PyAny>, name: &str, invalid: Invalid) -> PyResult<u32> {
+    u32_value(obj, name)?.map_err(|m| invalid.err(obj.py(), m))
+}
+
+/// Reads the integer `name` as a `u32`: `Err` (`TypeError`) for a non-int, `Ok(Err(message))`
+/// for an int out of range, with the message the Node package gives for the same value.
+fn u32_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<u32, String>> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "{name} must be int, not {}",
@@ -23,12 +29,12 @@ pub(crate) fn u32_arg(obj: &Bound<'_, PyAny>, name: &str, invalid: Invalid) -> P
         )));
     }
     let v = obj.extract::<i64>().unwrap_or(i64::MAX);
-    u32::try_from(v).map_err(|_| {
-        invalid.err(
-            obj.py(),
-            format!("{name} is {}: it must be between 0 and {}", obj, u32::MAX),
+    Ok(u32::try_from(v).map_err(|_| {
+        format!(
+            "{name} is {obj}: expected an integer from 0 to {}",
+            u32::MAX
         )
-    })
+    }))
 }
 
 /// Like [`u32_arg`], with `None` for a missing or `None` argument.
@@ -57,9 +63,9 @@ fn bytes_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u8>> {
     }
 }
 
-/// Reads the `custom` mapping: `str` keys, `str | int | float | bool` values.
-fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
-    let py = obj.py();
+/// Reads the `custom` mapping: `str` keys, `str | int | float | bool` values; `Ok(Err(_))`
+/// names an int outside the 64-bit range.
+fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<Result<BTreeMap<String, Value>, String>> {
     let mapping = obj.cast::<PyMapping>().map_err(|_| {
         PyTypeError::new_err(format!(
             "custom must be a mapping of str to str, int, float or bool, not {}",
@@ -78,12 +84,14 @@ fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
         let value = if let Ok(b) = v.cast::<PyBool>() {
             Value::Bool(b.is_true())
         } else if v.is_instance_of::<PyInt>() {
-            Value::Int(v.extract::<i64>().map_err(|_| {
-                Invalid::Request.err(
-                    py,
-                    format!("custom[{key:?}] is {v}: outside the 64-bit integer range"),
-                )
-            })?)
+            match v.extract::<i64>() {
+                Ok(i) => Value::Int(i),
+                Err(_) => {
+                    return Ok(Err(format!(
+                        "custom[{key:?}] is outside the signed 64-bit integer range"
+                    )));
+                }
+            }
         } else if let Ok(f) = v.cast::<PyFloat>() {
             Value::Double(f.value())
         } else if let Ok(s) = v.cast::<PyString>() {
@@ -96,7 +104,7 @@ fn custom_arg(obj: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
         };
         out.insert(key, value);
     }
-    Ok(out)
+    Ok(Ok(out))
 }
 
 /// A custom value as a Python `str`, `int`, `float` or `bool`.
@@ -214,13 +222,34 @@ impl TraceContext {
     }
 }
 
-/// One job to enqueue, checked by the core when constructed.
+/// One job to enqueue. Only the argument types are checked here; the values are checked by
+/// the core when the request is sent, as in every language.
 #[pyclass(module = "sepp._native", frozen)]
 pub(crate) struct EnqueueRequest {
     /// The request the core sends.
     pub(crate) inner: sepp_rs::EnqueueRequest,
     /// The `Payload` object given, returned as is by the getter.
     payload: Option<Py<Payload>>,
+    /// Why a value given could not become part of `inner` (a count out of range, a naive
+    /// datetime, ...): the request's `INVALID_REQUEST` rejection, reported when it is sent.
+    fault: Option<String>,
+}
+
+impl EnqueueRequest {
+    /// The core's request, or its rejection for a value that could not be held.
+    pub(crate) fn prepared(&self) -> Result<sepp_rs::EnqueueRequest, sepp_rs::Rejection> {
+        match &self.fault {
+            Some(message) => Err(sepp_rs::Rejection::InvalidRequest {
+                message: message.clone(),
+            }),
+            None => Ok(self.inner.clone()),
+        }
+    }
+}
+
+/// Keeps the first value fault of a request, returning the value when there is none.
+fn keep<T>(fault: &mut Option<String>, value: Result<T, String>) -> Option<T> {
+    value.map_err(|m| fault.get_or_insert(m).clone()).ok()
 }
 
 #[pymethods]
@@ -243,24 +272,39 @@ impl EnqueueRequest {
         trace_context: Option<PyRef<'_, TraceContext>>,
         scheduled_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let rejected = |r| Failure::Rejected(vec![(0, r)]).into_pyerr(py);
-        let mut inner = sepp_rs::EnqueueRequest::new(queue, job_type).map_err(rejected)?;
-        inner.payload = payload.as_ref().map(|p| p.get().to_core(py));
-        inner.idempotency_key = idempotency_key;
-        inner.priority = opt_u32_arg(priority, "priority", Invalid::Request)?;
-        inner.max_attempts = opt_u32_arg(max_attempts, "max_attempts", Invalid::Request)?;
-        if let Some(c) = custom.filter(|c| !c.is_none()) {
-            inner.custom = custom_arg(c)?;
-        }
-        inner.trace_context = trace_context.map(|t| sepp_rs::TraceContext {
-            traceparent: t.traceparent.clone(),
-            tracestate: t.tracestate.clone(),
-        });
-        inner.scheduled_at = opt_datetime_arg(scheduled_at, "scheduled_at", Invalid::Request)?;
-        inner.validate().map_err(rejected)?;
+        let mut fault = None;
+        let count = |obj: Option<&Bound<'_, PyAny>>, name: &str| match obj {
+            Some(o) if !o.is_none() => u32_value(o, name).map(Some),
+            _ => Ok(None),
+        };
+        let priority = count(priority, "priority")?.and_then(|r| keep(&mut fault, r));
+        let max_attempts = count(max_attempts, "max_attempts")?.and_then(|r| keep(&mut fault, r));
+        let custom = match custom.filter(|c| !c.is_none()) {
+            Some(c) => keep(&mut fault, custom_arg(c)?).unwrap_or_default(),
+            None => BTreeMap::new(),
+        };
+        let scheduled_at = match scheduled_at.filter(|t| !t.is_none()) {
+            Some(t) => keep(&mut fault, datetime_value(t, "scheduled_at")?),
+            None => None,
+        };
+        let inner = sepp_rs::EnqueueRequest {
+            queue,
+            job_type,
+            payload: payload.as_ref().map(|p| p.get().to_core(py)),
+            idempotency_key,
+            priority,
+            max_attempts,
+            custom,
+            trace_context: trace_context.map(|t| sepp_rs::TraceContext {
+                traceparent: t.traceparent.clone(),
+                tracestate: t.tracestate.clone(),
+            }),
+            scheduled_at,
+        };
         Ok(EnqueueRequest {
             inner,
             payload: payload.map(Bound::unbind),
+            fault,
         })
     }
 
@@ -394,25 +438,84 @@ pub(crate) struct RetryPolicy {
     pub(crate) inner: sepp_rs::RetryPolicy,
 }
 
+/// Warns that `RetryPolicy.{old}` is deprecated in favour of `new`.
+fn deprecated(py: Python<'_>, old: &str, new: &str) -> PyResult<()> {
+    warn_deprecated(py, &format!("RetryPolicy.{old} is deprecated: use {new}"))
+}
+
 #[pymethods]
 impl RetryPolicy {
     #[new]
-    #[pyo3(signature = (*, max_attempts=None, initial_backoff=None, max_backoff=None, multiplier=None))]
+    #[pyo3(signature = (
+        *, max_retries=None, first_retry_delay=None, max_retry_delay=None, multiplier=None,
+        max_attempts=None, initial_backoff=None, max_backoff=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
+        max_retries: Option<&Bound<'_, PyAny>>,
+        first_retry_delay: Option<&Bound<'_, PyAny>>,
+        max_retry_delay: Option<&Bound<'_, PyAny>>,
+        multiplier: Option<f64>,
         max_attempts: Option<&Bound<'_, PyAny>>,
         initial_backoff: Option<&Bound<'_, PyAny>>,
         max_backoff: Option<&Bound<'_, PyAny>>,
-        multiplier: Option<f64>,
     ) -> PyResult<Self> {
         let mut inner = sepp_rs::RetryPolicy::default();
-        if let Some(n) = opt_u32_arg(max_attempts, "max_attempts", Invalid::Config)? {
-            inner.max_attempts = n;
+        // The names of earlier releases: `max_attempts` counted the first try too.
+        fn old<'py>(
+            arg: Option<&Bound<'py, PyAny>>,
+            name: &str,
+            new: &str,
+        ) -> PyResult<Option<Bound<'py, PyAny>>> {
+            match arg {
+                Some(a) if !a.is_none() => deprecated(a.py(), name, new).map(|()| Some(a.clone())),
+                _ => Ok(None),
+            }
         }
-        if let Some(d) = opt_duration_arg(initial_backoff, "initial_backoff", Invalid::Config)? {
-            inner.initial_backoff = d;
+        let max_attempts = old(max_attempts, "max_attempts", "max_retries")?;
+        let initial_backoff = old(initial_backoff, "initial_backoff", "first_retry_delay")?;
+        let max_backoff = old(max_backoff, "max_backoff", "max_retry_delay")?;
+        for (new, old, names) in [
+            (max_retries, &max_attempts, "max_retries and max_attempts"),
+            (
+                first_retry_delay,
+                &initial_backoff,
+                "first_retry_delay and initial_backoff",
+            ),
+            (
+                max_retry_delay,
+                &max_backoff,
+                "max_retry_delay and max_backoff",
+            ),
+        ] {
+            if new.is_some_and(|n| !n.is_none()) && old.is_some() {
+                return Err(Invalid::Config.err(py, format!("give one of {names}, not both")));
+            }
         }
-        if let Some(d) = opt_duration_arg(max_backoff, "max_backoff", Invalid::Config)? {
-            inner.max_backoff = d;
+        if let Some(n) = opt_u32_arg(max_retries, "max_retries", Invalid::Config)? {
+            inner.max_retries = n;
+        }
+        if let Some(n) = opt_u32_arg(max_attempts.as_ref(), "max_attempts", Invalid::Config)? {
+            inner.max_retries = n.saturating_sub(1);
+        }
+        let first = first_retry_delay.or(initial_backoff.as_ref());
+        let name = if initial_backoff.is_some() {
+            "initial_backoff"
+        } else {
+            "first_retry_delay"
+        };
+        if let Some(d) = opt_duration_arg(first, name, Invalid::Config)? {
+            inner.first_retry_delay = d;
+        }
+        let most = max_retry_delay.or(max_backoff.as_ref());
+        let name = if max_backoff.is_some() {
+            "max_backoff"
+        } else {
+            "max_retry_delay"
+        };
+        if let Some(d) = opt_duration_arg(most, name, Invalid::Config)? {
+            inner.max_retry_delay = d;
         }
         if let Some(m) = multiplier {
             inner.multiplier = m;
@@ -421,18 +524,18 @@ impl RetryPolicy {
     }
 
     #[getter]
-    fn max_attempts(&self) -> u32 {
-        self.inner.max_attempts
+    fn max_retries(&self) -> u32 {
+        self.inner.max_retries
     }
 
     #[getter]
-    fn initial_backoff(&self) -> std::time::Duration {
-        self.inner.initial_backoff
+    fn first_retry_delay(&self) -> std::time::Duration {
+        self.inner.first_retry_delay
     }
 
     #[getter]
-    fn max_backoff(&self) -> std::time::Duration {
-        self.inner.max_backoff
+    fn max_retry_delay(&self) -> std::time::Duration {
+        self.inner.max_retry_delay
     }
 
     #[getter]
@@ -440,12 +543,30 @@ impl RetryPolicy {
         self.inner.multiplier
     }
 
+    #[getter]
+    fn max_attempts(&self, py: Python<'_>) -> PyResult<u32> {
+        deprecated(py, "max_attempts", "max_retries")?;
+        Ok(self.inner.max_retries.saturating_add(1))
+    }
+
+    #[getter]
+    fn initial_backoff(&self, py: Python<'_>) -> PyResult<std::time::Duration> {
+        deprecated(py, "initial_backoff", "first_retry_delay")?;
+        Ok(self.inner.first_retry_delay)
+    }
+
+    #[getter]
+    fn max_backoff(&self, py: Python<'_>) -> PyResult<std::time::Duration> {
+        deprecated(py, "max_backoff", "max_retry_delay")?;
+        Ok(self.inner.max_retry_delay)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "RetryPolicy(max_attempts={}, initial_backoff={}, max_backoff={}, multiplier={})",
-            self.inner.max_attempts,
-            repr(py, self.inner.initial_backoff),
-            repr(py, self.inner.max_backoff),
+            "RetryPolicy(max_retries={}, first_retry_delay={}, max_retry_delay={}, multiplier={})",
+            self.inner.max_retries,
+            repr(py, self.inner.first_retry_delay),
+            repr(py, self.inner.max_retry_delay),
             repr(py, self.inner.multiplier)
         )
     }

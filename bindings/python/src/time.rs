@@ -74,15 +74,12 @@ fn epoch(py: Python<'_>) -> PyResult<&Bound<'_, PyDateTime>> {
         .map(|e| e.bind(py))
 }
 
-/// Reads the aware `datetime` argument `name`.
-///
-/// # Errors
-/// `TypeError` when `obj` is not a `datetime`; the `invalid` error when it is naive.
-pub(crate) fn datetime_arg(
+/// Reads the aware `datetime` `name`: `Err` (`TypeError`) when it is not a `datetime`,
+/// `Ok(Err(message))` when it is naive or out of range.
+pub(crate) fn datetime_value(
     obj: &Bound<'_, PyAny>,
     name: &str,
-    invalid: Invalid,
-) -> PyResult<SystemTime> {
+) -> PyResult<Result<SystemTime, String>> {
     let py = obj.py();
     if !obj.is_instance_of::<PyDateTime>() {
         return Err(PyTypeError::new_err(format!(
@@ -91,12 +88,9 @@ pub(crate) fn datetime_arg(
         )));
     }
     if obj.call_method0("utcoffset")?.is_none() {
-        return Err(invalid.err(
-            py,
-            format!(
-                "{name} is a naive datetime: give it a time zone, e.g. datetime.now(timezone.utc)"
-            ),
-        ));
+        return Ok(Err(format!(
+            "{name} is a naive datetime: give it a time zone, e.g. datetime.now(timezone.utc)"
+        )));
     }
     let since = obj.sub(epoch(py)?)?;
     let since = since.cast::<PyDelta>()?;
@@ -109,19 +103,7 @@ pub(crate) fn datetime_arg(
     } else {
         UNIX_EPOCH.checked_sub(offset)
     };
-    t.ok_or_else(|| invalid.err(py, format!("{name} is out of range")))
-}
-
-/// Like [`datetime_arg`], with `None` for a missing or `None` argument.
-pub(crate) fn opt_datetime_arg(
-    obj: Option<&Bound<'_, PyAny>>,
-    name: &str,
-    invalid: Invalid,
-) -> PyResult<Option<SystemTime>> {
-    match obj {
-        Some(o) if !o.is_none() => datetime_arg(o, name, invalid).map(Some),
-        _ => Ok(None),
-    }
+    Ok(t.ok_or_else(|| format!("{name} is out of range")))
 }
 
 /// `t` as an aware UTC `datetime` (microsecond precision).

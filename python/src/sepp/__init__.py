@@ -36,7 +36,10 @@ Layout: `sepp._native` (classes over the core), `sepp.errors` (exceptions), `sep
 (`Worker`, `HandlerError`, `JobContext`, `WorkerReport`).
 """
 
+from typing import TYPE_CHECKING
+
 from sepp._native import (
+    ERROR_CLASS_NAMES,
     ERROR_CODES,
     DeadLetterPage,
     DeadLetterRecord,
@@ -62,6 +65,7 @@ from sepp.worker import Handler, HandlerError, JobContext, Worker, WorkerReport
 
 __all__ = [
     "ERROR_CODES",
+    "ERROR_CLASS_NAMES",
     "__version__",
     # client and values
     "SeppClient",
@@ -88,3 +92,33 @@ __all__ = [
     "WorkerReport",
 ]
 __all__ += errors.__all__
+
+
+def __getattr__(name: str) -> type[SeppError]:  # noqa: F405 -- from sepp.errors
+    """Serves the deprecated error names of earlier releases (see `sepp.errors`)."""
+    if name in errors._DEPRECATED_NAMES:
+        cls: type[SeppError] = getattr(errors, name)  # noqa: F405 -- warns
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from sepp.errors import (
+        AttemptMismatch as AttemptMismatch,
+        CustomEntriesTooMany as CustomEntriesTooMany,
+        CustomKeyTooLong as CustomKeyTooLong,
+        CustomMapTooLarge as CustomMapTooLarge,
+        EncodingNotAllowed as EncodingNotAllowed,
+        IdempotencyKeyTooLong as IdempotencyKeyTooLong,
+        InvalidRequest as InvalidRequest,
+        JobNotInFlight as JobNotInFlight,
+        JobTypeNameTooLong as JobTypeNameTooLong,
+        JobTypeNotAllowed as JobTypeNotAllowed,
+        PayloadTooLarge as PayloadTooLarge,
+        QueueClosing as QueueClosing,
+        QueueFull as QueueFull,
+        QueueNameTooLong as QueueNameTooLong,
+        ScheduledTooFar as ScheduledTooFar,
+        UnknownQueue as UnknownQueue,
+        UnknownRejection as UnknownRejection,
+    )

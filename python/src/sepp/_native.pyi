@@ -17,6 +17,7 @@ from typing import Literal, Optional, Union, final
 __all__ = [
     "__version__",
     "ERROR_CODES",
+    "ERROR_CLASS_NAMES",
     "DeadLetterPage",
     "DeadLetterRecord",
     "Engine",
@@ -37,6 +38,7 @@ __all__ = [
     "ServerInfo",
     "TlsOptions",
     "TraceContext",
+    "WorkerReport",
 ]
 
 __version__: str
@@ -46,6 +48,11 @@ ERROR_CODES: tuple[str, ...]
 """Every stable error code of the core (`ErrorCode::ALL`), e.g. ``"JOB_NOT_IN_FLIGHT"``.
 
 `sepp.errors` has an exception class for each.
+"""
+
+ERROR_CLASS_NAMES: dict[str, str]
+"""The exception class of each code in `sepp.errors`, by code: the code in PascalCase then
+``Error`` (``"JOB_NOT_IN_FLIGHT"`` -> ``"JobNotInFlightError"``), the name TypeScript uses too.
 """
 
 _CustomValue = Union[str, int, float, bool]
@@ -67,7 +74,7 @@ class Payload:
             data: The bytes (copied from a `bytearray`). Must be non-empty when used in an
                 `EnqueueRequest`: omit the payload when there is no data.
             encoding: A non-empty hint such as a MIME type (``"application/json"``). A queue
-                may restrict the encodings it accepts (`EncodingNotAllowed`).
+                may restrict the encodings it accepts (`EncodingNotAllowedError`).
 
         Raises:
             TypeError: `data` is not `bytes` or `bytearray`, or `encoding` is not a `str`.
@@ -105,11 +112,16 @@ class TraceContext:
 
 @final
 class EnqueueRequest:
-    """One job to enqueue, checked when constructed.
+    """One job to enqueue.
 
-    The structural checks of the core run here (empty names, priority range, empty key, empty
-    payload, ...); the idempotency key's length is checked by `SeppClient.enqueue` against the
-    server's limit, before anything is sent.
+    Building one checks the argument types only. The values are checked by the core when the
+    request is sent (`SeppClient.enqueue`, `enqueue_batch`, `enqueue_atomic`), before anything
+    goes out, as in every language: the structural rules with the server's messages (the queue
+    name, empty names, priority range, empty key, empty payload, ...), then the lengths up to
+    the idempotency key's against the limits the server advertised. A value that cannot be
+    held (a negative `priority`, an int over 64 bits in `custom`, a naive `scheduled_at`) is an
+    `InvalidRequestError` at that point too; its field then reads None (or is left out of
+    `custom`).
     """
 
     def __new__(
@@ -135,7 +147,7 @@ class EnqueueRequest:
             idempotency_key: Names what the job is about (an order id, an event id): within
                 the queue's dedup window, a second enqueue with the same key on the same queue
                 returns the first job's id instead of creating a job. 1 to
-                `max_idempotency_key_bytes` UTF-8 bytes (256 by default).
+                `max_idempotency_key_bytes` UTF-8 bytes (the server's limit, 256 by default).
             priority: 0 (lowest) to 9 (highest). None: the queue's default.
             max_attempts: Deliveries before the job is dead-lettered; at least 1. None: the
                 queue's default. The server clamps it to its ceiling.
@@ -145,9 +157,8 @@ class EnqueueRequest:
             scheduled_at: Not ready before this time; timezone-aware. A past time means at once.
 
         Raises:
-            TypeError: An argument has the wrong type (the message names it).
-            InvalidRequest: A value is invalid: an empty `queue`, `job_type`, key, payload or
-                custom key, `priority` over 9, `max_attempts` of 0, a naive `scheduled_at`, ...
+            TypeError: An argument has the wrong type (the message names it). Invalid values
+                are reported when the request is sent, not here.
         """
 
     @property
@@ -374,44 +385,68 @@ class RetryPolicy:
     """Automatic retries, only where the core deems them safe: keyed enqueues (a repeat is a
     dedup hit), ack/nack/extend and get_server_info on transport errors and overload; unkeyed
     enqueues only when the request cannot have reached the server; reserve and
-    drain_dead_letters never. Pauses use exponential backoff with full jitter."""
+    drain_dead_letters never. The pauses between tries grow exponentially, with full jitter.
+
+    The names of earlier releases (`max_attempts`, which counted the first try,
+    `initial_backoff`, `max_backoff`) are accepted and readable with a `DeprecationWarning`:
+    attempts and backoff are the words of jobs, not of calls.
+    """
 
     def __new__(
         cls,
         *,
+        max_retries: Optional[int] = None,
+        first_retry_delay: Optional[timedelta] = None,
+        max_retry_delay: Optional[timedelta] = None,
+        multiplier: Optional[float] = None,
         max_attempts: Optional[int] = None,
         initial_backoff: Optional[timedelta] = None,
         max_backoff: Optional[timedelta] = None,
-        multiplier: Optional[float] = None,
     ) -> RetryPolicy:
         """Creates a policy; None takes the core's default.
 
         Args:
-            max_attempts: Tries in all, the first included. Default 3.
-            initial_backoff: Upper bound of the first pause. Default 50 ms.
-            max_backoff: Upper bound of any pause. Default 2 s.
+            max_retries: Retries after the first try; 0 makes one try. Default 2.
+            first_retry_delay: Upper bound of the pause before the first retry. Default 50 ms.
+            max_retry_delay: Upper bound of any pause. Default 2 s.
             multiplier: Growth of the bound per retry. Default 2.0.
+            max_attempts: Deprecated: tries in all, the first included (``max_retries + 1``).
+            initial_backoff: Deprecated: `first_retry_delay`.
+            max_backoff: Deprecated: `max_retry_delay`.
 
         Raises:
             TypeError: An argument has the wrong type.
-            InvalidConfigError: A negative duration or count.
+            InvalidConfigError: A negative duration or count, or a setting given under both
+                its names.
         """
 
     @property
-    def max_attempts(self) -> int:
-        """Tries in all."""
+    def max_retries(self) -> int:
+        """Retries after the first try."""
 
     @property
-    def initial_backoff(self) -> timedelta:
-        """Upper bound of the first pause."""
+    def first_retry_delay(self) -> timedelta:
+        """Upper bound of the pause before the first retry."""
 
     @property
-    def max_backoff(self) -> timedelta:
+    def max_retry_delay(self) -> timedelta:
         """Upper bound of any pause."""
 
     @property
     def multiplier(self) -> float:
         """Growth of the bound per retry."""
+
+    @property
+    def max_attempts(self) -> int:
+        """Deprecated: tries in all (``max_retries + 1``)."""
+
+    @property
+    def initial_backoff(self) -> timedelta:
+        """Deprecated: `first_retry_delay`."""
+
+    @property
+    def max_backoff(self) -> timedelta:
+        """Deprecated: `max_retry_delay`."""
 
     def __eq__(self, value: object, /) -> bool: ...
 
@@ -566,9 +601,10 @@ class JobInfo:
     @property
     def state(
         self,
-    ) -> Literal["UNKNOWN", "SCHEDULED", "READY", "IN_FLIGHT", "DEAD_LETTERED", "COMPLETED"]:
+    ) -> Literal["UNKNOWN", "SCHEDULED", "READY", "IN_FLIGHT", "DEAD_LETTERED", "ACKED"]:
         """Where the job is. ``"UNKNOWN"``: never existed, or finished and forgotten;
-        ``"COMPLETED"``: acked, kept while its idempotency key is remembered."""
+        ``"ACKED"``: acked, kept while its idempotency key is remembered (earlier releases
+        said ``"COMPLETED"``)."""
 
     @property
     def queue(self) -> str:
@@ -709,7 +745,7 @@ class SeppClient:
                 Default 30 seconds; None for no deadline.
             retry_policy: Automatic retries of the calls safe to retry (keyed enqueues, ack,
                 nack, extend, get_server_info; never reserve or drain_dead_letters). Default
-                ``RetryPolicy()`` (3 tries in all); None for none.
+                ``RetryPolicy()`` (2 retries, 3 tries in all); None for none.
 
         Returns:
             The connected client.
@@ -723,9 +759,11 @@ class SeppClient:
         """
 
     @property
-    def max_idempotency_key_bytes(self) -> int:
-        """The idempotency key limit requests are checked against, in UTF-8 bytes (the
-        server's, read at connect and by `get_server_info`).
+    def max_idempotency_key_bytes(self) -> Optional[int]:
+        """The idempotency key limit requests are checked against before they are sent, in
+        UTF-8 bytes: the server's, read at connect and by `get_server_info`. None when the
+        server did not advertise one (a server without `GetServerInfo`): key lengths are then
+        left to the server.
 
         Raises:
             RuntimeError: The client is closed.
@@ -738,8 +776,8 @@ class SeppClient:
     async def enqueue(self, request: EnqueueRequest) -> EnqueueAck:
         """Enqueues one job.
 
-        The idempotency key's length is checked against the server's limit first, with no
-        network call.
+        The request is checked first, with no network call (see `EnqueueRequest`): its values,
+        then the lengths up to the idempotency key's against the limits the server advertised.
 
         Args:
             request: The job.
@@ -750,9 +788,10 @@ class SeppClient:
         Raises:
             TypeError: `request` is not an `EnqueueRequest`.
             RuntimeError: The client is closed.
-            JobRejectedError: The job was rejected; the subclass names why, e.g.
-                `IdempotencyKeyTooLong` (`.limit`, `.actual` in UTF-8 bytes, raised before
-                sending), `PayloadTooLarge`, `UnknownQueue`, `QueueFull` (transient).
+            JobRejectedError: The job was rejected, before sending or by the server; the
+                subclass names why, e.g. `InvalidRequestError`, `IdempotencyKeyTooLongError`
+                (`.limit`, `.actual` in UTF-8 bytes), `PayloadTooLargeError`,
+                `UnknownQueueError`, `QueueFullError` (transient).
             TransportError: The call failed in transit. A keyed enqueue is safe to repeat; an
                 unkeyed one may have been committed.
             UnauthenticatedError: Missing or wrong API key.
@@ -765,8 +804,8 @@ class SeppClient:
     ) -> list[Union[EnqueueAck, Rejection]]:
         """Enqueues each job on its own, in one call: the accepted ones are committed together.
 
-        Jobs failing the client-side checks are not sent and get their `Rejection` in the
-        results.
+        Jobs failing the checks of `enqueue` (a value that cannot be held included) are not sent
+        and get their `Rejection` in their slot of the results, as in every language.
 
         Args:
             requests: The jobs; 1 to the server's `max_enqueue_batch`.
@@ -853,9 +892,9 @@ class SeppClient:
         Raises:
             TypeError: An argument has the wrong type.
             RuntimeError: The client is closed.
-            JobNotInFlight: The job is not in flight (already acked, lease expired,
+            JobNotInFlightError: The job is not in flight (already acked, lease expired,
                 dead-lettered, unknown). The lease is lost.
-            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            AttemptMismatchError: The job is in flight under another attempt. The lease is lost.
             InvalidArgumentError: `attempt` is negative or too large.
             TransportError: The call failed in transit.
         """
@@ -882,8 +921,8 @@ class SeppClient:
         Raises:
             TypeError: An argument has the wrong type.
             RuntimeError: The client is closed.
-            JobNotInFlight: The job is not in flight. The lease is lost.
-            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            JobNotInFlightError: The job is not in flight. The lease is lost.
+            AttemptMismatchError: The job is in flight under another attempt. The lease is lost.
             InvalidArgumentError: `attempt` is negative or too large.
             TransportError: The call failed in transit.
         """
@@ -902,8 +941,8 @@ class SeppClient:
         Raises:
             TypeError: An argument has the wrong type.
             RuntimeError: The client is closed.
-            JobNotInFlight: The job is not in flight. The lease is lost.
-            AttemptMismatch: The job is in flight under another attempt. The lease is lost.
+            JobNotInFlightError: The job is not in flight. The lease is lost.
+            AttemptMismatchError: The job is in flight under another attempt. The lease is lost.
             InvalidArgumentError: A zero or negative `lease_duration`.
             TransportError: The call failed in transit.
         """
@@ -1125,8 +1164,8 @@ class SeppClient:
 
 @final
 class EngineOptions:
-    """How an `Engine` reserves and keeps leases. Types are checked here; zero values are
-    refused by `Engine.start`."""
+    """How an `Engine` reserves, keeps leases and treats the jobs it holds. Types are checked
+    here; zero values are refused by `Engine.start`."""
 
     def __new__(
         cls,
@@ -1138,6 +1177,9 @@ class EngineOptions:
         wait_timeout: Optional[timedelta] = None,
         max_backoff: Optional[timedelta] = None,
         worker_id: Optional[str] = None,
+        job_types: Optional[Sequence[str]] = None,
+        handler_timeout: Optional[timedelta] = None,
+        shutdown_timeout: Optional[timedelta] = None,
     ) -> EngineOptions:
         """Creates options; None takes the core's default.
 
@@ -1151,6 +1193,14 @@ class EngineOptions:
             max_backoff: The longest pause between reserves while they fail. Default 5
                 seconds.
             worker_id: A label sent with each reserve, shown by `SeppClient.get_job`.
+            job_types: The job types the host has a handler for: a job of another type is
+                nacked with the queue's retry policy (reason ``no handler for job type "T"``)
+                and never handed out. Default None: every type is handed out.
+            handler_timeout: The longest a job may stay handed out; past it the engine nacks
+                it (reason ``the handler ran past handler_timeout (N ms)``) and its
+                `Lease.done` returns ``"timed_out"``. Default None: no limit.
+            shutdown_timeout: How long `Engine.drain` waits for held jobs to be settled
+                before it nacks the rest. Default 30 seconds.
 
         Raises:
             TypeError: An argument has the wrong type (`queues` given as one `str` included).
@@ -1185,11 +1235,23 @@ class EngineOptions:
     def worker_id(self) -> Optional[str]:
         """The label sent with each reserve, if any."""
 
+    @property
+    def job_types(self) -> Optional[list[str]]:
+        """The job types handed out, or None for all."""
+
+    @property
+    def handler_timeout(self) -> Optional[timedelta]:
+        """The longest a job may stay handed out, or None."""
+
+    @property
+    def shutdown_timeout(self) -> timedelta:
+        """How long `Engine.drain` waits for held jobs."""
+
     def __eq__(self, value: object, /) -> bool: ...
 
 @final
 class Outcome:
-    """What became of a job, reported to `Engine.complete`. Build one with `success`, `retry`,
+    """What became of a job, reported to `Engine.settle`. Build one with `success`, `retry`,
     `retry_after` or `permanent`."""
 
     @staticmethod
@@ -1255,7 +1317,7 @@ class Outcome:
 
 @final
 class Lease:
-    """A job handed out by `Engine.next`, with its lease. Report it with `Engine.complete`."""
+    """A job handed out by `Engine.next`, with its lease. Report it with `Engine.settle`."""
 
     @property
     def job(self) -> Job:
@@ -1269,26 +1331,72 @@ class Lease:
     def is_lost(self) -> bool:
         """Whether the lease is known to be lost."""
 
+    async def done(self) -> Literal["settled", "lost", "timed_out", "abandoned"]:
+        """Returns once the engine has let go of the job, with why: ``"settled"`` (by
+        `Engine.settle`), ``"lost"`` (the lease was lost; the slot was freed without a call
+        and the server's lease expiry decides), ``"timed_out"`` (past `handler_timeout`; the
+        engine nacked the job) or ``"abandoned"`` (the worker shut down; the engine nacked the
+        job). Before the job is settled, any of these means: stop its handler."""
+
     async def lost(self) -> None:
         """Returns once the lease is known to be lost: an extension found the job settled
-        elsewhere or redelivered, or the lease ran out while extensions failed. The job is
-        someone else's then; stop working on it. Never returns while the lease holds."""
+        elsewhere or redelivered, or the lease ran out (while extensions failed, or without
+        them). The job is someone else's then; stop working on it. Never returns otherwise."""
 
     async def ended(self) -> bool:
-        """Returns once this worker's lease on the job is over.
+        """Returns once the engine has let go of the job.
 
         Returns:
-            True if the lease was lost, False if the job was completed, abandoned or released.
+            True if the lease was lost, False if the job was settled, timed out or abandoned.
         """
 
 @final
-class Engine:
-    """The core's worker engine: a poller that reserves for the free slots (backing off while
-    the server fails), lease extension, and settlement of the outcomes reported. It runs on
-    the native runtime; the host only takes jobs (`next`) and reports them (`complete`).
+class WorkerReport:
+    """What a worker run did: counts of jobs, kept by the core's engine."""
 
-    Garbage-collected without `shutdown`, it shuts down and gives back the jobs it holds
-    (`abandon_all`).
+    def __new__(
+        cls, *, acked: int = 0, nacked: int = 0, lease_lost: int = 0, abandoned: int = 0
+    ) -> WorkerReport:
+        """Creates a report (for comparisons; runs return theirs)."""
+
+    @property
+    def acked(self) -> int:
+        """Jobs acked."""
+
+    @property
+    def nacked(self) -> int:
+        """Jobs nacked (retry, delay or dead-letter): exceptions, job types without a
+        handler and handlers past `handler_timeout` included."""
+
+    @property
+    def lease_lost(self) -> int:
+        """Jobs whose lease was lost while held."""
+
+    @property
+    def abandoned(self) -> int:
+        """Jobs nacked because the worker shut down before they were settled (or given back
+        because they were reserved during shutdown)."""
+
+    @property
+    def succeeded(self) -> int:
+        """Deprecated: `acked`."""
+
+    @property
+    def failed(self) -> int:
+        """Deprecated: `nacked`."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class Engine:
+    """The core's worker engine, and the whole policy of a worker: a poller that reserves for
+    the free slots (backing off while the server fails), lease extension, lease loss (the slot
+    is freed without a call), the job types without a handler, the handler timeout,
+    settlement of the outcomes reported, shutdown and the counts. It runs on the native
+    runtime; the host only takes jobs (`next`), runs their handlers until `Lease.done`, and
+    reports them (`settle`).
+
+    Garbage-collected while it holds jobs, it shuts down and nacks them.
     """
 
     @staticmethod
@@ -1305,15 +1413,15 @@ class Engine:
         Raises:
             TypeError: An argument has the wrong type.
             RuntimeError: The client is closed.
-            InvalidArgumentError: No queues, a zero `lease_duration` or a zero
-                `max_in_flight`.
+            InvalidArgumentError: No queues, a zero `lease_duration`, a zero `max_in_flight`
+                or a zero `handler_timeout`.
         """
 
     async def next(self) -> Optional[Lease]:
-        """Waits for the next reserved job.
+        """Waits for the next reserved job. With `handler_timeout`, the job's time starts now.
 
         Do not cancel a waiting `next` while the engine runs: a job it was handing over when
-        cancelled stays held, unprocessed, until `abandon_all`. Call `shutdown`, which ends it.
+        cancelled stays held, unprocessed, until `drain`. Call `shutdown`, which ends it.
 
         Returns:
             The job and its lease, or None once the engine is shut down.
@@ -1336,9 +1444,10 @@ class Engine:
             InvalidArgumentError: `max_leases` is negative.
         """
 
-    async def complete(self, job_id: str, attempt: int, outcome: Outcome) -> None:
+    async def settle(self, job_id: str, attempt: int, outcome: Outcome) -> None:
         """Settles a job handed out by `next` (ack, or nack per `outcome`) and frees its slot.
-        The settlement runs to its end even if the awaiting task is cancelled.
+        The settlement runs to its end even if the awaiting task is cancelled. The engine
+        counts the job (`report`) whatever happens.
 
         Args:
             job_id: `Job.id`.
@@ -1347,16 +1456,39 @@ class Engine:
 
         Raises:
             TypeError: An argument has the wrong type.
-            JobNotInFlight: The lease was lost; the job will be, or was, delivered again.
-            AttemptMismatch: The lease was lost and the job redelivered.
+            JobNotInFlightError: The engine no longer holds the job (lost, timed out,
+                abandoned, or settled already: nothing was sent), or the server says the
+                lease is lost.
+            AttemptMismatchError: The lease was lost and the job redelivered.
             TransportError: The call failed in transit; the lease runs out and the job is
                 delivered again.
         """
 
+    async def complete(self, job_id: str, attempt: int, outcome: Outcome) -> None:
+        """Deprecated: `settle` (warns with `DeprecationWarning`)."""
+
     def shutdown(self) -> None:
         """Stops reserving; a waiting `next` returns None. Jobs handed out stay held until
-        completed or abandoned; jobs reserved but not handed out yet are given back at once
+        settled or abandoned; jobs reserved but not handed out yet are given back at once
         (nacked without delay)."""
+
+    async def drain(self) -> int:
+        """Shuts down gracefully: stops reserving, waits up to `shutdown_timeout` (or until
+        `end_grace_period`) for the held jobs to be settled, then nacks the rest with the
+        queue's retry policy and the reason ``worker shut down before the job finished``;
+        their `Lease.done` returns ``"abandoned"``. Runs to its end even if the awaiting task
+        is cancelled.
+
+        Returns:
+            How many jobs were nacked.
+        """
+
+    def end_grace_period(self) -> None:
+        """Ends the grace period of a running (or the next) `drain` at once."""
+
+    @property
+    def report(self) -> WorkerReport:
+        """The counts of the run so far."""
 
     @property
     def is_shut_down(self) -> bool:
@@ -1381,8 +1513,8 @@ class Engine:
         """
 
     async def abandon_all(self, reason: str) -> int:
-        """Nacks every job still held, with the queue's retry policy, at the end of a
-        shutdown. Runs to its end even if the awaiting task is cancelled.
+        """Nacks every job still held, with the queue's retry policy; their `Lease.done`
+        returns ``"abandoned"``. Runs to its end even if the awaiting task is cancelled.
 
         Args:
             reason: Kept as each job's last reason.

@@ -5,33 +5,38 @@ Every exception carries the core's stable `code` (a SCREAMING_SNAKE string such 
 call may succeed later. The hierarchy::
 
     SeppError
-    ├── TransportError              TRANSPORT            (retryable)
-    ├── UnauthenticatedError        UNAUTHENTICATED
-    ├── OverloadedError             OVERLOADED           (retryable)
-    ├── InvalidArgumentError        INVALID_ARGUMENT     (also a ValueError)
-    ├── FailedPreconditionError     FAILED_PRECONDITION
-    ├── LeaseLostError                                   (.job_id)
-    │   ├── JobNotInFlight          JOB_NOT_IN_FLIGHT
-    │   └── AttemptMismatch         ATTEMPT_MISMATCH
-    ├── ServerFaultError            SERVER_FAULT
-    ├── UnsupportedError            UNSUPPORTED
-    ├── InvalidConfigError          INVALID_CONFIG       (also a ValueError)
-    └── JobRejectedError                                 (.rejection, .index, .failures)
-        ├── UnknownQueue            UNKNOWN_QUEUE
-        ├── PayloadTooLarge         PAYLOAD_TOO_LARGE
-        ├── EncodingNotAllowed      ENCODING_NOT_ALLOWED
-        ├── JobTypeNotAllowed       JOB_TYPE_NOT_ALLOWED
-        ├── CustomEntriesTooMany    CUSTOM_ENTRIES_TOO_MANY
-        ├── CustomMapTooLarge       CUSTOM_MAP_TOO_LARGE
-        ├── CustomKeyTooLong        CUSTOM_KEY_TOO_LONG
-        ├── QueueNameTooLong        QUEUE_NAME_TOO_LONG
-        ├── JobTypeNameTooLong      JOB_TYPE_NAME_TOO_LONG
-        ├── IdempotencyKeyTooLong   IDEMPOTENCY_KEY_TOO_LONG
-        ├── ScheduledTooFar         SCHEDULED_TOO_FAR
-        ├── InvalidRequest          INVALID_REQUEST      (also a ValueError)
-        ├── QueueFull               QUEUE_FULL           (transient)
-        ├── QueueClosing            QUEUE_CLOSING        (transient)
-        └── UnknownRejection        UNKNOWN_REJECTION
+    ├── TransportError                   TRANSPORT                 (retryable)
+    ├── UnauthenticatedError             UNAUTHENTICATED
+    ├── OverloadedError                  OVERLOADED                (retryable)
+    ├── InvalidArgumentError             INVALID_ARGUMENT          (also a ValueError)
+    ├── FailedPreconditionError          FAILED_PRECONDITION
+    ├── LeaseLostError                                             (.job_id)
+    │   ├── JobNotInFlightError          JOB_NOT_IN_FLIGHT
+    │   └── AttemptMismatchError         ATTEMPT_MISMATCH
+    ├── ServerFaultError                 SERVER_FAULT
+    ├── UnsupportedError                 UNSUPPORTED
+    ├── InvalidConfigError               INVALID_CONFIG            (also a ValueError)
+    └── JobRejectedError                                           (.rejection, .index, .failures)
+        ├── UnknownQueueError            UNKNOWN_QUEUE
+        ├── PayloadTooLargeError         PAYLOAD_TOO_LARGE
+        ├── EncodingNotAllowedError      ENCODING_NOT_ALLOWED
+        ├── JobTypeNotAllowedError       JOB_TYPE_NOT_ALLOWED
+        ├── CustomEntriesTooManyError    CUSTOM_ENTRIES_TOO_MANY
+        ├── CustomMapTooLargeError       CUSTOM_MAP_TOO_LARGE
+        ├── CustomKeyTooLongError        CUSTOM_KEY_TOO_LONG
+        ├── QueueNameTooLongError        QUEUE_NAME_TOO_LONG
+        ├── JobTypeNameTooLongError      JOB_TYPE_NAME_TOO_LONG
+        ├── IdempotencyKeyTooLongError   IDEMPOTENCY_KEY_TOO_LONG
+        ├── ScheduledTooFarError         SCHEDULED_TOO_FAR
+        ├── InvalidRequestError          INVALID_REQUEST           (also a ValueError)
+        ├── QueueFullError               QUEUE_FULL                (transient)
+        ├── QueueClosingError            QUEUE_CLOSING             (transient)
+        └── UnknownRejectionError        UNKNOWN_REJECTION
+
+Every class is named for its code, ``<PascalCode>Error``, as in TypeScript; the core's table
+is `sepp.ERROR_CLASS_NAMES`. The names of earlier releases without the ``Error`` suffix
+(``JobNotInFlight``, ``QueueFull``, ``InvalidRequest``, ...) still work as deprecated aliases
+of these classes; using one warns with `DeprecationWarning`.
 
 A job rejection is also a value, `sepp.Rejection`, with the same fields as its exception: it is
 what `enqueue_batch` returns in place of an ack, and what `JobRejectedError.rejection` holds.
@@ -42,6 +47,7 @@ naming the argument; neither is a `SeppError`.
 
 from __future__ import annotations
 
+import warnings
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Optional, TypeVar
 
@@ -56,27 +62,27 @@ __all__ = [
     "InvalidArgumentError",
     "FailedPreconditionError",
     "LeaseLostError",
-    "JobNotInFlight",
-    "AttemptMismatch",
+    "JobNotInFlightError",
+    "AttemptMismatchError",
     "ServerFaultError",
     "UnsupportedError",
     "InvalidConfigError",
     "JobRejectedError",
-    "UnknownQueue",
-    "PayloadTooLarge",
-    "EncodingNotAllowed",
-    "JobTypeNotAllowed",
-    "CustomEntriesTooMany",
-    "CustomMapTooLarge",
-    "CustomKeyTooLong",
-    "QueueNameTooLong",
-    "JobTypeNameTooLong",
-    "IdempotencyKeyTooLong",
-    "ScheduledTooFar",
-    "InvalidRequest",
-    "QueueFull",
-    "QueueClosing",
-    "UnknownRejection",
+    "UnknownQueueError",
+    "PayloadTooLargeError",
+    "EncodingNotAllowedError",
+    "JobTypeNotAllowedError",
+    "CustomEntriesTooManyError",
+    "CustomMapTooLargeError",
+    "CustomKeyTooLongError",
+    "QueueNameTooLongError",
+    "JobTypeNameTooLongError",
+    "IdempotencyKeyTooLongError",
+    "ScheduledTooFarError",
+    "InvalidRequestError",
+    "QueueFullError",
+    "QueueClosingError",
+    "UnknownRejectionError",
     "error_class",
 ]
 
@@ -166,13 +172,13 @@ class LeaseLostError(SeppError):
         self.job_id = job_id
 
 
-class JobNotInFlight(LeaseLostError):
+class JobNotInFlightError(LeaseLostError):
     """The job is not in flight: acked, lease expired, dead-lettered, or never existed."""
 
     code = "JOB_NOT_IN_FLIGHT"
 
 
-class AttemptMismatch(LeaseLostError):
+class AttemptMismatchError(LeaseLostError):
     """The job is in flight under another attempt: this delivery's lease expired and the job
     was delivered again."""
 
@@ -256,7 +262,7 @@ def _field(value: Optional[_T], name: str) -> _T:
 class _LimitActual(JobRejectedError):
     @property
     def limit(self) -> int:
-        """The limit, in bytes (or entries for `CustomEntriesTooMany`)."""
+        """The limit, in bytes (or entries for `CustomEntriesTooManyError`)."""
         return _field(self.rejection.limit, "limit")
 
     @property
@@ -279,19 +285,19 @@ class _Allowed(JobRejectedError):
         return _field(self.rejection.allowed, "allowed")
 
 
-class UnknownQueue(_Queue):
+class UnknownQueueError(_Queue):
     """Strict mode, and the queue is not declared. Deterministic."""
 
     code = "UNKNOWN_QUEUE"
 
 
-class PayloadTooLarge(_LimitActual):
+class PayloadTooLargeError(_LimitActual):
     """The payload is larger than the queue's `max_payload_bytes` (`limit`, `actual` in bytes)."""
 
     code = "PAYLOAD_TOO_LARGE"
 
 
-class EncodingNotAllowed(_Allowed):
+class EncodingNotAllowedError(_Allowed):
     """The payload's encoding is not in the queue's `allowed_encodings`."""
 
     code = "ENCODING_NOT_ALLOWED"
@@ -302,7 +308,7 @@ class EncodingNotAllowed(_Allowed):
         return _field(self.rejection.encoding, "encoding")
 
 
-class JobTypeNotAllowed(_Allowed):
+class JobTypeNotAllowedError(_Allowed):
     """The job type is not in the queue's `allowed_job_types`."""
 
     code = "JOB_TYPE_NOT_ALLOWED"
@@ -313,19 +319,19 @@ class JobTypeNotAllowed(_Allowed):
         return _field(self.rejection.job_type, "job_type")
 
 
-class CustomEntriesTooMany(_LimitActual):
+class CustomEntriesTooManyError(_LimitActual):
     """The custom map has more than `max_custom_entries` entries (`limit`, `actual`)."""
 
     code = "CUSTOM_ENTRIES_TOO_MANY"
 
 
-class CustomMapTooLarge(_LimitActual):
+class CustomMapTooLargeError(_LimitActual):
     """The custom map is larger than `max_custom_total_bytes` (`limit`, `actual` in bytes)."""
 
     code = "CUSTOM_MAP_TOO_LARGE"
 
 
-class CustomKeyTooLong(_LimitActual):
+class CustomKeyTooLongError(_LimitActual):
     """A custom key is longer than `max_custom_key_bytes` (`limit`, `actual` in UTF-8 bytes)."""
 
     code = "CUSTOM_KEY_TOO_LONG"
@@ -336,19 +342,19 @@ class CustomKeyTooLong(_LimitActual):
         return _field(self.rejection.key, "key")
 
 
-class QueueNameTooLong(_LimitActual):
+class QueueNameTooLongError(_LimitActual):
     """The queue name is longer than `max_queue_name_bytes` (`limit`, `actual` in UTF-8 bytes)."""
 
     code = "QUEUE_NAME_TOO_LONG"
 
 
-class JobTypeNameTooLong(_LimitActual):
+class JobTypeNameTooLongError(_LimitActual):
     """The job type is longer than `max_job_type_bytes` (`limit`, `actual` in UTF-8 bytes)."""
 
     code = "JOB_TYPE_NAME_TOO_LONG"
 
 
-class IdempotencyKeyTooLong(_LimitActual):
+class IdempotencyKeyTooLongError(_LimitActual):
     """The idempotency key is longer than the server's `max_idempotency_key_bytes`.
 
     Checked by the client before anything is sent. `limit` and `actual` are UTF-8 bytes.
@@ -357,7 +363,7 @@ class IdempotencyKeyTooLong(_LimitActual):
     code = "IDEMPOTENCY_KEY_TOO_LONG"
 
 
-class ScheduledTooFar(JobRejectedError):
+class ScheduledTooFarError(JobRejectedError):
     """`scheduled_at` is beyond the queue's schedule horizon."""
 
     code = "SCHEDULED_TOO_FAR"
@@ -373,14 +379,14 @@ class ScheduledTooFar(JobRejectedError):
         return _field(self.rejection.scheduled_at, "scheduled_at")
 
 
-class InvalidRequest(JobRejectedError, ValueError):
+class InvalidRequestError(JobRejectedError, ValueError):
     """The request is structurally invalid: an empty name or key, a priority over 9,
     `max_attempts` of 0, a naive `scheduled_at`, ... The message names the field."""
 
     code = "INVALID_REQUEST"
 
 
-class QueueFull(_Queue):
+class QueueFullError(_Queue):
     """The queue holds `max_queue_depth` jobs. Transient: the same job may succeed later."""
 
     code = "QUEUE_FULL"
@@ -391,13 +397,13 @@ class QueueFull(_Queue):
         return _field(self.rejection.limit, "limit")
 
 
-class QueueClosing(_Queue):
+class QueueClosingError(_Queue):
     """The queue is being deleted. Transient."""
 
     code = "QUEUE_CLOSING"
 
 
-class UnknownRejection(JobRejectedError):
+class UnknownRejectionError(JobRejectedError):
     """A rejection this client does not know (a newer server)."""
 
     code = "UNKNOWN_REJECTION"
@@ -411,26 +417,26 @@ _CLASSES: dict[str, type[SeppError]] = {
         OverloadedError,
         InvalidArgumentError,
         FailedPreconditionError,
-        JobNotInFlight,
-        AttemptMismatch,
+        JobNotInFlightError,
+        AttemptMismatchError,
         ServerFaultError,
         UnsupportedError,
         InvalidConfigError,
-        UnknownQueue,
-        PayloadTooLarge,
-        EncodingNotAllowed,
-        JobTypeNotAllowed,
-        CustomEntriesTooMany,
-        CustomMapTooLarge,
-        CustomKeyTooLong,
-        QueueNameTooLong,
-        JobTypeNameTooLong,
-        IdempotencyKeyTooLong,
-        ScheduledTooFar,
-        InvalidRequest,
-        QueueFull,
-        QueueClosing,
-        UnknownRejection,
+        UnknownQueueError,
+        PayloadTooLargeError,
+        EncodingNotAllowedError,
+        JobTypeNotAllowedError,
+        CustomEntriesTooManyError,
+        CustomMapTooLargeError,
+        CustomKeyTooLongError,
+        QueueNameTooLongError,
+        JobTypeNameTooLongError,
+        IdempotencyKeyTooLongError,
+        ScheduledTooFarError,
+        InvalidRequestError,
+        QueueFullError,
+        QueueClosingError,
+        UnknownRejectionError,
     )
 }
 
@@ -466,3 +472,57 @@ def _from_native(
         return cls(message, job_id=job_id, retryable=retryable, grpc_code=grpc_code)
     return cls(message, retryable=retryable, grpc_code=grpc_code)
 
+
+# The names of earlier releases, kept as deprecated aliases: old name -> class.
+_DEPRECATED_NAMES: dict[str, str] = {
+    "JobNotInFlight": "JobNotInFlightError",
+    "AttemptMismatch": "AttemptMismatchError",
+    "UnknownQueue": "UnknownQueueError",
+    "PayloadTooLarge": "PayloadTooLargeError",
+    "EncodingNotAllowed": "EncodingNotAllowedError",
+    "JobTypeNotAllowed": "JobTypeNotAllowedError",
+    "CustomEntriesTooMany": "CustomEntriesTooManyError",
+    "CustomMapTooLarge": "CustomMapTooLargeError",
+    "CustomKeyTooLong": "CustomKeyTooLongError",
+    "QueueNameTooLong": "QueueNameTooLongError",
+    "JobTypeNameTooLong": "JobTypeNameTooLongError",
+    "IdempotencyKeyTooLong": "IdempotencyKeyTooLongError",
+    "ScheduledTooFar": "ScheduledTooFarError",
+    "InvalidRequest": "InvalidRequestError",
+    "QueueFull": "QueueFullError",
+    "QueueClosing": "QueueClosingError",
+    "UnknownRejection": "UnknownRejectionError",
+}
+
+
+def __getattr__(name: str) -> type[SeppError]:
+    """Serves the deprecated names of earlier releases, with a `DeprecationWarning`."""
+    new = _DEPRECATED_NAMES.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"sepp.errors.{name} is deprecated: use {new}", DeprecationWarning, stacklevel=2
+    )
+    cls: type[SeppError] = globals()[new]
+    return cls
+
+
+if TYPE_CHECKING:
+    # The deprecated aliases, for type checkers (at run time `__getattr__` serves them).
+    JobNotInFlight = JobNotInFlightError
+    AttemptMismatch = AttemptMismatchError
+    UnknownQueue = UnknownQueueError
+    PayloadTooLarge = PayloadTooLargeError
+    EncodingNotAllowed = EncodingNotAllowedError
+    JobTypeNotAllowed = JobTypeNotAllowedError
+    CustomEntriesTooMany = CustomEntriesTooManyError
+    CustomMapTooLarge = CustomMapTooLargeError
+    CustomKeyTooLong = CustomKeyTooLongError
+    QueueNameTooLong = QueueNameTooLongError
+    JobTypeNameTooLong = JobTypeNameTooLongError
+    IdempotencyKeyTooLong = IdempotencyKeyTooLongError
+    ScheduledTooFar = ScheduledTooFarError
+    InvalidRequest = InvalidRequestError
+    QueueFull = QueueFullError
+    QueueClosing = QueueClosingError
+    UnknownRejection = UnknownRejectionError

@@ -1,18 +1,23 @@
 """Workers: async handlers run on jobs leased from sepp queues.
 
-A `Worker` takes jobs from the core's worker engine, which reserves them in batches sized to
-the free slots, extends their leases while they are held, backs off while the server is
-unreachable and settles each job as reported. The worker only picks the handler for a job's
-type, runs it as an asyncio task on the loop that called `Worker.run`, and turns the way it
-ended into an outcome:
+A `Worker` only runs handlers. The core's worker engine (the same as under the Rust and Node
+workers) does everything else: it reserves jobs in batches sized to the free slots, extends
+their leases while they are held, backs off while the server is unreachable, nacks the jobs of
+a type without a handler, frees the slot of a lost lease without a call (the server's lease
+expiry decides), nacks a job whose handler runs past `handler_timeout`, gives running handlers
+`shutdown_timeout` at shutdown and nacks the rest, and counts it all. The worker runs each
+job's handler as an asyncio task on the loop that called `Worker.run`, and reports the way it
+ended as an outcome:
 
 - it returns: the job is acked;
 - it raises `HandlerError.retry()`: nacked, retried per the queue's policy (dead-lettered on
   the last attempt); `HandlerError.retry_after(delay)`: retried after `delay`;
   `HandlerError.permanent()`: dead-lettered at once;
-- it raises anything else, or the job's type has no handler: nacked with the queue's policy,
-  and the worker goes on;
-- the job's lease is lost (settled by someone else, or redelivered): the handler is cancelled.
+- it raises anything else: nacked with the queue's policy, the exception's message as the
+  reason, and the worker goes on.
+
+When the engine lets go of a job first (its lease is lost, its handler ran past
+`handler_timeout`, or the shutdown grace period ended), the handler is cancelled.
 
 `await worker.run()` runs until `worker.stop()`, SIGTERM or SIGINT. It then stops reserving,
 gives the running handlers `shutdown_timeout` to finish, cancels the rest and nacks their jobs.
@@ -49,19 +54,15 @@ import inspect
 import logging
 import signal
 import threading
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Optional, Sequence, TypeVar, final
 
-from sepp._native import Engine, EngineOptions, Job, Lease, Outcome, SeppClient
-from sepp.errors import InvalidArgumentError, LeaseLostError
+from sepp._native import Engine, EngineOptions, Job, Lease, Outcome, SeppClient, WorkerReport
+from sepp.errors import SeppError
 
 __all__ = ["Handler", "HandlerError", "JobContext", "Worker", "WorkerReport"]
 
 _log = logging.getLogger("sepp.worker")
-
-# Nack reasons are kept with the job; a long exception message is cut to this many characters.
-_MAX_REASON_CHARS = 2000
 
 
 class HandlerError(Exception):
@@ -204,24 +205,6 @@ Handler = Callable[[JobContext], Awaitable[None]]
 _H = TypeVar("_H", bound=Handler)
 
 
-@dataclass(frozen=True)
-class WorkerReport:
-    """What a `Worker.run` did.
-
-    Attributes:
-        succeeded: Jobs acked.
-        failed: Jobs nacked (retry, delay or dead-letter), exceptions and missing handlers
-            included.
-        lease_lost: Jobs whose lease was lost while their handler ran.
-        abandoned: Jobs nacked because the shutdown grace period ran out.
-    """
-
-    succeeded: int = 0
-    failed: int = 0
-    lease_lost: int = 0
-    abandoned: int = 0
-
-
 class Worker:
     """Processes jobs from sepp queues with async handlers registered per job type.
 
@@ -240,6 +223,7 @@ class Worker:
         auto_extend: bool = True,
         wait_timeout: timedelta = timedelta(seconds=5),
         shutdown_timeout: timedelta = timedelta(seconds=30),
+        handler_timeout: Optional[timedelta] = None,
         worker_id: Optional[str] = None,
         handle_signals: bool = True,
     ) -> None:
@@ -258,14 +242,17 @@ class Worker:
             wait_timeout: The long-poll wait of each reserve.
             shutdown_timeout: How long running handlers may go on once shutdown begins;
                 then they are cancelled and their jobs nacked.
+            handler_timeout: The longest a handler may run on one job; past it the handler
+                is cancelled and the job nacked with the queue's retry policy and the reason
+                ``the handler ran past handler_timeout (N ms)``. None: no limit.
             worker_id: A label sent with each reserve, shown by `SeppClient.get_job`.
             handle_signals: When `run` runs in the main thread, stop on SIGTERM and SIGINT
                 (a second signal cancels the running handlers at once).
 
         Raises:
             TypeError: An argument has the wrong type.
-            InvalidArgumentError: A negative duration or count. No queues, a zero lease or a
-                zero `max_in_flight` are refused by `run`.
+            InvalidArgumentError: A negative duration or count. No queues, a zero lease, a
+                zero `max_in_flight` or a zero `handler_timeout` are refused by `run`.
         """
         if not isinstance(client, SeppClient):
             raise TypeError(f"client must be a sepp.SeppClient, not {type(client).__name__}")
@@ -274,27 +261,20 @@ class Worker:
                 f"queues must be a list of queue names, not {type(queues).__name__}: "
                 f"write [{queues!r}]"
             )
-        if not isinstance(shutdown_timeout, timedelta):
-            raise TypeError(
-                "shutdown_timeout must be a datetime.timedelta, "
-                f"not {type(shutdown_timeout).__name__}"
-            )
-        if shutdown_timeout < timedelta(0):
-            raise InvalidArgumentError(
-                f"shutdown_timeout is negative ({shutdown_timeout}): it must be 0 or more"
-            )
         if not isinstance(handle_signals, bool):
             raise TypeError(f"handle_signals must be bool, not {type(handle_signals).__name__}")
         self._client = client
-        self._options = EngineOptions(
-            queues,
+        self._settings: dict[str, Any] = dict(
             lease_duration=lease_duration,
             max_in_flight=max_in_flight,
             auto_extend=auto_extend,
             wait_timeout=wait_timeout,
             worker_id=worker_id,
+            handler_timeout=handler_timeout,
+            shutdown_timeout=shutdown_timeout,
         )
-        self._shutdown_timeout = shutdown_timeout
+        # Converted (and their types and signs checked) now; the job types are added by `run`.
+        self._options = EngineOptions(queues, **self._settings)
         self._handle_signals = handle_signals
         self._handlers: dict[str, Handler] = {}
         self._fallback: Optional[Handler] = None
@@ -361,7 +341,7 @@ class Worker:
     def fallback(self, handler: _H) -> _H:
         """Registers `handler` for every job type without a handler of its own. Usable as a
         decorator, ``@worker.fallback``. Without one, such jobs are nacked with the queue's
-        retry policy.
+        retry policy (by the engine, never handed to a handler).
 
         Args:
             handler: An async function taking a `JobContext`.
@@ -398,7 +378,10 @@ class Worker:
         """
         if self._run is not None:
             raise RuntimeError("this worker is already running")
-        engine = Engine.start(self._client, self._options)
+        # The engine nacks the job types nobody handles (all are handled with a fallback).
+        job_types = None if self._fallback is not None else list(self._handlers)
+        options = EngineOptions(self._options.queues, job_types=job_types, **self._settings)
+        engine = Engine.start(self._client, options)
         run = _Run(self, engine, asyncio.get_running_loop())
         self._run = run
         if self._stop_requested:
@@ -407,11 +390,12 @@ class Worker:
         try:
             try:
                 await run.serve()
-                await run.drain(self._shutdown_timeout)
             except (asyncio.CancelledError, Exception):
-                await run.abort("worker cancelled before the job finished")
+                engine.end_grace_period()
+                await run.finish()
                 raise
-            return run.report()
+            await run.finish()
+            return engine.report
         finally:
             restore_signals()
             self._run = None
@@ -462,12 +446,12 @@ def _check_callable(handler: object) -> None:
 
 
 class _Run:
-    """One run of a worker: its engine, the handler tasks and the counts.
+    """One run of a worker: its engine and the handler tasks.
 
-    The tasks in `tasks` are owned by the run: each removes itself when done; at shutdown the
-    run waits for them, then cancels what is left. `next` is the pending `Engine.next_batch` call;
-    it is never cancelled (a job it was handing over would stay held unprocessed until
-    `abandon_all`): `Engine.shutdown` ends it instead.
+    The tasks in `tasks` are owned by the run: each removes itself when done, and ends once its
+    job has ended (settled, or let go by the engine, which cancels the handler). `next` is the
+    pending `Engine.next_batch` call; it is never cancelled (a job it was handing over would
+    stay held unprocessed until the drain): `Engine.shutdown` ends it instead.
     """
 
     def __init__(self, worker: Worker, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
@@ -475,16 +459,8 @@ class _Run:
         self.engine = engine
         self.loop = loop
         self.stopping = asyncio.Event()
-        self.hurry = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.next: Optional[asyncio.Future[list[Lease]]] = None
-        self.succeeded = 0
-        self.failed = 0
-        self.lease_lost = 0
-        self.abandoned = 0
-
-    def report(self) -> WorkerReport:
-        return WorkerReport(self.succeeded, self.failed, self.lease_lost, self.abandoned)
 
     def call(self, fn: Callable[[], object]) -> None:
         """Runs `fn` on the run's loop: now if called from it, else soon."""
@@ -503,7 +479,7 @@ class _Run:
             self.stopping.set()
         else:
             _log.info("received %s again: cancelling running handlers", sig.name)
-            self.hurry.set()
+            self.engine.end_grace_period()
 
     async def serve(self) -> None:
         """Starts a handler task per job until stopped."""
@@ -530,102 +506,52 @@ class _Run:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def take_last(self) -> None:
-        """Shuts the engine down and waits for the pending `next_batch`; jobs it still hands
-        over are processed like the others."""
+    async def finish(self) -> None:
+        """Shuts the engine down (the jobs a pending `next_batch` still hands over are
+        processed like the others) and drains it: the running handlers get the engine's
+        `shutdown_timeout`, the rest are cancelled as the engine nacks their jobs."""
         self.engine.shutdown()
         if self.next is not None:
             pending, self.next = self.next, None
             await asyncio.wait({pending})
-            for lease in pending.result():
-                self.start(lease)
-
-    async def drain(self, timeout: timedelta) -> None:
-        """Lets the running handlers finish within `timeout`, cancels the rest and nacks their
-        jobs."""
-        await self.take_last()
-        deadline = self.loop.time() + timeout.total_seconds()
-        hurry = asyncio.ensure_future(self.hurry.wait())
-        try:
-            while self.tasks and not self.hurry.is_set():
-                left = deadline - self.loop.time()
-                if left <= 0:
-                    break
-                await asyncio.wait(
-                    {*self.tasks, hurry}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-        finally:
-            hurry.cancel()
+            if not pending.cancelled() and pending.exception() is None:
+                for lease in pending.result():
+                    self.start(lease)
+        await self.engine.drain()
         if self.tasks:
-            _log.warning("shutdown timeout: cancelling %d running handler(s)", len(self.tasks))
-            await self.cancel_all()
-        self.abandoned += await self.engine.abandon_all("worker shut down before the job finished")
-
-    async def abort(self, reason: str) -> None:
-        """Shuts down at once: cancels every handler and nacks the jobs held."""
-        self.engine.shutdown()
-        if self.next is not None:
-            # The job it may hand over is held by the engine: abandon_all nacks it.
-            await asyncio.wait({self.next})
-            self.next = None
-        await self.cancel_all()
-        self.abandoned += await self.engine.abandon_all(reason)
-
-    async def cancel_all(self) -> None:
-        tasks = set(self.tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+            await asyncio.wait(set(self.tasks))
 
     async def process(self, lease: Lease) -> None:
-        """Runs the job's handler and settles the job. On cancellation (the end of the grace
-        period) the handler is cancelled and the job left held, for `abandon_all`."""
+        """Runs the job's handler and reports how it ended; cancels it when the engine lets
+        go of the job first."""
         job = lease.job
         handler = self.worker._handler_for(job.job_type)
         if handler is None:
-            _log.warning("no handler for job type %r (job %s): nacking it", job.job_type, job.id)
-            outcome = Outcome.retry(f"no handler for job type {job.job_type!r}")
-        else:
-            work = self.loop.create_task(_call(handler, JobContext(lease), job.job_type))
-            lost = asyncio.ensure_future(lease.lost())
-            try:
-                await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                lost.cancel()
-                await _cancel(work)
-                raise
-            lost.cancel()
-            if not work.done():
-                # The job is someone else's now: stop the handler; settling would fail.
-                _log.warning(
-                    "lease of job %s (attempt %d) lost: cancelling its handler", job.id, job.attempt
-                )
-                await _cancel(work)
-                self.lease_lost += 1
-                try:
-                    await self.engine.complete(job.id, job.attempt, Outcome.retry())
-                except Exception:  # noqa: BLE001 - expected: the lease is gone
-                    pass
-                return
-            outcome = _outcome_of(work, job)
+            return  # not handed out: the engine nacks the types without a handler
+        work = self.loop.create_task(_call(handler, JobContext(lease), job.job_type))
+        done = asyncio.ensure_future(lease.done())
         try:
-            await self.engine.complete(job.id, job.attempt, outcome)
-        except LeaseLostError as e:
-            _log.warning("job %s (attempt %d) could not be settled: %s", job.id, job.attempt, e)
-            self.lease_lost += 1
-            return
-        except Exception as e:  # noqa: BLE001 - the worker goes on
+            await asyncio.wait({work, done}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            done.cancel()
+            await _cancel(work)
+            raise
+        if not work.done():
+            # The engine let go first (lease lost, handler_timeout, shutdown) and did what the
+            # job needs: stop the handler.
             _log.warning(
-                "job %s (attempt %d) could not be settled, its lease will run out: %s",
+                "job %s (attempt %d) %s: cancelling its handler",
                 job.id,
                 job.attempt,
-                e,
+                done.result().replace("_", " "),
             )
-        if outcome.kind == "success":
-            self.succeeded += 1
-        else:
-            self.failed += 1
+            await _cancel(work)
+            return
+        done.cancel()
+        try:
+            await self.engine.settle(job.id, job.attempt, _outcome_of(work, job))
+        except SeppError as e:  # counted by the engine; the job is left to the server
+            _log.warning("job %s (attempt %d) could not be settled: %s", job.id, job.attempt, e)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:
@@ -663,7 +589,5 @@ def _outcome_of(work: asyncio.Task[None], job: Job) -> Outcome:
         job.attempt,
         exc_info=error,
     )
-    reason = f"{type(error).__name__}: {error}"
-    if len(reason) > _MAX_REASON_CHARS:
-        reason = reason[: _MAX_REASON_CHARS - 1] + "…"
-    return Outcome.retry(reason)
+    # The message, as in every language (the core cuts it to the server's max_reason_bytes).
+    return Outcome.retry(str(error) or type(error).__name__)

@@ -105,10 +105,17 @@ impl AdminService for AdminApi {
             .queue
             .list_dead_letters(r.queue, r.page_size, &r.page_token)
             .await?;
-        Ok(Response::new(pb::ListDeadLettersResponse {
+        let reply = pb::ListDeadLettersResponse {
             records: page.records.into_iter().map(dead_letter_out).collect(),
             next_page_token: page.next_page_token,
-        }))
+        };
+        super::check_reply_budget(
+            "list_dead_letters",
+            reply.records.len(),
+            prost::Message::encoded_len(&reply),
+            self.queue.limits().max_reserve_reply_bytes,
+        );
+        Ok(Response::new(reply))
     }
 
     #[tracing::instrument(name = "sepp.admin.requeue_dead_letters", skip_all)]

@@ -1,11 +1,13 @@
-//! API keys: `authorization: Bearer <key>` on every sepp RPC when `[auth] api_keys` is set.
-//! Missing, unknown or without the `Bearer ` prefix → `UNAUTHENTICATED`.
+//! API keys: `authorization: Bearer <key>` on every call but the health service's when
+//! `[auth] api_keys` is set. Missing, unknown or without the `Bearer ` prefix →
+//! `UNAUTHENTICATED`. Checked on a call's headers, before any of its request body is read
+//! ([`super::admission`]).
 
 use crate::config::ApiKey;
 use std::sync::Arc;
-use tonic::{Request, Status};
+use tonic::Status;
 
-/// The interceptor applied to the sepp services (not to health checks).
+/// The configured API keys.
 #[derive(Clone)]
 pub(crate) struct ApiKeyAuth {
     /// `None`: auth is off. `Some(empty)`: everything is refused.
@@ -19,11 +21,12 @@ impl ApiKeyAuth {
         }
     }
 
-    pub(crate) fn check<T>(&self, req: Request<T>) -> Result<Request<T>, Status> {
+    /// Checks the `authorization` header of a call.
+    pub(crate) fn check(&self, headers: &http::HeaderMap) -> Result<(), Status> {
         let Some(keys) = &self.keys else {
-            return Ok(req);
+            return Ok(());
         };
-        let header = req.metadata().get("authorization").ok_or_else(|| {
+        let header = headers.get("authorization").ok_or_else(|| {
             Status::unauthenticated(
                 "missing authorization header: send \"authorization: Bearer <api key>\"",
             )
@@ -46,7 +49,7 @@ impl ApiKeyAuth {
         match matched {
             Some(name) => {
                 tracing::trace!(api_key = name, "authenticated");
-                Ok(req)
+                Ok(())
             }
             None => Err(Status::unauthenticated("unknown api key")),
         }
@@ -58,10 +61,4 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-impl tonic::service::Interceptor for ApiKeyAuth {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        self.check(req)
-    }
 }

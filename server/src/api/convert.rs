@@ -21,9 +21,6 @@ pub(crate) fn duration_ms(d: &Duration) -> i64 {
 
 /// The range of `google.protobuf.Duration`: about ±10 000 years.
 const DURATION_MAX_SECONDS: i64 = 315_576_000_000;
-/// The range of `google.protobuf.Timestamp`: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
-const TIMESTAMP_MIN_SECONDS: i64 = -62_135_596_800;
-const TIMESTAMP_MAX_SECONDS: i64 = 253_402_300_799;
 
 /// Why `d` is not a valid `google.protobuf.Duration` (seconds within ±315 576 000 000, nanos
 /// within ±999 999 999 and of the sign of seconds), if it is not.
@@ -64,20 +61,11 @@ pub(crate) fn duration_arg(field: &str, d: Option<&Duration>) -> Result<Option<i
 /// A timestamp in milliseconds, or why its encoding is not a valid `google.protobuf.Timestamp`
 /// (seconds from year 1 to year 9999, nanos 0 to 999 999 999).
 pub(crate) fn timestamp_checked(t: &Timestamp) -> Result<UnixMs, String> {
-    if !(TIMESTAMP_MIN_SECONDS..=TIMESTAMP_MAX_SECONDS).contains(&t.seconds) {
-        return Err(format!(
-            "not a valid google.protobuf.Timestamp: seconds is {}: allowed \
-             {TIMESTAMP_MIN_SECONDS} to {TIMESTAMP_MAX_SECONDS}",
-            t.seconds
-        ));
+    // The rule the client core applies to `scheduled_at` too (`sepp-rules`).
+    match sepp_rules::timestamp_problem(t.seconds, t.nanos) {
+        Some(why) => Err(why),
+        None => Ok(timestamp_ms(t)),
     }
-    if !(0..=999_999_999).contains(&t.nanos) {
-        return Err(format!(
-            "not a valid google.protobuf.Timestamp: nanos is {}: allowed 0 to 999999999",
-            t.nanos
-        ));
-    }
-    Ok(timestamp_ms(t))
 }
 
 pub(crate) fn ms_duration(ms: u64) -> Duration {
@@ -301,9 +289,29 @@ mod tests {
         }
     }
 
+    /// A job at every 4096-byte bound with 64 custom entries, and those bounds.
+    fn largest_job_of_its_bounds() -> (Job, crate::queue::reply::JobBounds) {
+        let job = extreme_job(4096, 64, |_| Value::Int(-1));
+        let custom_total = job
+            .custom
+            .iter()
+            .map(|(k, v)| k.len() as u64 + v.counted_bytes())
+            .sum();
+        let b = crate::queue::reply::JobBounds {
+            queue_name: 4096,
+            job_type: 4096,
+            payload: 4096,
+            encoding: 4096,
+            trace_context: 4096,
+            custom_entries: 64,
+            custom_total,
+        };
+        (job, b)
+    }
+
     #[test]
     fn the_reply_bound_is_at_least_the_real_encoding_of_extreme_jobs() {
-        use crate::queue::reply::{JobBounds, job_bytes};
+        use crate::queue::reply::job_bytes;
         use prost::Message;
         let values: [fn(usize) -> Value; 5] = [
             |_| Value::Int(i64::MIN),
@@ -330,25 +338,47 @@ mod tests {
             }
         }
         // And the bound of the largest job the limits accept covers such a job.
-        let job = extreme_job(4096, 64, |_| Value::Int(-1));
-        let custom_total = job
-            .custom
-            .iter()
-            .map(|(k, v)| k.len() as u64 + v.counted_bytes())
-            .sum();
-        let b = JobBounds {
-            queue_name: 4096,
-            job_type: 4096,
-            payload: 4096,
-            encoding: 4096,
-            trace_context: 4096,
-            custom_entries: 64,
-            custom_total,
-        };
+        let (job, b) = largest_job_of_its_bounds();
         let reply = pb::ReserveResponse {
             jobs: vec![job_out(job)],
         };
         assert!(b.reply_bytes() >= reply.encoded_len() as u64);
+    }
+
+    #[test]
+    fn the_dead_letter_bound_is_at_least_the_real_encoding_in_drain_and_list_replies() {
+        use crate::queue::reply::dead_letter_bytes;
+        use prost::Message;
+        let dead = |job: Job, reason: Option<String>| DeadLetter {
+            job,
+            cause: DeadLetterCause::AttemptsExhausted,
+            failed_at: i64::MIN,
+            final_attempt: u32::MAX,
+            last_reason: reason,
+        };
+        for len in [0, 1, 127, 128, 16_383, 16_384, 2_097_152] {
+            for reason in [None, Some(String::new()), Some("r".repeat(len))] {
+                let d = dead(extreme_job(len, 64, |_| Value::Int(i64::MIN)), reason);
+                let bound = dead_letter_bytes(&d) + crate::queue::reply::PAGE_TOKEN_BYTES;
+                let drain = pb::DrainDeadLettersResponse {
+                    records: vec![dead_letter_out(d.clone())],
+                };
+                let list = sepp_proto::admin::v1::ListDeadLettersResponse {
+                    records: vec![dead_letter_out(d)],
+                    next_page_token: "f".repeat(48),
+                };
+                for real in [drain.encoded_len(), list.encoded_len()] {
+                    assert!(bound >= real as u64, "len {len}: bound {bound} < {real}");
+                }
+            }
+        }
+        // The bound of the largest dead letter the limits accept covers such a record.
+        let (job, b) = largest_job_of_its_bounds();
+        let list = sepp_proto::admin::v1::ListDeadLettersResponse {
+            records: vec![dead_letter_out(dead(job, Some("r".repeat(4096))))],
+            next_page_token: "f".repeat(48),
+        };
+        assert!(b.dead_letter_reply_bytes(4096) >= list.encoded_len() as u64);
     }
 
     #[test]

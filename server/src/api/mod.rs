@@ -5,19 +5,24 @@
 //! - `admin_service`: `sepp.admin.v1.AdminService` (inspection and repair).
 //! - `grpc.health.v1.Health` (unauthenticated, for probes) and gRPC server reflection (v1 and
 //!   v1alpha, behind the API keys like the sepp services).
+//!
+//! `admission` tells the connection layer, from a call's headers alone, whether the call is
+//! admitted (its API key) and how its request is read, so that a caller without a key never
+//! gets a byte of its request buffered.
 
 mod admin_service;
 mod auth;
 mod convert;
+mod decode_check;
 mod queue_service;
 mod status;
 
 use crate::config::{Config, ServerConfig};
 use crate::queue::Queue;
+use decode_check::DecodeChecked;
 use sepp_proto::admin::v1::admin_service_server::AdminServiceServer;
 use sepp_proto::v1::queue_service_server::QueueServiceServer;
 use std::sync::Arc;
-use tonic::service::interceptor::InterceptedService;
 
 pub use tonic_health::server::HealthReporter;
 
@@ -40,20 +45,69 @@ pub struct Edge {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Health status of `sepp.v1.QueueService`.
     pub health: HealthReporter,
+    /// The API-key check and request shape of each call, for [`crate::net`].
+    pub admit: crate::net::AdmitFn,
 }
 
 /// Largest request message the health service reads, in bytes: its requests name a service
 /// and nothing else. Open to everyone (probes carry no API key), so its budget is small.
 pub const HEALTH_MAX_MESSAGE_BYTES: usize = 4096;
 
-/// The largest request message a call on `path` may send: [`HEALTH_MAX_MESSAGE_BYTES`] for
-/// the health service, `max_message` (`limits.max_message_bytes`) for every other.
-pub fn message_limit(path: &str, max_message: usize) -> usize {
-    if path.starts_with("/grpc.health.v1.Health/") {
-        HEALTH_MAX_MESSAGE_BYTES
+/// Largest request message of server reflection, in bytes: a request names a file, a symbol
+/// or a service, each far shorter.
+pub const REFLECTION_MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+const HEALTH: &str = "/grpc.health.v1.Health/";
+const REFLECTION: [&str; 2] = [
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+];
+
+/// How [`crate::net`] reads the request of a call on `path`: server reflection's request is a
+/// stream (a client such as grpcurl sends its next request only after the answer to the
+/// last), limited to [`REFLECTION_MAX_MESSAGE_BYTES`] per message; every other call sends one
+/// message, of at most [`HEALTH_MAX_MESSAGE_BYTES`] for the health service and `max_message`
+/// (`limits.max_message_bytes`) for the sepp services.
+pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape {
+    let (max_message_bytes, streaming) = if path.starts_with(HEALTH) {
+        (HEALTH_MAX_MESSAGE_BYTES, false)
+    } else if REFLECTION.iter().any(|r| path.starts_with(r)) {
+        (REFLECTION_MAX_MESSAGE_BYTES, true)
     } else {
-        max_message
+        (max_message, false)
+    };
+    crate::net::RequestShape {
+        max_message_bytes,
+        streaming,
     }
+}
+
+/// The store fills Reserve, DrainDeadLetters and ListDeadLetters replies by
+/// `queue::reply`'s bound; the real encoding (`len` bytes, `items` jobs or records) must not
+/// pass the budget (a single item is sent whatever its size). Logged as an error (and a debug
+/// assertion) if it ever does, which would mean the bound is wrong.
+pub(crate) fn check_reply_budget(what: &str, items: usize, len: usize, budget: u64) {
+    let len = len as u64;
+    if items > 1 && len > budget {
+        debug_assert!(
+            false,
+            "{what} reply of {len} bytes passes the budget {budget}"
+        );
+        tracing::error!(what, len, budget, "reply passes max_reserve_reply_bytes");
+    }
+}
+
+/// Admits a call from its headers, before any of its body is read: every path but the health
+/// service's needs the API key when `[auth] api_keys` is set (`UNAUTHENTICATED` otherwise);
+/// the request is then read as [`request_shape`] says.
+fn admission(auth: auth::ApiKeyAuth, max_message: usize) -> crate::net::AdmitFn {
+    Arc::new(move |parts: &http::request::Parts| {
+        let path = parts.uri.path();
+        if !path.starts_with(HEALTH) {
+            auth.check(&parts.headers)?;
+        }
+        Ok(request_shape(path, max_message))
+    })
 }
 
 fn tls_config(s: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ApiError> {
@@ -103,7 +157,10 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(usize::MAX);
     let (health, health_svc) = tonic_health::server::health_reporter();
-    let health_svc = health_svc.max_decoding_message_size(HEALTH_MAX_MESSAGE_BYTES);
+    let health_svc = DecodeChecked::<_, tonic_health::pb::HealthCheckRequest>::new(
+        health_svc.max_decoding_message_size(HEALTH_MAX_MESSAGE_BYTES),
+        HEALTH_MAX_MESSAGE_BYTES,
+    );
     health
         .set_serving::<QueueServiceServer<queue_service::QueueApi>>()
         .await;
@@ -111,24 +168,35 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         .register_encoded_file_descriptor_set(sepp_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .map_err(|e| ApiError::Reflection(e.to_string()))?;
+        .map_err(|e| ApiError::Reflection(e.to_string()))?
+        .max_decoding_message_size(REFLECTION_MAX_MESSAGE_BYTES);
+    let reflection_v1 = DecodeChecked::<_, tonic_reflection::pb::v1::ServerReflectionRequest>::new(
+        reflection_v1,
+        REFLECTION_MAX_MESSAGE_BYTES,
+    );
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sepp_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .map_err(|e| ApiError::Reflection(e.to_string()))?;
+        .map_err(|e| ApiError::Reflection(e.to_string()))?
+        .max_decoding_message_size(REFLECTION_MAX_MESSAGE_BYTES);
+    let reflection_v1alpha = DecodeChecked::<
+        _,
+        tonic_reflection::pb::v1alpha::ServerReflectionRequest,
+    >::new(reflection_v1alpha, REFLECTION_MAX_MESSAGE_BYTES);
 
     let tls = tls_config(&config.server)?;
     let routes = tonic::service::Routes::new(health_svc)
-        .add_service(InterceptedService::new(queue_svc, auth.clone()))
-        .add_service(InterceptedService::new(admin_svc, auth.clone()))
-        .add_service(InterceptedService::new(reflection_v1, auth.clone()))
-        .add_service(InterceptedService::new(reflection_v1alpha, auth))
+        .add_service(queue_svc)
+        .add_service(admin_svc)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .prepare();
     Ok(Edge {
         routes,
         tls,
         health,
+        admit: admission(auth, max_message),
     })
 }
 

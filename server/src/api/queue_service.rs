@@ -1,6 +1,7 @@
 //! `sepp.v1.QueueService`: one short method per RPC that converts, calls [`Queue`] and maps
 //! the error.
 
+use super::check_reply_budget;
 use super::convert::{
     dead_letter_out, duration_arg, enqueue_in, job_out, ms_duration, ms_timestamp, rejection_out,
 };
@@ -88,17 +89,12 @@ impl QueueService for QueueApi {
         let reply = pb::ReserveResponse {
             jobs: jobs.into_iter().map(job_out).collect(),
         };
-        // The store filled the reply by `queue::reply`'s bound; the real encoding must not
-        // pass the budget (a single job is sent whatever its size).
-        let budget = self.queue.limits().max_reserve_reply_bytes;
-        let len = reply.encoded_len() as u64;
-        if reply.jobs.len() > 1 && len > budget {
-            debug_assert!(
-                false,
-                "reserve reply of {len} bytes passes the budget {budget}"
-            );
-            tracing::error!(len, budget, "reserve reply passes max_reserve_reply_bytes");
-        }
+        check_reply_budget(
+            "reserve",
+            reply.jobs.len(),
+            reply.encoded_len(),
+            self.queue.limits().max_reserve_reply_bytes,
+        );
         Ok(Response::new(reply))
     }
 
@@ -160,9 +156,16 @@ impl QueueService for QueueApi {
     ) -> Result<Response<pb::DrainDeadLettersResponse>, Status> {
         let r = req.into_inner();
         let records = self.queue.drain_dead_letters(r.queue, r.max).await?;
-        Ok(Response::new(pb::DrainDeadLettersResponse {
+        let reply = pb::DrainDeadLettersResponse {
             records: records.into_iter().map(dead_letter_out).collect(),
-        }))
+        };
+        check_reply_budget(
+            "drain",
+            reply.records.len(),
+            reply.encoded_len(),
+            self.queue.limits().max_reserve_reply_bytes,
+        );
+        Ok(Response::new(reply))
     }
 
     #[tracing::instrument(name = "sepp.get_server_info", skip_all)]

@@ -18,8 +18,8 @@ pub use inspect::{
 };
 pub use job::{DedupClaim, Job, JobId, NewJob, Payload, TraceContext, Value};
 pub use transition::{
-    DeadLetterCause, EnqueuePlan, Expiry, Finish, InsertOutcome, JobFacts, LastReason, Placement,
-    Requeue, ReserveSpec, Settle, SettleRefusal, Stage, reached,
+    DeadLetterCause, EnqueuePlan, Expiry, Finish, Fit, InsertOutcome, JobFacts, LastReason,
+    Placement, Requeue, ReserveSpec, Settle, SettleRefusal, Stage, reached,
 };
 
 use serde::{Deserialize, Serialize};

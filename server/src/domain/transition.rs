@@ -159,6 +159,17 @@ pub struct Requeue {
     pub attempt: u32,
 }
 
+/// Whether a record goes into a reply being filled, as the reply budget decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// It goes in, and takes this many bytes of the budget.
+    Take(u64),
+    /// It stays out (and stays where it is); later records may still go in.
+    Skip,
+    /// The reply is full: nothing more goes in.
+    Stop,
+}
+
 /// The outcome of inserting one validated job, as the enqueue rule decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsertOutcome {

@@ -4,7 +4,7 @@
 
 use super::Queue;
 use super::validate::{NameUse, check_length, check_queue_name};
-use super::{dedup, lifecycle};
+use super::{dedup, lifecycle, reply};
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, JobFacts, JobId, JobInfo, JobState,
     KeyRecord, QueueStats, Stage, StoredJob,
@@ -111,7 +111,8 @@ impl Queue {
             .filter(|r| dedup::is_live(r.expires_at, now)))
     }
 
-    /// One page of dead letters, oldest first, not removed.
+    /// One page of dead letters, oldest first, not removed; shorter than `page_size` (with a
+    /// token for the rest) when more would pass the reply budget (`max_reserve_reply_bytes`).
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for `page_size = 0` or a foreign token.
@@ -134,9 +135,11 @@ impl Queue {
             None => DEFAULT_PAGE,
         };
         let after = decode_cursor(page_token)?;
+        let budget = self.limits.max_reserve_reply_bytes;
+        let fit = |d: &DeadLetter, used, taken| reply::list_fit(d, used, taken, budget);
         let (records, next) = self
             .store
-            .list_dead_letters(queue.as_deref(), after, limit)
+            .list_dead_letters(queue.as_deref(), after, limit, &fit)
             .await?;
         Ok(DeadLetterPage {
             records,

@@ -299,18 +299,22 @@ fn check(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// One job at the largest sizes `p` and the global limits allow must fit one Reserve reply, so
-/// that every job can be delivered. `at` prefixes the per-queue key names.
+/// One dead letter of a job at the largest sizes `p` and the global limits allow (with the
+/// longest nack reason) must fit one reply, so that every job can be delivered by Reserve and
+/// every dead letter drained and listed. `at` prefixes the per-queue key names.
 fn check_reply_budget(p: &QueuePolicy, at: &str, l: &LimitsConfig) -> Result<(), ConfigError> {
-    let need = p.job_bounds(l).reply_bytes();
+    let need = p
+        .job_bounds(l)
+        .dead_letter_reply_bytes(u64::from(l.max_reason_bytes));
     if need > l.max_reserve_reply_bytes {
         return Err(ConfigError(format!(
             "config key limits.max_reserve_reply_bytes = {} cannot hold one job at the largest \
-             sizes allowed, which takes up to {need} bytes in a Reserve reply \
+             sizes allowed, which takes up to {need} bytes in a reply as a dead letter \
              ({at}max_payload_bytes = {}, {at}max_custom_total_bytes = {}, \
              {at}max_custom_entries = {}, limits.max_trace_context_bytes = {} (twice), \
              limits.max_encoding_bytes = {}, limits.max_queue_name_bytes = {}, \
-             limits.max_job_type_bytes = {}, plus framing): raise the budget or lower those",
+             limits.max_job_type_bytes = {}, limits.max_reason_bytes = {}, plus framing): \
+             raise the budget or lower those",
             l.max_reserve_reply_bytes,
             p.max_payload_bytes,
             p.max_custom_total_bytes,
@@ -319,6 +323,7 @@ fn check_reply_budget(p: &QueuePolicy, at: &str, l: &LimitsConfig) -> Result<(),
             l.max_encoding_bytes,
             l.max_queue_name_bytes,
             l.max_job_type_bytes,
+            l.max_reason_bytes,
         )));
     }
     Ok(())

@@ -515,7 +515,9 @@ impl Queue {
     }
 
     /// Removes and returns up to `max` (default 1, at most [`MAX_DRAIN`]) dead letters,
-    /// oldest first, of one queue or all. What stays of each: [`lifecycle::leave`].
+    /// oldest first, of one queue or all; fewer when more would pass the reply budget
+    /// (`max_reserve_reply_bytes`, [`reply::drain_fit`]). A record is removed only if it is
+    /// returned; what stays of each: [`lifecycle::leave`].
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for `max = 0`; [`QueueError::Storage`].
@@ -538,9 +540,11 @@ impl Queue {
         }
         let now = self.clock.now();
         let rule = |job: JobFacts<'_>| lifecycle::dead_letter_removed(job, now);
+        let budget = self.limits.max_reserve_reply_bytes;
+        let fit = |d: &DeadLetter, used, _| reply::drain_fit(d, used, budget);
         Ok(self
             .store
-            .drain_dead_letters(queue.as_deref(), max, &rule, now)
+            .drain_dead_letters(queue.as_deref(), max, &fit, &rule, now)
             .await?)
     }
 

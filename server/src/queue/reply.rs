@@ -1,13 +1,15 @@
-//! The reply budget: how many bytes a job takes in a Reserve reply, as an upper bound of its
-//! protobuf encoding computed from the domain job, so that the store can fill a reply up to
-//! `max_reserve_reply_bytes` without encoding anything and never lease a job it does not send.
+//! The reply budget: how many bytes a job takes in a Reserve reply, and a dead letter in a
+//! DrainDeadLetters or ListDeadLetters reply, as an upper bound of its protobuf encoding
+//! computed from the domain record, so that the store can fill a reply up to
+//! `max_reserve_reply_bytes` without encoding anything and never lease a job, or drain a dead
+//! letter, that it does not send.
 //!
 //! The bound counts every field at its worst: each length-delimited field as a 1-byte tag plus
 //! a 5-byte length (every job is far below 2^35 bytes), each integer as a tag plus a 10-byte
 //! varint, and every timestamp as present. `api/convert.rs` tests it against prost's
 //! `encoded_len` for extreme jobs, and the Reserve handler checks each reply against it.
 
-use crate::domain::{Job, NewJob, Payload, TraceContext, Value};
+use crate::domain::{DeadLetter, Fit, Job, NewJob, Payload, TraceContext, Value};
 
 /// A length-delimited field's header: tag (field numbers below 16 take 1 byte) + length.
 const FIELD: u64 = 1 + 5;
@@ -53,6 +55,48 @@ pub fn job_bytes(job: &Job) -> u64 {
         + custom_bytes(job.custom.iter())
 }
 
+/// What a dead letter adds to its job (counted by [`job_bytes`], whose own header is the
+/// record's `job` field header): the record's header in the reply, the cause, `failed_at`,
+/// `final_attempt` and the header of `last_reason` (whose bytes are counted apart).
+const DEAD_LETTER_FIXED: u64 = FIELD + SCALAR + TIMESTAMP + SCALAR + FIELD;
+
+/// What a ListDeadLetters reply adds to its records: `next_page_token` (48 characters).
+pub const PAGE_TOKEN_BYTES: u64 = FIELD + 48;
+
+/// The bytes `d` takes in a DrainDeadLetters or ListDeadLetters reply, at most.
+pub fn dead_letter_bytes(d: &DeadLetter) -> u64 {
+    DEAD_LETTER_FIXED + job_bytes(&d.job) + d.last_reason.as_ref().map_or(0, |r| r.len() as u64)
+}
+
+/// Whether dead letter `d` goes into a DrainDeadLetters reply that already holds `used` bytes
+/// of records, under the budget `max`: a record is drained only if it is sent, so the drain
+/// stops before the reply would pass the budget; a record larger than the whole budget (stored
+/// before the limits were lowered) is never drained, since a client may be unable to read it:
+/// it is skipped and stays for listing (alone), requeue or delete.
+pub fn drain_fit(d: &DeadLetter, used: u64, max: u64) -> Fit {
+    let size = dead_letter_bytes(d);
+    if size > max {
+        Fit::Skip
+    } else if used + size > max {
+        Fit::Stop
+    } else {
+        Fit::Take(size)
+    }
+}
+
+/// Whether dead letter `d` goes into a ListDeadLetters page that already holds `taken` records
+/// of `used` bytes, under the budget `max` (which also holds the page token): the first record
+/// always goes (a page is never empty while records remain); a later one only within the
+/// budget, else the page ends and its token names the rest.
+pub fn list_fit(d: &DeadLetter, used: u64, taken: usize, max: u64) -> Fit {
+    let size = dead_letter_bytes(d);
+    if taken > 0 && PAGE_TOKEN_BYTES + used + size > max {
+        Fit::Stop
+    } else {
+        Fit::Take(size)
+    }
+}
+
 /// The bytes a validated job will take in a Reserve reply, at most: [`job_bytes`] of the job
 /// it becomes. Saturates at `u32::MAX` (far above any accepted job).
 pub fn new_job_bytes(job: &NewJob) -> u32 {
@@ -96,6 +140,13 @@ impl JobBounds {
             + (3 * FIELD + 2 * self.trace_context)
             + entries * CUSTOM_ENTRY
             + self.custom_total
+    }
+
+    /// The bytes the largest dead letter of these bounds takes in a ListDeadLetters reply (the
+    /// larger of the two dead-letter replies), at most: the largest job, a reason of
+    /// `max_reason` bytes, the record's other fields and the page token.
+    pub fn dead_letter_reply_bytes(&self, max_reason: u64) -> u64 {
+        self.reply_bytes() + DEAD_LETTER_FIXED + max_reason + PAGE_TOKEN_BYTES
     }
 }
 

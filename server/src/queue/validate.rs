@@ -16,59 +16,11 @@ use crate::domain::{JobId, NewJob, Placement, UnixMs, Value};
 use crate::error::QueueError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
-/// What a call does with a queue name, for [`queue_name_shape`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameUse {
-    /// Creates jobs or queue records under the name (enqueue, pause, `[[queues]]`): the whole
-    /// rule applies.
-    Write,
-    /// Reads or drains what is stored under the name (Reserve, stats, dead letters, key
-    /// lookup, resume): invisible and bidirectional characters are let through, so that a
-    /// queue stored under such a name before the rule existed stays reachable.
-    Read,
-}
-
-/// The one queue-name rule, for every call that takes a queue name: not empty, not `.` or
-/// `..`, no `/`, no control characters, and for writes no character of the Unicode general
-/// categories Cf (format: zero-width and bidirectional controls such as U+200B, U+202A–202E,
-/// U+2066–2069), Zl or Zp (line and paragraph separators). The length limit is checked apart
+/// The one queue-name rule and what a call does with the name: written once, in `sepp-rules`,
+/// for the server and the client core (`rules/src/lib.rs`). The length limit is checked apart
 /// ([`check_queue_name`]), because an enqueue reports it later, in the protocol's order.
-///
-/// # Errors
-/// Why the name is not allowed, starting with "queue name".
-pub fn queue_name_shape(name: &str, use_: NameUse) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("queue name is empty".into());
-    }
-    if name == "." || name == ".." {
-        return Err("queue name must not be \".\" or \"..\"".into());
-    }
-    if name.contains('/') {
-        return Err("queue name must not contain '/'".into());
-    }
-    if name.chars().any(char::is_control) {
-        return Err("queue name must not contain control characters".into());
-    }
-    if use_ == NameUse::Write
-        && let Some((i, c)) = name.char_indices().find(|(_, c)| {
-            matches!(
-                c.general_category(),
-                GeneralCategory::Format
-                    | GeneralCategory::LineSeparator
-                    | GeneralCategory::ParagraphSeparator
-            )
-        })
-    {
-        return Err(format!(
-            "queue name has U+{:04X} at byte {i}: invisible, bidirectional-control and separator \
-             characters (Unicode categories Cf, Zl, Zp) are not allowed",
-            u32::from(c)
-        ));
-    }
-    Ok(())
-}
+pub use sepp_rules::{NameUse, queue_name_shape};
 
 /// [`queue_name_shape`] and the length limit, for the calls that take queue names as request
 /// arguments (everything but enqueue, whose jobs report rejections instead).
@@ -107,17 +59,10 @@ pub fn check_length(field: &str, value: &str, key: &str, limit: u32) -> Result<(
 }
 
 /// `s` cut to at most `max` bytes at a UTF-8 character boundary (a nack reason: it is kept
-/// shortened rather than refused, since refusing a nack would strand its job).
-pub fn truncate_utf8(mut s: String, max: u32) -> String {
-    let max = max as usize;
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
+/// shortened rather than refused, since refusing a nack would strand its job); the client cuts
+/// it the same way (`sepp_rules::truncate_utf8`).
+pub fn truncate_utf8(s: String, max: u32) -> String {
+    sepp_rules::truncate_utf8(s, max as usize)
 }
 
 /// Validates `input` and resolves it into a [`NewJob`] with a fresh id.
@@ -288,56 +233,27 @@ fn check_field_sizes(input: &EnqueueInput, limits: &Limits) -> Result<(), Reject
     }
 }
 
-/// The structural checks, all reported as `InvalidRequest` naming the field.
+/// The structural checks, all reported as `InvalidRequest` naming the field: the rules of
+/// `sepp-rules`, which the client core applies before sending, with the same messages.
 fn check_structure(input: &EnqueueInput) -> Result<(), Rejection> {
-    if let Err(why) = queue_name_shape(&input.queue, NameUse::Write) {
-        return Err(Rejection::invalid(format!("queue: {why}")));
-    }
-    if input.job_type.is_empty() {
-        return Err(Rejection::invalid("job_type is empty"));
-    }
-    if let Some(p) = &input.payload {
-        if p.data.is_empty() {
-            return Err(Rejection::invalid(
-                "payload.data is empty: omit the payload when there is no data",
-            ));
-        }
-        if p.encoding.is_empty() {
-            return Err(Rejection::invalid("payload.encoding is empty"));
-        }
-    }
-    if let Some(key) = &input.idempotency_key {
-        dedup::check_key_present(key)?;
-    }
-    if let Some(p) = input.priority
-        && p > 9
-    {
-        return Err(Rejection::invalid(format!(
-            "priority is {p}: allowed 0 (lowest) to 9 (highest)"
-        )));
-    }
-    if input.max_attempts == Some(0) {
-        return Err(Rejection::invalid("max_attempts is 0: must be at least 1"));
-    }
-    if let Some(t) = &input.trace_context
-        && t.traceparent.is_empty()
-    {
-        return Err(Rejection::invalid("trace_context.traceparent is empty"));
-    }
-    if let Some(Err(why)) = &input.scheduled_at {
-        return Err(Rejection::invalid(format!("scheduled_at: {why}")));
-    }
-    for (k, v) in &input.custom {
-        if k.is_empty() {
-            return Err(Rejection::invalid("custom has an empty key"));
-        }
-        if v.is_none() {
-            return Err(Rejection::invalid(format!(
-                "custom[{k:?}] has no value set"
-            )));
-        }
-    }
-    Ok(())
+    let shape = sepp_rules::JobShape {
+        queue: &input.queue,
+        job_type: &input.job_type,
+        payload: input.payload.as_ref().map(|p| sepp_rules::PayloadShape {
+            data_len: p.data.len(),
+            encoding: &p.encoding,
+        }),
+        idempotency_key: input.idempotency_key.as_deref(),
+        priority: input.priority,
+        max_attempts: input.max_attempts,
+        traceparent: input.trace_context.as_ref().map(|t| t.traceparent.as_str()),
+        scheduled_at: input
+            .scheduled_at
+            .as_ref()
+            .map(|t| t.as_ref().map(|_| ()).map_err(String::as_str)),
+    };
+    let custom = input.custom.iter().map(|(k, v)| (k.as_str(), v.is_some()));
+    sepp_rules::check_structure(&shape, custom).map_err(Rejection::invalid)
 }
 
 #[cfg(test)]

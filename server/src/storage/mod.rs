@@ -25,9 +25,9 @@ pub mod embedded;
 pub(crate) mod conformance;
 
 use crate::domain::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, EnqueuePlan, Expiry, Finish, Job, JobFacts,
-    JobId, KeyRecord, LastReason, NewJob, QueueStats, Requeue, ReserveSpec, Settle, SettleRefusal,
-    StoredJob, UnixMs,
+    DeadLetter, DeadLetterCursor, DeadLetterSelector, EnqueuePlan, Expiry, Finish, Fit, Job,
+    JobFacts, JobId, KeyRecord, LastReason, NewJob, QueueStats, Requeue, ReserveSpec, Settle,
+    SettleRefusal, StoredJob, UnixMs,
 };
 use std::sync::Arc;
 
@@ -102,6 +102,10 @@ pub type SettleRule<'a> = dyn Fn(Option<JobFacts<'_>>) -> Result<Settle, SettleR
 
 /// What happens to a job whose lease expired (`queue::lifecycle::lease_expired`).
 pub type ExpiryRule<'a> = dyn Fn(JobFacts<'_>) -> Expiry + Sync + 'a;
+
+/// Whether a dead letter goes into the reply being filled (`queue::reply`): from the record,
+/// the bytes of the records taken so far and their number.
+pub type FitRule<'a> = dyn Fn(&DeadLetter, u64, usize) -> Fit + Sync + 'a;
 
 /// What stays of a dead letter that is drained, deleted or past its retention
 /// (`queue::lifecycle::leave`): a tombstone or nothing.
@@ -215,12 +219,15 @@ pub trait Store: Send + Sync + 'static {
         now: UnixMs,
     ) -> Result<Result<Settled, SettleRefusal>, StorageError>;
 
-    /// Removes and returns up to `max` dead letters, oldest first, of one queue or all; what
-    /// stays of each is `rule`'s answer.
+    /// Removes and returns up to `max` dead letters, oldest first, of one queue or all, as
+    /// `fit` lets them into the reply: a record is removed only if it is returned (or has no
+    /// body left to send); one `fit` skips stays, and the drain ends where `fit` stops it. What
+    /// stays of each removed record is `rule`'s answer.
     async fn drain_dead_letters(
         &self,
         queue: Option<&str>,
         max: u32,
+        fit: &FitRule<'_>,
         rule: &RemovalRule<'_>,
         now: UnixMs,
     ) -> Result<Vec<DeadLetter>, StorageError>;
@@ -236,13 +243,15 @@ pub trait Store: Send + Sync + 'static {
     /// The dedup record of `key` on `queue`, live or expired but not purged yet.
     async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError>;
 
-    /// Up to `limit` dead letters after `after`, oldest first, without removing them. Returns
-    /// the page and the cursor of its last record when more may follow.
+    /// Up to `limit` dead letters after `after`, oldest first, without removing them, as `fit`
+    /// lets them into the page. Returns the page and the cursor of its last record when more
+    /// may follow (the page was full, or `fit` stopped it).
     async fn list_dead_letters(
         &self,
         queue: Option<&str>,
         after: Option<DeadLetterCursor>,
         limit: u32,
+        fit: &FitRule<'_>,
     ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StorageError>;
 
     /// Puts the selected dead letters back on their queues as `plan` says (same id, the dedup

@@ -44,13 +44,13 @@ use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::JobIndex;
 use super::{
-    Deadlines, EnqueueFacts, EnqueueRule, Maintenance, ReadyJobs, ReadyListener, RemovalRule,
-    SettleRule, Settled, StorageError, StorageHealth, Store, SweepPass,
+    Deadlines, EnqueueFacts, EnqueueRule, FitRule, Maintenance, ReadyJobs, ReadyListener,
+    RemovalRule, SettleRule, Settled, StorageError, StorageHealth, Store, SweepPass,
 };
 use crate::domain::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, InsertOutcome, Job, JobFacts,
-    JobId, KeyRecord, LastReason, NewJob, PersistMode, Placement, QueueStats, Requeue, ReserveSpec,
-    Settle, SettleRefusal, StoredJob, UnixMs, reached,
+    DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit, InsertOutcome, Job,
+    JobFacts, JobId, KeyRecord, LastReason, NewJob, PersistMode, Placement, QueueStats, Requeue,
+    ReserveSpec, Settle, SettleRefusal, StoredJob, UnixMs, reached,
 };
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -627,6 +627,7 @@ impl Store for EmbeddedStore {
         &self,
         queue: Option<&str>,
         max: u32,
+        fit: &FitRule<'_>,
         rule: &RemovalRule<'_>,
         _now: UnixMs,
     ) -> Result<Vec<DeadLetter>, StorageError> {
@@ -641,18 +642,32 @@ impl Store for EmbeddedStore {
                     max,
                 },
             );
-            // Read every record first: a body that cannot be read fails the drain before
-            // anything is removed (invariant 2).
+            // Read and fit every record first: a body that cannot be read fails the drain
+            // before anything is removed (invariant 2). A record is removed only if it is sent,
+            // or if it has no body left (it can never be sent); one `fit` skips stays.
             let mut records = Vec::with_capacity(picked.len());
-            for id in &picked {
-                if let Some(meta) = st.jobs.get(*id)
-                    && let Some(record) = sh.dead_letter(*id, meta)?
-                {
-                    records.push(record);
+            let mut removed = Vec::with_capacity(picked.len());
+            let mut reply_bytes = 0u64;
+            for id in picked {
+                let Some(meta) = st.jobs.get(id) else {
+                    continue;
+                };
+                let Some(record) = sh.dead_letter(id, meta)? else {
+                    removed.push(id);
+                    continue;
+                };
+                match fit(&record, reply_bytes, records.len()) {
+                    Fit::Take(n) => {
+                        reply_bytes += n;
+                        records.push(record);
+                        removed.push(id);
+                    }
+                    Fit::Skip => {}
+                    Fit::Stop => break,
                 }
             }
-            let mut ops = Vec::with_capacity(picked.len() * 2);
-            Shared::remove_dead(&mut st, &picked, rule, &mut ops);
+            let mut ops = Vec::with_capacity(removed.len() * 2);
+            Shared::remove_dead(&mut st, &removed, rule, &mut ops);
             (records, sh.commit.append(ops))
         };
         sh.commit.wait(batch).await?;
@@ -815,34 +830,39 @@ impl Store for EmbeddedStore {
         queue: Option<&str>,
         after: Option<DeadLetterCursor>,
         limit: u32,
+        fit: &FitRule<'_>,
     ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StorageError> {
         let sh = &*self.shared;
+        // Bodies are read under the lock so that a concurrent drain cannot delete them first.
         let st = sh.lock();
-        let mut page: Vec<(DeadLetterCursor, Meta)> = Vec::new();
-        let mut more = false;
+        let mut records = Vec::new();
+        let (mut last, mut more) = (None, false);
+        let mut reply_bytes = 0u64;
         for (failed_at, id) in st.jobs.dead_letters(queue, after) {
-            if page.len() == limit as usize {
+            if records.len() == limit as usize {
                 more = true;
                 break;
             }
-            if let Some(m) = st.jobs.get(id) {
-                page.push(((failed_at, id), m.clone()));
+            let Some(m) = st.jobs.get(id) else {
+                continue;
+            };
+            if let Some(r) = sh.dead_letter(id, m)? {
+                match fit(&r, reply_bytes, records.len()) {
+                    Fit::Take(n) => {
+                        reply_bytes += n;
+                        records.push(r);
+                    }
+                    Fit::Skip => {}
+                    Fit::Stop => {
+                        more = true;
+                        break;
+                    }
+                }
             }
-        }
-        // Bodies are read under the lock so that a concurrent drain cannot delete them first.
-        let mut records = Vec::with_capacity(page.len());
-        for ((_, id), meta) in &page {
-            if let Some(r) = sh.dead_letter(*id, meta)? {
-                records.push(r);
-            }
+            last = Some((failed_at, id));
         }
         drop(st);
-        let next = if more {
-            page.last().map(|(c, _)| *c)
-        } else {
-            None
-        };
-        Ok((records, next))
+        Ok((records, if more { last } else { None }))
     }
 
     async fn requeue_dead_letters(
