@@ -61,6 +61,7 @@ macro_rules! conformance_suite {
             dead_letters_are_kept_for_their_retention_then_purged,
             a_finished_keyed_job_leaves_a_tombstone_until_its_key_expires,
             drain_returns_the_oldest_dead_letters_and_removes_them,
+            drain_and_list_stop_before_their_reply_budget,
             admin_lists_pages_requeues_and_deletes_dead_letters,
             queue_stats_count_each_state,
             a_waiting_reserve_gets_a_job_enqueued_later,
@@ -897,6 +898,63 @@ pub(crate) mod cases {
             vec![dead[3]]
         );
         assert_eq!(h.stats("b").await.dead_lettered, 0);
+    }
+
+    pub(crate) async fn drain_and_list_stop_before_their_reply_budget(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| {
+            c.storage.dead_letter_retention_ms = 600_000;
+            c.limits.max_reserve_reply_bytes = 65_536;
+            c.limits.max_payload_bytes = 30_000;
+            c.limits.max_custom_total_bytes = 1_000;
+        })
+        .await;
+        let mut dead = Vec::new();
+        for n in 0..3u8 {
+            let id = h
+                .put(EnqueueInput {
+                    payload: Some(Payload {
+                        data: vec![n; 30_000],
+                        encoding: "bin".into(),
+                    }),
+                    ..job("q")
+                })
+                .await;
+            h.reserve_one("q", 30_000).await.unwrap();
+            h.queue
+                .nack(&id.to_string(), 1, NackStrategy::DeadLetter, None)
+                .await
+                .unwrap();
+            dead.push(id);
+            h.advance(10);
+        }
+        // Two 30 kB records fit 64 KiB, three do not: a page of two and a token for the rest.
+        let page = h.queue.list_dead_letters(None, Some(10), "").await.unwrap();
+        assert_eq!(
+            page.records.iter().map(|d| d.job.id).collect::<Vec<_>>(),
+            dead[..2].to_vec()
+        );
+        let rest = h
+            .queue
+            .list_dead_letters(None, Some(10), &page.next_page_token)
+            .await
+            .unwrap();
+        assert_eq!(
+            rest.records.iter().map(|d| d.job.id).collect::<Vec<_>>(),
+            vec![dead[2]]
+        );
+        assert!(rest.next_page_token.is_empty());
+        // A drain removes only what it returns.
+        let drained = h.queue.drain_dead_letters(None, Some(10)).await.unwrap();
+        assert_eq!(
+            drained.iter().map(|d| d.job.id).collect::<Vec<_>>(),
+            dead[..2].to_vec()
+        );
+        assert_eq!(h.stats("q").await.dead_lettered, 1);
+        let last = h.queue.drain_dead_letters(None, Some(10)).await.unwrap();
+        assert_eq!(
+            last.iter().map(|d| d.job.id).collect::<Vec<_>>(),
+            vec![dead[2]]
+        );
     }
 
     pub(crate) async fn admin_lists_pages_requeues_and_deletes_dead_letters(b: Box<dyn Backend>) {
