@@ -230,6 +230,13 @@ impl FaultFs {
     pub fn power_cut(&self) -> CutReport {
         let mut st = self.lock();
         let mut report = CutReport::default();
+        if std::env::var_os("FAULTFS_DEBUG").is_some() {
+            for (ino, n) in &st.nodes {
+                if let Kind::Dir(d) = &n.kind {
+                    eprintln!("dir {ino}: cur {:?} dur {:?}", d.cur, d.dur);
+                }
+            }
+        }
         for node in st.nodes.values_mut() {
             node.open = 0;
             match &mut node.kind {

@@ -297,6 +297,7 @@ async fn crash_loop(
     let started = Instant::now();
     let mut rng = crate::model::new_rng();
     let mut cut_chunks = 0u64;
+    let mut cut_nodes = 0u64;
     let mut per_cut_losses = Vec::new();
     println!(
         "crash loop: {cycles} cycles, fault {fault:?}, persist_mode {}, data {}",
@@ -312,7 +313,9 @@ async fn crash_loop(
         let _pause = pause.write().await;
         if fault == Fault::Power {
             let m = mounted.as_mut().expect("mounted for power cuts");
-            cut_chunks += m.power_cut()?.dirty_chunks;
+            let r = m.power_cut()?;
+            cut_chunks += r.dirty_chunks;
+            cut_nodes += r.nodes_dropped;
         }
         model.set_cycle(cycle);
         let t = Instant::now();
@@ -372,7 +375,9 @@ async fn crash_loop(
         cnt.deliveries, cnt.lease_lost, cnt.errors, cnt.enqueues_unknown, cnt.checks
     );
     if fault == Fault::Power {
-        println!("power cuts: {cycles} (16 KiB chunks not fsynced, dropped: {cut_chunks})");
+        println!(
+            "power cuts: {cycles} (dropped: {cut_chunks} chunks of 16 KiB not fsynced, {cut_nodes} files or directories whose entries were not fsynced)"
+        );
     }
     if lossy {
         let l = model.losses();
