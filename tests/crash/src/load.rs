@@ -127,6 +127,13 @@ async fn watch_depth(cx: Arc<Ctx>) {
     }
 }
 
+fn batch_error(e: &sepp_rs::BatchError) -> (Option<i32>, String) {
+    match e {
+        sepp_rs::BatchError::Client(c) => (c.grpc_code(), c.message().to_string()),
+        other => (None, other.to_string()),
+    }
+}
+
 async fn backpressure(cx: &Ctx) {
     while cx.depth.load(Ordering::Relaxed) > MAX_BACKLOG && !cx.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -176,8 +183,8 @@ async fn keyed(cx: Arc<Ctx>, i: usize) {
                     cx.model.violation(format!("key {key}: rejected: {r}"));
                     break;
                 }
-                Err(EnqueueError::Client(_)) => {
-                    cx.model.error();
+                Err(EnqueueError::Client(e)) => {
+                    cx.model.failed(e.grpc_code(), e.message());
                     tokio::time::sleep(AFTER_ERROR).await;
                 }
             }
@@ -212,7 +219,7 @@ async fn batches(cx: Arc<Ctx>, i: usize) {
                 for j in &jobs {
                     cx.model.key_tried(&j.0);
                 }
-                if atomic {
+                let r = if atomic {
                     cx.client
                         .enqueue_atomic(reqs.clone())
                         .await
@@ -223,7 +230,8 @@ async fn batches(cx: Arc<Ctx>, i: usize) {
                             .collect::<Result<Vec<_>, _>>()
                             .map_err(|e| e.to_string())
                     })
-                }
+                };
+                r.map_err(|e| batch_error(&e))
             };
             match r {
                 Ok(Ok(acks)) => {
@@ -238,8 +246,8 @@ async fn batches(cx: Arc<Ctx>, i: usize) {
                         .violation(format!("batch of {n} keyed jobs rejected: {rejections}"));
                     break;
                 }
-                Err(_) => {
-                    cx.model.error();
+                Err(e) => {
+                    cx.model.failed(e.0, &e.1);
                     tokio::time::sleep(AFTER_ERROR).await;
                 }
             }
@@ -276,11 +284,12 @@ async fn unkeyed(cx: Arc<Ctx>, _i: usize) {
                     }
                 }
             }
-            Err(_) => {
+            Err(e) => {
                 for _ in 0..n {
                     cx.model.enqueue_unknown();
                 }
-                cx.model.error();
+                let (code, msg) = batch_error(&e);
+                cx.model.failed(code, &msg);
                 tokio::time::sleep(AFTER_ERROR).await;
             }
         }
@@ -332,8 +341,11 @@ async fn worker(cx: Arc<Ctx>, i: usize) {
         };
         let jobs = match r {
             Ok(jobs) => jobs,
-            Err(_) => {
-                cx.model.error();
+            Err(e) => {
+                match &e {
+                    sepp_rs::ReserveError::Client(c) => cx.model.failed(c.grpc_code(), c.message()),
+                    other => cx.model.failed(None, &other.to_string()),
+                }
                 tokio::time::sleep(AFTER_ERROR).await;
                 continue;
             }
@@ -362,8 +374,11 @@ async fn settle(cx: &Ctx, id: &str, attempt: u32, action: Action, work: Duration
             m.lease_lost();
             false
         }
-        Err(_) => {
-            m.error();
+        Err(e) => {
+            match &e {
+                sepp_rs::LeaseError::Client(c) => m.failed(c.grpc_code(), c.message()),
+                other => m.failed(None, &other.to_string()),
+            }
             false
         }
     };

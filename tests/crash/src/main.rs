@@ -82,6 +82,31 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         slow_fsync_ms: u64,
     },
+    /// A full disk under load: the data directory on a small tmpfs (root only), filled by
+    /// another file until writes are refused, then freed; every other round the server is
+    /// killed while the disk is full.
+    DiskFull {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 4)]
+        rounds: u32,
+        /// Size of the tmpfs (MiB).
+        #[arg(long, default_value_t = 96)]
+        tmpfs_mib: u64,
+        /// storage.min_free_bytes (MiB); 0 turns the mark off, so that writes really fail
+        /// with ENOSPC.
+        #[arg(long, default_value_t = 16)]
+        min_free_mib: u64,
+    },
+    /// Failed writes and fsyncs under load (faultfs; root only): one fsync fails with EIO, or
+    /// writes fail with EIO for a moment; the server must refuse writes until restarted, and
+    /// a power cut and restart must keep everything acknowledged.
+    IoErrors {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 4)]
+        rounds: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -106,6 +131,13 @@ fn main() -> ExitCode {
             (min_run_ms, max_run_ms),
             slow_fsync_ms,
         )),
+        Cmd::DiskFull {
+            common,
+            rounds,
+            tmpfs_mib,
+            min_free_mib,
+        } => rt.block_on(disk_full(common, rounds, tmpfs_mib, min_free_mib)),
+        Cmd::IoErrors { common, rounds } => rt.block_on(io_errors(common, rounds)),
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,
@@ -398,4 +430,358 @@ async fn crash_loop(
     let passed = violations == 0;
     work.finish(passed);
     Ok(passed)
+}
+
+const UNAVAILABLE: i32 = 14;
+
+/// Health of `""` and `sepp.v1.QueueService`: true when both are SERVING.
+async fn serving(url: &str) -> Result<(bool, bool), String> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let ch = tonic::transport::Channel::from_shared(url.to_string())
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("health: {e}"))?;
+    let mut h = HealthClient::new(ch);
+    let mut out = [false; 2];
+    for (i, service) in ["", "sepp.v1.QueueService"].into_iter().enumerate() {
+        let st = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .map_err(|e| format!("health check of {service:?}: {e}"))?
+            .into_inner()
+            .status;
+        out[i] = st == ServingStatus::Serving as i32;
+    }
+    Ok((out[0], out[1]))
+}
+
+/// Polls `cond` every 50 ms for up to `secs`.
+async fn wait_until<F: AsyncFnMut() -> Result<bool, String>>(
+    what: &str,
+    secs: u64,
+    mut cond: F,
+) -> Result<Duration, String> {
+    let t = Instant::now();
+    while !cond().await? {
+        if t.elapsed() > Duration::from_secs(secs) {
+            return Err(format!("{what}: not within {secs} s"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(t.elapsed())
+}
+
+/// Bytes free for an unprivileged writer on the filesystem holding `dir`.
+fn free_bytes(dir: &Path) -> Result<u64, String> {
+    let st = rustix::fs::statvfs(dir).map_err(|e| format!("statvfs {}: {e}", dir.display()))?;
+    Ok(st.f_bavail * st.f_frsize)
+}
+
+/// Writes `path` until at most `leave` bytes are free on its filesystem (0: until ENOSPC).
+fn fill(path: &Path, leave: u64) -> Result<(), String> {
+    use std::io::Write;
+    let dir = path.parent().expect("a parent");
+    let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    for chunk in [1usize << 20, 4096] {
+        let buf = vec![0x5a_u8; chunk];
+        loop {
+            if leave > 0 && free_bytes(dir)? <= leave + chunk as u64 {
+                break;
+            }
+            if f.write_all(&buf).and_then(|()| f.flush()).is_err() {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A tmpfs mounted for the scenario, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, mib: u64) -> Result<Tmpfs, String> {
+        std::fs::create_dir_all(at).map_err(|e| format!("{}: {e}", at.display()))?;
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(at)
+            .status()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if !st.success() {
+            return Err(format!(
+                "mount -t tmpfs on {} failed ({st}): needs root",
+                at.display()
+            ));
+        }
+        Ok(Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = std::process::Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+}
+
+/// What the server answered while a fault lasted: the failures recorded since `since`, each
+/// UNAVAILABLE with a message holding every one of `needles`; returns how many there were.
+fn check_refusals(model: &Model, since: u64, needles: &[&str]) -> Result<usize, String> {
+    let f = model.failures_since(since);
+    let refusals: Vec<_> = f
+        .iter()
+        .filter(|f| f.code == Some(UNAVAILABLE) && needles.iter().all(|n| f.message.contains(n)))
+        .collect();
+    if refusals.is_empty() {
+        return Err(format!(
+            "no UNAVAILABLE naming {needles:?} among {} failed calls; first: {:?}",
+            f.len(),
+            f.first()
+        ));
+    }
+    for x in &f {
+        if x.code != Some(UNAVAILABLE) {
+            model.violation(format!(
+                "while the fault lasted, a call failed with code {:?}, not UNAVAILABLE: {}",
+                x.code, x.message
+            ));
+        }
+    }
+    Ok(refusals.len())
+}
+
+/// Reads every job and key the model knows: true where the server knows it.
+async fn existence(model: &Model, client: &SeppClient) -> Result<Vec<(String, bool)>, String> {
+    model.existence(client).await
+}
+
+async fn disk_full(
+    c: Common,
+    rounds: u32,
+    tmpfs_mib: u64,
+    min_free_mib: u64,
+) -> Result<bool, String> {
+    let work = Work::new(c.work_dir.clone())?;
+    let tmpfs = Tmpfs::mount(&work.path.join("tmpfs"), tmpfs_mib)?;
+    let data = tmpfs.0.join("data");
+    let filler = tmpfs.0.join("filler");
+    let min_free = min_free_mib << 20;
+    let spec = spec(&c, &work.path, &data, min_free)?;
+    let model = Arc::new(Model::new(false));
+    let mut server = spec.start("127.0.0.1:0")?;
+    let addr = server.addr.clone();
+    let url = server.url();
+    let client = client(&url)?;
+    let mut load = Load::start(&client, &model, mix(&c));
+    let dir = data.display().to_string();
+    let started = Instant::now();
+    println!(
+        "disk full: {rounds} rounds, tmpfs {tmpfs_mib} MiB, storage.min_free_bytes {min_free}, persist_mode {}",
+        c.persist_mode
+    );
+    for round in 1..=rounds {
+        let before = model.counts();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let since = model.counts().errors;
+        // Below the mark when it is on (writes refused before the disk is full); to ENOSPC
+        // when it is off.
+        let leave = if min_free > 0 { min_free / 3 } else { 0 };
+        let f = filler.clone();
+        tokio::task::spawn_blocking(move || fill(&f, leave))
+            .await
+            .map_err(|e| e.to_string())??;
+        let free_full = free_bytes(&tmpfs.0)?;
+        let not_serving = wait_until("health NOT_SERVING", 20, async || {
+            Ok(serving(&url).await? == (false, false))
+        })
+        .await?;
+        // Let the load meet the refusals for a while.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let pause = load.gate.clone();
+        let g = pause.write().await;
+        let refused = check_refusals(&model, since, &["no space left", &dir])?;
+        // Reads while writes are refused: they show what was acknowledged. (With the mark off
+        // the store is closed and reopened after the ENOSPC, and reads are refused with
+        // UNAVAILABLE until the reopen succeeds, which needs some free space.)
+        let reads = match model.verify(&client, false, 200, None).await {
+            Ok(()) => "reads worked".to_string(),
+            Err(e) if min_free == 0 && e.contains("being reopened") => {
+                format!("reads refused while the store is reopened ({e})")
+            }
+            Err(e) => return Err(e),
+        };
+        let reads_ok = reads == "reads worked";
+        let kill = round % 2 == 0;
+        if kill {
+            // Memory equals disk: what the server shows now is what it shows after a kill -9
+            // and a restart on the still full disk.
+            let seen = if reads_ok {
+                Some(existence(&model, &client).await?)
+            } else {
+                None
+            };
+            server.kill9();
+            model.set_cycle(round);
+            server = spec.start(&addr)?;
+            if let Some(seen) = seen {
+                let again = existence(&model, &client).await?;
+                for ((id, a), (_, b)) in seen.iter().zip(&again) {
+                    if a != b {
+                        model.violation(format!(
+                            "{id}: known = {a} before the kill on a full disk, {b} after the \
+                             restart"
+                        ));
+                    }
+                }
+            }
+        }
+        std::fs::remove_file(&filler).map_err(|e| format!("removing the filler: {e}"))?;
+        let serving_again = wait_until("health SERVING after freeing space", 30, async || {
+            Ok(serving(&url).await? == (true, true))
+        })
+        .await?;
+        model.verify(&client, false, 200, None).await?;
+        drop(g);
+        let acks_then = model.counts().acks;
+        wait_until("acks after freeing space", 30, async || {
+            Ok(model.counts().acks > acks_then + 20)
+        })
+        .await?;
+        let after = model.counts();
+        println!(
+            "round {round}/{rounds}: {} enqueues and {} acks acknowledged so far; filled to {} KiB free; NOT_SERVING after {} ms; {refused} calls refused with UNAVAILABLE naming the directory; {reads}; {}SERVING {} ms after freeing; acks resumed; violations {}",
+            before.enqueues,
+            before.acks,
+            free_full / 1024,
+            not_serving.as_millis(),
+            if kill {
+                "killed and restarted on the full disk; "
+            } else {
+                ""
+            },
+            serving_again.as_millis(),
+            model.violations()
+        );
+        let _ = after;
+    }
+    let server = finish(&mut load, &model, &spec, server, &client).await?;
+    drop(server);
+    report("disk full", &model, started, rounds);
+    drop(tmpfs);
+    let passed = model.violations() == 0;
+    work.finish(passed);
+    Ok(passed)
+}
+
+async fn io_errors(c: Common, rounds: u32) -> Result<bool, String> {
+    let work = Work::new(c.work_dir.clone())?;
+    let mut mounted = Mounted::mount(&work.path.join("mnt"))?;
+    let data = mounted.at.join("data");
+    let spec = spec(&c, &work.path, &data, 0)?;
+    let model = Arc::new(Model::new(false));
+    let mut server = spec.start("127.0.0.1:0")?;
+    let addr = server.addr.clone();
+    let url = server.url();
+    let client = client(&url)?;
+    let mut load = Load::start(&client, &model, mix(&c));
+    let dir = data.display().to_string();
+    let faults = mounted.fs.faults.clone();
+    let started = Instant::now();
+    println!(
+        "I/O errors: {rounds} rounds, persist_mode {}",
+        c.persist_mode
+    );
+    for round in 1..=rounds {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let since = model.counts().errors;
+        let fsync = round % 2 == 1;
+        if fsync {
+            faults
+                .fail_fsyncs
+                .store(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            faults
+                .fail_writes
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let not_serving = wait_until("health NOT_SERVING", 20, async || {
+            Ok(serving(&url).await? == (false, false))
+        })
+        .await?;
+        faults
+            .fail_writes
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        // The fault is gone, but writes stay refused until a restart.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        if serving(&url).await? != (false, false) {
+            model.violation(format!(
+                "round {round}: health back to SERVING after a failed {} without a restart",
+                if fsync { "fsync" } else { "write" }
+            ));
+        }
+        let pause = load.gate.clone();
+        let g = pause.write().await;
+        let refused = check_refusals(&model, since, &["failed to write", "restarted", &dir])?;
+        // Reads work, and show what was acknowledged.
+        model.verify(&client, false, 200, None).await?;
+        // A power cut and restart: everything acknowledged is on disk.
+        server.kill9();
+        let cut = mounted.power_cut()?;
+        model.set_cycle(round);
+        server = spec.start(&addr)?;
+        model.verify(&client, false, 200, None).await?;
+        let healthy = serving(&url).await? == (true, true);
+        if !healthy {
+            model.violation(format!("round {round}: not SERVING after the restart"));
+        }
+        drop(g);
+        let acks_then = model.counts().acks;
+        wait_until("acks after the restart", 30, async || {
+            Ok(model.counts().acks > acks_then + 20)
+        })
+        .await?;
+        println!(
+            "round {round}/{rounds}: {} failed; NOT_SERVING after {} ms and still 1 s after the fault ended; {refused} calls refused with UNAVAILABLE naming the directory; power cut ({} chunks dropped) and restart: all acknowledged there, SERVING; violations {}",
+            if fsync { "one fsync" } else { "writes" },
+            not_serving.as_millis(),
+            cut.dirty_chunks,
+            model.violations()
+        );
+    }
+    let server = finish(&mut load, &model, &spec, server, &client).await?;
+    drop(server);
+    drop(mounted);
+    report("I/O errors", &model, started, rounds);
+    let passed = model.violations() == 0;
+    work.finish(passed);
+    Ok(passed)
+}
+
+fn report(what: &str, model: &Model, started: Instant, rounds: u32) {
+    let cnt = model.counts();
+    println!(
+        "{what} done in {:.0} s: rounds: {rounds}; acknowledged writes checked: {} ({} enqueues, {} acks, {} nacks, {} extends); failed calls: {}; server look-ups by the checker: {}",
+        started.elapsed().as_secs_f64(),
+        cnt.enqueues + cnt.acks + cnt.nacks + cnt.extends,
+        cnt.enqueues,
+        cnt.acks,
+        cnt.nacks,
+        cnt.extends,
+        cnt.errors,
+        cnt.checks
+    );
+    println!("violations: {}", model.violations());
 }

@@ -139,11 +139,26 @@ pub struct Losses {
     pub attempts: u64,
 }
 
+/// A failed call, as recorded.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// Its number among all failed calls.
+    pub seq: u64,
+    /// The gRPC status code, if a server answered.
+    pub code: Option<i32>,
+    /// The message.
+    pub message: String,
+}
+
+/// Failed calls kept for inspection.
+const MAX_FAILURES: usize = 200_000;
+
 struct Inner {
+    failures: Vec<Failure>,
     jobs: HashMap<String, JobView>,
     /// Key → the id every acknowledged reply named.
     keys: HashMap<String, Option<String>>,
-    violations: Vec<String>,
+    violations: std::collections::BTreeSet<String>,
     counts: Counts,
     losses: Losses,
     cycle: u32,
@@ -168,9 +183,10 @@ impl Model {
     pub fn new(lossy: bool) -> Self {
         Model {
             inner: Mutex::new(Inner {
+                failures: Vec::new(),
                 jobs: HashMap::new(),
                 keys: HashMap::new(),
-                violations: Vec::new(),
+                violations: Default::default(),
                 counts: Counts::default(),
                 losses: Losses::default(),
                 cycle: 0,
@@ -190,13 +206,17 @@ impl Model {
         format!("{producer}-{}", self.seq.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Records a violation.
+    /// Records a violation (once: a job still missing at the next restart is not counted
+    /// again).
     pub fn violation(&self, what: String) {
         let mut g = self.lock();
+        if g.violations.contains(&what) {
+            return;
+        }
         if g.violations.len() < SHOW {
             eprintln!("VIOLATION: {what}");
         }
-        g.violations.push(what);
+        g.violations.insert(what);
     }
 
     /// The server incarnation changed.
@@ -266,9 +286,29 @@ impl Model {
         self.lock().counts.enqueues_unknown += 1;
     }
 
-    /// Any other failed call.
-    pub fn error(&self) {
-        self.lock().counts.errors += 1;
+    /// Any other failed call, with its gRPC status code (none: failed before reaching a
+    /// server) and message.
+    pub fn failed(&self, code: Option<i32>, message: &str) {
+        let mut g = self.lock();
+        g.counts.errors += 1;
+        let seq = g.counts.errors;
+        if g.failures.len() < MAX_FAILURES {
+            g.failures.push(Failure {
+                seq,
+                code,
+                message: message.to_string(),
+            });
+        }
+    }
+
+    /// The failures recorded after number `since` (see [`Counts::errors`]).
+    pub fn failures_since(&self, since: u64) -> Vec<Failure> {
+        self.lock()
+            .failures
+            .iter()
+            .filter(|f| f.seq > since)
+            .cloned()
+            .collect()
     }
 
     /// A lease-lost answer.
@@ -663,6 +703,35 @@ impl Model {
             j.dead_lettered = false;
         }
         let _ = n;
+    }
+
+    /// Every job and key the model knows, in a fixed order, with whether the server knows
+    /// it (a job: any state but unknown; a key: a live record).
+    pub async fn existence(&self, client: &SeppClient) -> Result<Vec<(String, bool)>, String> {
+        let (mut ids, mut keys): (Vec<String>, Vec<String>) = {
+            let g = self.lock();
+            (
+                g.jobs.keys().cloned().collect(),
+                g.keys.keys().cloned().collect(),
+            )
+        };
+        ids.sort();
+        keys.sort();
+        let infos = get_jobs(client, ids.iter().cloned()).await?;
+        let recs = lookup_keys(client, keys.iter().cloned()).await?;
+        let mut out: Vec<(String, bool)> = ids
+            .into_iter()
+            .map(|id| {
+                let known = !matches!(infos[&id].state, JobState::Unknown);
+                (format!("job {id}"), known)
+            })
+            .collect();
+        out.extend(keys.into_iter().map(|k| {
+            let found = recs[&k].is_some();
+            (format!("key {k}"), found)
+        }));
+        self.lock().counts.checks += out.len() as u64;
+        Ok(out)
     }
 
     /// At the end (load stopped, queue drained): every acknowledged enqueue was delivered at
