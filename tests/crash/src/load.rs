@@ -351,7 +351,7 @@ async fn worker(cx: Arc<Ctx>, i: usize) {
             }
         };
         for j in &jobs {
-            cx.model.delivered(j, LEASE);
+            cx.model.delivered(j);
         }
         // Each job settled by its own task, as a worker with a handler per job would.
         for j in jobs {

@@ -316,8 +316,8 @@ impl Model {
         self.lock().counts.lease_lost += 1;
     }
 
-    /// A job was delivered with a lease of `lease` requested.
-    pub fn delivered(&self, job: &Job, lease: Duration) {
+    /// A job was delivered (its reply just arrived).
+    pub fn delivered(&self, job: &Job) {
         let mut bad = Vec::new();
         {
             let mut g = self.lock();
@@ -377,7 +377,10 @@ impl Model {
                 ));
             }
             let expires = job.lease_expires_at.unwrap_or(SystemTime::UNIX_EPOCH);
-            let start = expires.checked_sub(lease).unwrap_or(SystemTime::UNIX_EPOCH);
+            // The new lease was granted before its reply arrived (now); the server's expiry
+            // minus the requested duration is only a lower bound of the grant (the server
+            // reads its clock before it takes its lock).
+            let received = SystemTime::now();
             if let Some(prev) = j.deliveries.last() {
                 if job.attempt <= prev.attempt {
                     bad.push(format!(
@@ -386,12 +389,12 @@ impl Model {
                         job.attempt, prev.attempt, prev.cycle
                     ));
                 }
-                if start + SLACK < prev.end_lb {
+                if received + SLACK < prev.end_lb {
                     bad.push(format!(
-                        "job {id}: attempt {} leased at {:?} while attempt {}'s lease ran to at \
-                         least {:?}: two workers held the job",
+                        "job {id}: attempt {} delivered at {:?} while attempt {}'s lease ran to \
+                         at least {:?}: two workers held the job",
                         job.attempt,
-                        since_epoch(start),
+                        since_epoch(received),
                         prev.attempt,
                         since_epoch(prev.end_lb)
                     ));
@@ -853,29 +856,32 @@ mod tests {
     #[test]
     fn event_rules_catch_their_breaches() {
         let lease = Duration::from_secs(1);
+        // Attempt 1's lease runs for a second from now.
         let t0 = SystemTime::now() + lease;
         let m = Model::new(false);
         m.enqueued(Some("k"), "a", false, 7, 3);
         m.enqueued(Some("k"), "b", true, 7, 3);
         assert_eq!(m.violations(), 1, "a key naming two jobs");
-        m.delivered(&job("a", 1, t0), lease);
+        m.delivered(&job("a", 1, t0));
         assert_eq!(m.violations(), 1);
         // Attempt 2 leased before attempt 1's lease ran out: two holders.
-        m.delivered(&job("a", 2, t0 + Duration::from_millis(500)), lease);
+        m.delivered(&job("a", 2, t0 + Duration::from_millis(500)));
         assert_eq!(m.violations(), 2);
-        // The same attempt again: a reset.
-        m.delivered(&job("a", 2, t0 + Duration::from_secs(5)), lease);
+        // The same attempt again (after its lease was ended by a nack): a reset.
+        m.settling("a", 2, false);
+        m.delivered(&job("a", 2, t0 + Duration::from_secs(5)));
         assert_eq!(m.violations(), 3);
+        m.settling("a", 2, true);
         m.acked("a", 2);
-        m.delivered(&job("a", 3, t0 + Duration::from_secs(10)), lease);
+        m.delivered(&job("a", 3, t0 + Duration::from_secs(10)));
         assert_eq!(m.violations(), 4, "delivered after an acknowledged ack");
         let mut over = job("c", 4, t0);
         over.id = "c".into();
-        m.delivered(&over, lease);
+        m.delivered(&over);
         assert_eq!(m.violations(), 5, "attempt above max_attempts");
         let mut torn = job("d", 1, t0);
         torn.payload.as_mut().unwrap().data[13] ^= 0xff;
-        m.delivered(&torn, lease);
+        m.delivered(&torn);
         assert_eq!(m.violations(), 6, "corrupted payload");
     }
 }
