@@ -63,6 +63,8 @@ soak-streams:
 # The crash loop, power cuts and disk faults (tests/crash, docs/reliability.md). The power-cut,
 # I/O-error and disk-full runs need root and /dev/fuse (CI has both); elsewhere they print
 # SKIPPED. Each run prints its counts and ends with "violations: N"; any violation fails it.
+# CI runs the debug build; the soak runs the release build (a debug server's restart replays
+# its journal several times slower, and the 100-cycle loop restarts it 100 times).
 crash-short:
 	tests/crash/run loop --cycles 10 --max-run-ms 1500
 	tests/crash/run loop --cycles 3 --fault power --persist-mode sync_all --max-run-ms 1500
@@ -73,11 +75,11 @@ crash-short:
 	tests/crash/run io-errors --rounds 2
 
 soak-crash:
-	tests/crash/run loop --cycles 100
-	tests/crash/run loop --cycles 50 --fault power --persist-mode sync_all
-	tests/crash/run loop --cycles 50 --fault power --persist-mode sync_data
-	tests/crash/run loop --cycles 20 --fault power --persist-mode buffer
-	tests/crash/run loop --cycles 20 --fault power --slow-fsync-ms 50
-	tests/crash/run disk-full --rounds 10
-	tests/crash/run disk-full --rounds 10 --min-free-mib 0
-	tests/crash/run io-errors --rounds 10
+	PROFILE=release tests/crash/run loop --cycles 100
+	PROFILE=release tests/crash/run loop --cycles 50 --fault power --persist-mode sync_all
+	PROFILE=release tests/crash/run loop --cycles 50 --fault power --persist-mode sync_data
+	PROFILE=release tests/crash/run loop --cycles 20 --fault power --persist-mode buffer
+	PROFILE=release tests/crash/run loop --cycles 20 --fault power --slow-fsync-ms 50
+	PROFILE=release tests/crash/run disk-full --rounds 10
+	PROFILE=release tests/crash/run disk-full --rounds 10 --min-free-mib 0
+	PROFILE=release tests/crash/run io-errors --rounds 10

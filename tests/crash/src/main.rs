@@ -458,10 +458,31 @@ async fn crash_loop(
             l.attempts
         );
     }
+    println!("failed calls by status: {}", by_status(&model));
     println!("violations: {violations}");
     let passed = violations == 0;
     work.finish(passed);
     Ok(passed)
+}
+
+/// The failed calls counted by gRPC status ("no reply": the server was down or went away).
+fn by_status(model: &Model) -> String {
+    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+    for f in model.failures_since(0) {
+        let name = match f.code {
+            None => "no reply".to_string(),
+            Some(c) => format!("{:?}", tonic::Code::from_i32(c)),
+        };
+        *counts.entry(name).or_default() += 1;
+    }
+    if counts.is_empty() {
+        return "none".into();
+    }
+    counts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 const UNAVAILABLE: i32 = 14;
@@ -815,5 +836,6 @@ fn report(what: &str, model: &Model, started: Instant, rounds: u32) {
         cnt.errors,
         cnt.checks
     );
+    println!("failed calls by status: {}", by_status(model));
     println!("violations: {}", model.violations());
 }

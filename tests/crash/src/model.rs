@@ -90,6 +90,9 @@ struct JobView {
     ack_sent: bool,
     /// An acknowledged nack dead-lettered it.
     dead_lettered: bool,
+    /// The server showed it completed or dead-lettered (or, unkeyed and acked, forgotten):
+    /// nothing more will happen to it.
+    server_final: bool,
     /// Buffer mode: lost in a power cut (expectations dropped, counted as a loss).
     lost: bool,
     /// The cycle of the last event; recent and live jobs are verified after every restart.
@@ -98,7 +101,7 @@ struct JobView {
 
 impl JobView {
     fn settled(&self) -> bool {
-        self.acked.is_some() || self.dead_lettered || self.lost
+        self.acked.is_some() || self.dead_lettered || self.server_final || self.lost
     }
 }
 
@@ -370,6 +373,13 @@ impl Model {
                     ));
                 }
             }
+            if j.server_final && !lossy && j.acked.is_none() && !j.dead_lettered {
+                bad.push(format!(
+                    "job {id}: delivered (attempt {}) after the server showed it completed or \
+                     dead-lettered",
+                    job.attempt
+                ));
+            }
             if j.dead_lettered && !lossy {
                 bad.push(format!(
                     "job {id}: delivered (attempt {}) after an acknowledged nack dead-lettered it",
@@ -571,6 +581,7 @@ impl Model {
         let mut lost_enqueues = Vec::new();
         let mut undone_acks = Vec::new();
         let mut rolled_back = Vec::new();
+        let mut finals = Vec::new();
         let infos = get_jobs(client, jobs.iter().map(|j| j.0.clone())).await?;
         let records = lookup_keys(client, keys.iter().map(|k| k.0.clone())).await?;
         let named = get_jobs(client, records.values().flatten().map(|r| r.job_id.clone())).await?;
@@ -579,6 +590,11 @@ impl Model {
             let info = &infos[&id];
             let state = info.state;
             let known = !matches!(state, JobState::Unknown);
+            if matches!(state, JobState::Completed | JobState::DeadLettered)
+                || (!known && key.is_none() && (acked || ack_sent))
+            {
+                finals.push(id.clone());
+            }
             // An acked unkeyed job leaves nothing behind (no record names it); one whose ack
             // reply was lost may be acked too.
             if acked_at.is_some() && !known && !(key.is_none() && (acked || ack_sent)) {
@@ -658,6 +674,11 @@ impl Model {
         {
             let mut g = self.lock();
             g.counts.checks += checks;
+            for id in finals {
+                if let Some(j) = g.jobs.get_mut(&id) {
+                    j.server_final = true;
+                }
+            }
             if self.lossy {
                 let cut = cut_at.unwrap_or_else(SystemTime::now);
                 for (id, at) in lost_enqueues {
