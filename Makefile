@@ -69,7 +69,7 @@ crash-short:
 	tests/crash/run loop --cycles 10 --max-run-ms 1500
 	tests/crash/run loop --cycles 3 --fault power --persist-mode sync_all --max-run-ms 1500
 	tests/crash/run loop --cycles 2 --fault power --persist-mode sync_data --max-run-ms 1500
-	tests/crash/run loop --cycles 2 --fault power --persist-mode buffer --max-run-ms 1500
+	tests/crash/run loop --cycles 2 --fault power --persist-mode buffer --torn --max-run-ms 1500
 	tests/crash/run disk-full --rounds 2
 	tests/crash/run disk-full --rounds 2 --min-free-mib 0
 	tests/crash/run io-errors --rounds 2
@@ -79,6 +79,8 @@ soak-crash:
 	PROFILE=release tests/crash/run loop --cycles 50 --fault power --persist-mode sync_all
 	PROFILE=release tests/crash/run loop --cycles 50 --fault power --persist-mode sync_data
 	PROFILE=release tests/crash/run loop --cycles 20 --fault power --persist-mode buffer
+	PROFILE=release tests/crash/run loop --cycles 30 --fault power --persist-mode buffer --torn
+	PROFILE=release tests/crash/run loop --cycles 20 --fault power --persist-mode sync_all --torn
 	PROFILE=release tests/crash/run loop --cycles 20 --fault power --slow-fsync-ms 50
 	PROFILE=release tests/crash/run disk-full --rounds 10
 	PROFILE=release tests/crash/run disk-full --rounds 10 --min-free-mib 0

@@ -164,6 +164,8 @@ pub struct CutReport {
     pub dirty_chunks: u64,
     /// Files and directories that vanished (their entries were never made durable).
     pub nodes_dropped: u64,
+    /// With `torn`: unsynced chunks that reached the disk anyway.
+    pub torn_chunks_kept: u64,
 }
 
 /// The filesystem's state; cheap to clone (shared).
@@ -227,9 +229,35 @@ impl FaultFs {
     /// Drops everything not made durable: every file back to its last fsync, every directory
     /// back to its last directory fsync, and whatever is no longer reachable from the root.
     /// Call it while unmounted (after the process using it is dead), as after a reboot.
-    pub fn power_cut(&self) -> CutReport {
+    ///
+    /// `torn`: before that, each 16 KiB chunk written since its file's last fsync reaches the
+    /// disk or not at random (a disk that wrote some of the pages in any order): a file can
+    /// then hold later data without earlier data, e.g. a journal with a hole before its tail.
+    pub fn power_cut(&self, torn: bool) -> CutReport {
         let mut st = self.lock();
         let mut report = CutReport::default();
+        if torn {
+            let mut rng = crate::model::new_rng();
+            for node in st.nodes.values_mut() {
+                if let Kind::File(f) = &mut node.kind {
+                    for idx in &f.dirty {
+                        if !rand::RngExt::random_bool(&mut rng, 0.5) {
+                            continue;
+                        }
+                        report.torn_chunks_kept += 1;
+                        match f.cur.chunks.get(idx) {
+                            Some(c) => {
+                                f.dur.chunks.insert(*idx, c.clone());
+                            }
+                            None => {
+                                f.dur.chunks.remove(idx);
+                            }
+                        }
+                        f.dur.size = f.dur.size.max(f.cur.size.min((idx + 1) * CHUNK));
+                    }
+                }
+            }
+        }
         if std::env::var_os("FAULTFS_DEBUG").is_some() {
             for (ino, n) in &st.nodes {
                 if let Kind::Dir(d) = &n.kind {
@@ -872,7 +900,7 @@ mod tests {
         let c = s.new_node(ROOT, OsStr::new("c"), kind(), 0o644).unwrap();
         s.fsync_file(c, false).unwrap();
         drop(s);
-        let r = fs.power_cut();
+        let r = fs.power_cut(false);
         assert_eq!(r.nodes_dropped, 1, "c vanished");
         let mut s = fs.lock();
         assert_eq!(s.file(a).unwrap().cur.read(0, 100), b"hello");
@@ -885,7 +913,7 @@ mod tests {
         assert!(s.fsync_file(a, true).is_err());
         s.fsync_file(a, false).unwrap();
         drop(s);
-        fs.power_cut();
+        fs.power_cut(false);
         assert_eq!(fs.lock().file(a).unwrap().cur.read(0, 5), b"hello");
     }
 
@@ -927,7 +955,7 @@ mod tests {
             "kept: the durable entry names it"
         );
         drop(s);
-        fs.power_cut();
+        fs.power_cut(false);
         let mut s = fs.lock();
         let cur = s.dir(ROOT).unwrap().cur.get(OsStr::new("current")).copied();
         assert_eq!(cur, Some(old), "the rename was not made durable");
@@ -944,7 +972,7 @@ mod tests {
         s.fsync_dir(ROOT).unwrap();
         assert!(!s.nodes.contains_key(&old), "freed once no entry names it");
         drop(s);
-        fs.power_cut();
+        fs.power_cut(false);
         let mut s = fs.lock();
         assert_eq!(s.file(tmp).unwrap().cur.read(0, 2), b"v2");
     }

@@ -77,6 +77,10 @@ enum Cmd {
         min_run_ms: u64,
         #[arg(long, default_value_t = 2500)]
         max_run_ms: u64,
+        /// With --fault power: each 16 KiB chunk not yet fsynced reaches the disk or not, at
+        /// random (torn and reordered writes), instead of none of them.
+        #[arg(long)]
+        torn: bool,
         /// Every fsync of the data directory takes this long (ms; needs --fault power's
         /// filesystem, which this option mounts also with --fault kill).
         #[arg(long, default_value_t = 0)]
@@ -144,12 +148,14 @@ fn main() -> ExitCode {
             min_run_ms,
             max_run_ms,
             slow_fsync_ms,
+            torn,
         } => rt.block_on(crash_loop(
             common,
             cycles,
             fault,
             (min_run_ms, max_run_ms),
             slow_fsync_ms,
+            torn,
         )),
         Cmd::DiskFull {
             common,
@@ -241,12 +247,12 @@ impl Mounted {
     }
 
     /// Unmounts, drops what was not fsynced, mounts again (the server must be dead).
-    fn power_cut(&mut self) -> Result<faultfs::CutReport, String> {
+    fn power_cut(&mut self, torn: bool) -> Result<faultfs::CutReport, String> {
         if let Some(s) = self.session.take() {
             s.umount_and_join()
                 .map_err(|e| format!("unmounting {}: {e}", self.at.display()))?;
         }
-        let report = self.fs.power_cut();
+        let report = self.fs.power_cut(torn);
         self.session = Some(
             self.fs
                 .mount(&self.at)
@@ -336,6 +342,7 @@ async fn crash_loop(
     fault: Fault,
     (min_run, max_run): (u64, u64),
     slow_fsync_ms: u64,
+    torn: bool,
 ) -> Result<bool, String> {
     let work = Work::new(c.work_dir.clone())?;
     let mut mounted = if fault == Fault::Power || slow_fsync_ms > 0 {
@@ -362,9 +369,11 @@ async fn crash_loop(
     let mut rng = crate::model::new_rng();
     let mut cut_chunks = 0u64;
     let mut cut_nodes = 0u64;
+    let mut torn_kept = 0u64;
     let mut per_cut_losses = Vec::new();
     println!(
-        "crash loop: {cycles} cycles, fault {fault:?}, persist_mode {}, data {}",
+        "crash loop: {cycles} cycles, fault {fault:?}{}, persist_mode {}, data {}",
+        if torn { " (torn writes)" } else { "" },
         c.persist_mode,
         data.display()
     );
@@ -377,8 +386,9 @@ async fn crash_loop(
         let _pause = pause.write().await;
         if fault == Fault::Power {
             let m = mounted.as_mut().expect("mounted for power cuts");
-            let r = m.power_cut()?;
+            let r = m.power_cut(torn)?;
             cut_chunks += r.dirty_chunks;
+            torn_kept += r.torn_chunks_kept;
             cut_nodes += r.nodes_dropped;
         }
         model.set_cycle(cycle);
@@ -440,7 +450,12 @@ async fn crash_loop(
     );
     if fault == Fault::Power {
         println!(
-            "power cuts: {cycles} (dropped: {cut_chunks} chunks of 16 KiB not fsynced, {cut_nodes} files or directories whose entries were not fsynced)"
+            "power cuts: {cycles} (dropped: {cut_chunks} chunks of 16 KiB not fsynced, {cut_nodes} files or directories whose entries were not fsynced){}",
+            if torn {
+                format!("; torn: {torn_kept} unsynced chunks kept at random")
+            } else {
+                String::new()
+            }
         );
     }
     if lossy {
@@ -792,7 +807,7 @@ async fn io_errors(c: Common, rounds: u32) -> Result<bool, String> {
         model.verify(&client, false, 200, None).await?;
         // A power cut and restart: everything acknowledged is on disk.
         server.kill9();
-        let cut = mounted.power_cut()?;
+        let cut = mounted.power_cut(false)?;
         model.set_cycle(round);
         server = spec.start(&addr)?;
         model.verify(&client, false, 200, None).await?;

@@ -52,7 +52,7 @@ fn a_power_cut_keeps_what_was_fsynced_and_drops_the_rest() {
     assert_eq!(read(&dir.join("synced")).unwrap(), b"durable and not");
 
     session.umount_and_join().unwrap();
-    let report = fs.power_cut();
+    let report = fs.power_cut(false);
     let session = fs.mount(&tmp).expect("remount");
     assert_eq!(read(&dir.join("synced")).unwrap(), b"durable");
     assert_eq!(read(&dir.join("unsynced-entry")).unwrap(), b"x");
@@ -77,7 +77,7 @@ fn a_power_cut_keeps_what_was_fsynced_and_drops_the_rest() {
     f.sync_all().unwrap();
     drop(f);
     session.umount_and_join().unwrap();
-    fs.power_cut();
+    fs.power_cut(false);
     let session = fs.mount(&tmp).expect("remount");
     // The size may have been saved by the later fsync; the byte was not.
     let after = read(&dir.join("synced")).unwrap();
