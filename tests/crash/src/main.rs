@@ -301,6 +301,43 @@ fn mix(c: &Common) -> Mix {
     }
 }
 
+/// A server started for a scenario, with its client, the checker and the load running.
+struct Run {
+    spec: ServerSpec,
+    model: Arc<Model>,
+    server: Server,
+    addr: String,
+    url: String,
+    client: SeppClient,
+    load: Load,
+}
+
+impl Run {
+    fn start(
+        c: &Common,
+        work: &Work,
+        data: &Path,
+        min_free: u64,
+        lossy: bool,
+    ) -> Result<Run, String> {
+        let spec = spec(c, &work.path, data, min_free)?;
+        let model = Arc::new(Model::new(lossy));
+        let server = spec.start("127.0.0.1:0")?;
+        let (addr, url) = (server.addr.clone(), server.url());
+        let client = client(&url)?;
+        let load = Load::start(&client, &model, mix(c));
+        Ok(Run {
+            spec,
+            model,
+            server,
+            addr,
+            url,
+            client,
+            load,
+        })
+    }
+}
+
 /// After the load: stop the producers, let the workers drain the queue, stop them, restart
 /// the server cleanly and check everything.
 async fn finish(
@@ -359,12 +396,15 @@ async fn crash_loop(
         None => work.path.join("data"),
     };
     let lossy = fault == Fault::Power && c.persist_mode == "buffer";
-    let spec = spec(&c, &work.path, &data, 0)?;
-    let model = Arc::new(Model::new(lossy));
-    let mut server = spec.start("127.0.0.1:0")?;
-    let addr = server.addr.clone();
-    let client = client(&server.url())?;
-    let mut load = Load::start(&client, &model, mix(&c));
+    let Run {
+        spec,
+        model,
+        mut server,
+        addr,
+        url: _,
+        client,
+        mut load,
+    } = Run::start(&c, &work, &data, 0, lossy)?;
     let started = Instant::now();
     let mut rng = crate::model::new_rng();
     let mut cut_chunks = 0u64;
@@ -647,13 +687,15 @@ async fn disk_full(
     let data = tmpfs.0.join("data");
     let filler = tmpfs.0.join("filler");
     let min_free = min_free_mib << 20;
-    let spec = spec(&c, &work.path, &data, min_free)?;
-    let model = Arc::new(Model::new(false));
-    let mut server = spec.start("127.0.0.1:0")?;
-    let addr = server.addr.clone();
-    let url = server.url();
-    let client = client(&url)?;
-    let mut load = Load::start(&client, &model, mix(&c));
+    let Run {
+        spec,
+        model,
+        mut server,
+        addr,
+        url,
+        client,
+        mut load,
+    } = Run::start(&c, &work, &data, min_free, false)?;
     let dir = data.display().to_string();
     let started = Instant::now();
     println!(
@@ -758,13 +800,15 @@ async fn io_errors(c: Common, rounds: u32) -> Result<bool, String> {
     let work = Work::new(c.work_dir.clone())?;
     let mut mounted = Mounted::mount(&work.path.join("mnt"))?;
     let data = mounted.at.join("data");
-    let spec = spec(&c, &work.path, &data, 0)?;
-    let model = Arc::new(Model::new(false));
-    let mut server = spec.start("127.0.0.1:0")?;
-    let addr = server.addr.clone();
-    let url = server.url();
-    let client = client(&url)?;
-    let mut load = Load::start(&client, &model, mix(&c));
+    let Run {
+        spec,
+        model,
+        mut server,
+        addr,
+        url,
+        client,
+        mut load,
+    } = Run::start(&c, &work, &data, 0, false)?;
     let dir = data.display().to_string();
     let faults = mounted.fs.faults.clone();
     let started = Instant::now();
