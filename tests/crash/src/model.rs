@@ -590,7 +590,7 @@ impl Model {
             let info = &infos[&id];
             let state = info.state;
             let known = !matches!(state, JobState::Unknown);
-            if matches!(state, JobState::Completed | JobState::DeadLettered)
+            if matches!(state, JobState::Acked | JobState::DeadLettered)
                 || (!known && key.is_none() && (acked || ack_sent))
             {
                 finals.push(id.clone());
@@ -608,7 +608,7 @@ impl Model {
                 ));
                 continue;
             }
-            if acked && !matches!(state, JobState::Completed | JobState::Unknown) {
+            if acked && !matches!(state, JobState::Acked | JobState::Unknown) {
                 if self.lossy {
                     undone_acks.push(id.clone());
                     continue;
@@ -622,7 +622,7 @@ impl Model {
                     "job {id}: an acknowledged nack dead-lettered it, the server has it {state:?}"
                 ));
             }
-            if known && !matches!(state, JobState::Completed) && info.attempt < max_attempt {
+            if known && !matches!(state, JobState::Acked) && info.attempt < max_attempt {
                 if self.lossy {
                     rolled_back.push((id.clone(), info.attempt));
                     continue;
