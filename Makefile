@@ -3,9 +3,9 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-CI_TARGETS := lint test-rust check-example-errors
+CI_TARGETS := lint test-rust check-example-errors crash-short
 # Checks longer than a minute (not in CI); each owner adds its target to SOAK_TARGETS.
-SOAK_TARGETS := soak-streams soak-long-poll
+SOAK_TARGETS := soak-streams soak-crash soak-long-poll
 .DEFAULT_GOAL := ci
 
 -include python/python.mk
@@ -13,7 +13,7 @@ SOAK_TARGETS := soak-streams soak-long-poll
 -include tests/interop/interop.mk
 -include tests/behaviour/behaviour.mk
 
-.PHONY: ci lint test-rust build release fmt no-tonic-in-core check-example-errors soak soak-streams soak-long-poll
+.PHONY: ci lint test-rust build release fmt no-tonic-in-core check-example-errors soak soak-streams crash-short soak-crash soak-long-poll
 
 ci: $(CI_TARGETS)
 	@echo "make ci: all checks passed"
@@ -77,3 +77,29 @@ LONG_POLL_RESERVES ?= 200000
 soak-long-poll:
 	cargo build --release --bin sepp --bin long-poll-names
 	target/release/long-poll-names target/release/sepp $(LONG_POLL_RESERVES)
+
+# The crash loop, power cuts and disk faults (tests/crash, docs/reliability.md). The power-cut,
+# I/O-error and disk-full runs need root and /dev/fuse (CI has both); elsewhere they print
+# SKIPPED. Each run prints its counts and ends with "violations: N"; any violation fails it.
+# CI runs the debug build; the soak runs the release build (a debug server's restart replays
+# its journal several times slower, and the 100-cycle loop restarts it 100 times).
+crash-short:
+	tests/crash/run loop --cycles 10 --max-run-ms 1500
+	tests/crash/run loop --cycles 3 --fault power --persist-mode sync_all --max-run-ms 1500
+	tests/crash/run loop --cycles 2 --fault power --persist-mode sync_data --max-run-ms 1500
+	tests/crash/run loop --cycles 2 --fault power --persist-mode buffer --torn --max-run-ms 1500
+	tests/crash/run disk-full --rounds 2
+	tests/crash/run disk-full --rounds 2 --min-free-mib 0
+	tests/crash/run io-errors --rounds 2
+
+soak-crash:
+	PROFILE=release tests/crash/run loop --cycles 100
+	PROFILE=release tests/crash/run loop --cycles 50 --fault power --persist-mode sync_all
+	PROFILE=release tests/crash/run loop --cycles 50 --fault power --persist-mode sync_data
+	PROFILE=release tests/crash/run loop --cycles 20 --fault power --persist-mode buffer
+	PROFILE=release tests/crash/run loop --cycles 30 --fault power --persist-mode buffer --torn
+	PROFILE=release tests/crash/run loop --cycles 20 --fault power --persist-mode sync_all --torn
+	PROFILE=release tests/crash/run loop --cycles 20 --fault power --slow-fsync-ms 50
+	PROFILE=release tests/crash/run disk-full --rounds 10
+	PROFILE=release tests/crash/run disk-full --rounds 10 --min-free-mib 0
+	PROFILE=release tests/crash/run io-errors --rounds 10

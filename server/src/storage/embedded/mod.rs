@@ -136,9 +136,15 @@ impl EmbeddedStore {
     /// [`StorageError`] when the directory cannot be opened, holds a newer format, or a record
     /// cannot be decoded.
     pub fn open(opts: EmbeddedOptions, now: UnixMs) -> Result<Self, StorageError> {
-        std::fs::create_dir_all(&opts.path)
+        create_dir_durably(&opts.path)
             .map_err(|e| StorageError::Io(format!("cannot create {}: {e}", opts.path.display())))?;
         let (ks, state, report) = recovery::open(&opts.path, now)?;
+        sync_dirs(&opts.path).map_err(|e| {
+            StorageError::Io(format!(
+                "cannot sync the directories of {}: {e}",
+                opts.path.display()
+            ))
+        })?;
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             commit: GroupCommit::new(
@@ -190,6 +196,51 @@ impl EmbeddedStore {
         let st = self.shared.lock();
         (st.jobs.len(), st.dedup.len())
     }
+}
+
+/// Creates `path` and its missing parents, and fsyncs the directory holding each one created
+/// and the one holding `path`: fjall fsyncs what it creates inside `path`, never `path`'s own
+/// entry, so without this a power loss soon after the first start could take the whole data
+/// directory with every acknowledged write in it.
+fn create_dir_durably(path: &std::path::Path) -> std::io::Result<()> {
+    let mut created = Vec::new();
+    let mut p = Some(path);
+    while let Some(dir) = p.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        created.push(dir.to_path_buf());
+        p = dir.parent();
+    }
+    std::fs::create_dir_all(path)?;
+    let holder = |d: &std::path::Path| {
+        d.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| std::path::PathBuf::from("."), |p| p.to_path_buf())
+    };
+    let mut synced = std::collections::BTreeSet::new();
+    for dir in created.iter().map(|d| d.as_path()).chain([path]) {
+        let parent = holder(dir);
+        if synced.insert(parent.clone()) {
+            std::fs::File::open(&parent)?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
+/// Fsyncs every directory under `root` (a few dozen), so that every entry fjall created is
+/// durable. fjall 3.1 creates each keyspace's directory without fsyncing the directory that
+/// holds it: after a power loss the keyspaces could vanish while the journal that refers to
+/// them survives (found by the power-cut loop of tests/crash).
+fn sync_dirs(root: &std::path::Path) -> std::io::Result<()> {
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                todo.push(entry.path());
+            }
+        }
+        std::fs::File::open(&dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 impl Shared {
