@@ -11,19 +11,6 @@
 use super::model::Rejection;
 use crate::domain::{DedupClaim, UnixMs, reached};
 
-/// Rejects an empty key (`InvalidRequest`, a structural error).
-///
-/// # Errors
-/// [`Rejection::InvalidRequest`] when `key` is empty.
-pub fn check_key_present(key: &str) -> Result<(), Rejection> {
-    if key.is_empty() {
-        return Err(Rejection::invalid(
-            "idempotency_key is empty: omit it, or send 1 or more bytes",
-        ));
-    }
-    Ok(())
-}
-
 /// Rejects a key longer than `limit` UTF-8 bytes.
 ///
 /// # Errors
