@@ -148,6 +148,23 @@ pub struct StorageConfig {
     /// space is back above it. 0 turns the check off (a full disk is still handled). Default
     /// 268 435 456 (256 MiB).
     pub min_free_bytes: u64,
+    /// Where jobs are kept: `embedded` (default: fjall in `server.db_path`) or `postgres` (a
+    /// PostgreSQL database named by `postgres_url`, shared by any number of sepp servers).
+    pub backend: StorageBackend,
+    /// The PostgreSQL connection string (`backend = "postgres"`), libpq style: a URL
+    /// `postgres://user:password@host1:5432,host2:5432/db?target_session_attrs=read-write` or
+    /// `key=value` pairs. Unset by default. Never printed with its password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres_url: Option<PostgresUrl>,
+    /// Most connections each sepp server opens to PostgreSQL. 2–1000, default 16.
+    pub postgres_pool_size: u32,
+    /// Longest a PostgreSQL statement may run before the server cancels it (`statement_timeout`),
+    /// in milliseconds; the request gets `UNAVAILABLE`. 100–3 600 000, default 30 000.
+    pub postgres_statement_timeout_ms: u64,
+    /// Longest a waiting Reserve goes without looking at the database for ready jobs when no
+    /// `NOTIFY` arrived (a lost notification costs at most this much latency), in milliseconds.
+    /// 10–60 000, default 1000.
+    pub postgres_poll_interval_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -158,8 +175,114 @@ impl Default for StorageConfig {
             sweep_interval_ms: 1000,
             dedup_window_ms: 86_400_000,
             min_free_bytes: 256 * 1024 * 1024,
+            backend: StorageBackend::Embedded,
+            postgres_url: None,
+            postgres_pool_size: 16,
+            postgres_statement_timeout_ms: 30_000,
+            postgres_poll_interval_ms: 1000,
         }
     }
+}
+
+/// `storage.backend`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageBackend {
+    /// fjall on local disk (`server.db_path`).
+    #[default]
+    Embedded,
+    /// A PostgreSQL database (`storage.postgres_url`).
+    Postgres,
+}
+
+/// `storage.postgres_url`: a connection string holding a password. Its `Debug` and its
+/// serialization (`sepp config check`) show `***` in place of the password; only
+/// [`PostgresUrl::expose`] gives the real string, to connect with.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct PostgresUrl(String);
+
+impl PostgresUrl {
+    /// Wraps a connection string.
+    pub fn new(s: impl Into<String>) -> Self {
+        PostgresUrl(s.into())
+    }
+
+    /// The connection string with its password, to connect with. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The connection string with any password replaced by `***`: in a URL's user info
+    /// (`user:password@`), in a `password=` pair, and in a `password=` query parameter.
+    pub fn redacted(&self) -> String {
+        redact_password(&self.0)
+    }
+}
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
+
+impl Serialize for PostgresUrl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.redacted())
+    }
+}
+
+/// Replaces every password in a libpq connection string (URL or `key=value` form) with `***`.
+fn redact_password(s: &str) -> String {
+    let mut out = s.to_string();
+    // URL user info: scheme://user:password@hosts...
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+            let userinfo = &out[rest_start..rest_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest_start + colon + 1..rest_start + at, "***");
+            }
+        }
+    }
+    // `password=...` as a query parameter (up to `&`) or a key=value pair (up to a space, or a
+    // quoted value).
+    let lower = out.to_ascii_lowercase();
+    let mut result = String::with_capacity(out.len());
+    let mut i = 0;
+    while let Some(found) = lower[i..].find("password=") {
+        let start = i + found;
+        let before_ok =
+            start == 0 || matches!(lower.as_bytes()[start - 1], b' ' | b'?' | b'&' | b'\t');
+        let value_start = start + "password=".len();
+        result.push_str(&out[i..value_start]);
+        if !before_ok {
+            i = value_start;
+            continue;
+        }
+        let bytes = out.as_bytes();
+        let value_end = if bytes.get(value_start) == Some(&b'\'') {
+            let mut j = value_start + 1;
+            while j < bytes.len() && bytes[j] != b'\'' {
+                if bytes[j] == b'\\' {
+                    j += 1;
+                }
+                j += 1;
+            }
+            (j + 1).min(bytes.len())
+        } else {
+            out[value_start..]
+                .find([' ', '&', '\t'])
+                .map_or(out.len(), |k| value_start + k)
+        };
+        result.push_str("***");
+        i = value_end;
+    }
+    result.push_str(&out[i..]);
+    result
 }
 
 /// `[limits]`. The keys from `max_lease_duration_ms` on are per-queue defaults that a
@@ -492,6 +615,39 @@ impl Config {
             10,
             3_600_000,
         )?;
+        check_range("storage.postgres_pool_size", st.postgres_pool_size, 2, 1000)?;
+        check_range(
+            "storage.postgres_statement_timeout_ms",
+            st.postgres_statement_timeout_ms,
+            100,
+            3_600_000,
+        )?;
+        check_range(
+            "storage.postgres_poll_interval_ms",
+            st.postgres_poll_interval_ms,
+            10,
+            60_000,
+        )?;
+        match (&st.backend, &st.postgres_url) {
+            (StorageBackend::Postgres, None) => {
+                return Err(ConfigError(
+                    "config key storage.backend = \"postgres\" needs storage.postgres_url (or \
+                     SEPP_STORAGE__POSTGRES_URL), e.g. \
+                     postgres://sepp@db1:5432,db2:5432/sepp?target_session_attrs=read-write"
+                        .into(),
+                ));
+            }
+            (_, Some(url)) => {
+                if let Err(e) = url.expose().parse::<tokio_postgres::Config>() {
+                    return Err(ConfigError(format!(
+                        "config key storage.postgres_url = {:?} is not a valid PostgreSQL \
+                         connection string: {e}",
+                        url.redacted()
+                    )));
+                }
+            }
+            _ => {}
+        }
 
         Ok(())
     }
@@ -677,6 +833,56 @@ mod tests {
         )];
         let err = Config::from_toml_with_env("", &env).unwrap_err().0;
         assert!(err.contains("SEPP_STORGE__PERSIST_MODE"), "{err}");
+    }
+
+    #[test]
+    fn postgres_backend_needs_a_url_and_the_env_sets_it() {
+        let err = load("[storage]\nbackend = \"postgres\"\n").unwrap_err();
+        assert!(err.contains("storage.postgres_url"), "{err}");
+        let env = vec![(
+            "SEPP_STORAGE__POSTGRES_URL".to_string(),
+            "postgres://sepp:s3cret@db1:5432,db2:5433/sepp?target_session_attrs=read-write"
+                .to_string(),
+        )];
+        let l =
+            Config::from_toml_with_env("[storage]\nbackend = \"postgres\"\n", &env).expect("ok");
+        assert_eq!(l.config.storage.backend, StorageBackend::Postgres);
+        let url = l.config.storage.postgres_url.clone().expect("url");
+        assert!(url.expose().contains("s3cret"));
+        let printed = l.config.to_toml().expect("toml");
+        assert!(!printed.contains("s3cret"), "{printed}");
+        assert!(printed.contains("sepp:***@db1:5432,db2:5433"), "{printed}");
+        assert!(!format!("{:?}", l.config).contains("s3cret"));
+        let err =
+            load("[storage]\npostgres_url = \"postgres://u:pw@h:notaport/db\"\n").unwrap_err();
+        assert!(err.contains("storage.postgres_url"), "{err}");
+        assert!(!err.contains(":pw@"), "{err}");
+    }
+
+    #[test]
+    fn passwords_are_redacted_in_every_form() {
+        for (raw, want) in [
+            ("postgres://u:pw@h/db", "postgres://u:***@h/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            (
+                "postgresql://u:p%40w@h1,h2/db?sslmode=disable",
+                "postgresql://u:***@h1,h2/db?sslmode=disable",
+            ),
+            (
+                "postgres://h/db?user=u&password=pw&x=1",
+                "postgres://h/db?user=u&password=***&x=1",
+            ),
+            (
+                "host=h user=u password=pw dbname=d",
+                "host=h user=u password=*** dbname=d",
+            ),
+            (
+                "host=h password='p w\\'x' dbname=d",
+                "host=h password=*** dbname=d",
+            ),
+        ] {
+            assert_eq!(PostgresUrl::new(raw).redacted(), want, "{raw}");
+        }
     }
 
     #[test]

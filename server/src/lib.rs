@@ -36,6 +36,7 @@ use crate::queue::clock::{Clock, SystemClock};
 use crate::queue::limits::Limits;
 use crate::storage::Store;
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
+use crate::storage::postgres::{PostgresOptions, PostgresStore};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -164,27 +165,7 @@ pub async fn serve_with(
         .local_addr()
         .map_err(|e| ServeError::Transport(e.to_string()))?;
     let limits = Arc::new(Limits::from_config(&config)?);
-    let opts = EmbeddedOptions {
-        path: config.server.db_path.clone(),
-        persist_mode: config.storage.persist_mode,
-        min_free_bytes: config.storage.min_free_bytes,
-    };
-    let store = {
-        let now = clock.now();
-        tokio::task::spawn_blocking(move || EmbeddedStore::open(opts, now))
-            .await
-            .map_err(|e| ServeError::Transport(e.to_string()))??
-    };
-    let report = store.recovery_report();
-    tracing::info!(
-        path = %config.server.db_path.display(),
-        persist_mode = config.storage.persist_mode.as_str(),
-        jobs = report.jobs,
-        dedup_records = report.dedup_records,
-        dedup_expired = report.dedup_expired,
-        "storage opened"
-    );
-    let store: Arc<dyn Store> = Arc::new(store);
+    let store = open_store(&config, clock.now()).await?;
     let stopping = CancellationToken::new();
     let queue = Arc::new(Queue::new(store.clone(), limits, clock, stopping.clone()));
     let sweeper = tokio::spawn(queue::sweeper::run(
@@ -231,6 +212,54 @@ pub async fn serve_with(
     store.close().await?;
     tracing::info!("storage flushed; stopped");
     Ok(Stopped { store })
+}
+
+/// Opens the storage backend `config.storage.backend` names, and logs what it found.
+async fn open_store(config: &Config, now: i64) -> Result<Arc<dyn Store>, ServeError> {
+    match config.storage.backend {
+        config::StorageBackend::Embedded => {
+            let opts = EmbeddedOptions {
+                path: config.server.db_path.clone(),
+                persist_mode: config.storage.persist_mode,
+                min_free_bytes: config.storage.min_free_bytes,
+            };
+            let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(opts, now))
+                .await
+                .map_err(|e| ServeError::Transport(e.to_string()))??;
+            let report = store.recovery_report();
+            tracing::info!(
+                backend = "embedded",
+                path = %config.server.db_path.display(),
+                persist_mode = config.storage.persist_mode.as_str(),
+                jobs = report.jobs,
+                dedup_records = report.dedup_records,
+                dedup_expired = report.dedup_expired,
+                "storage opened"
+            );
+            Ok(Arc::new(store))
+        }
+        config::StorageBackend::Postgres => {
+            let st = &config.storage;
+            let Some(url) = &st.postgres_url else {
+                return Err(ServeError::Config(config::ConfigError(
+                    "config key storage.backend = \"postgres\" needs storage.postgres_url".into(),
+                )));
+            };
+            let store = PostgresStore::open(PostgresOptions {
+                url: url.expose().to_string(),
+                pool_size: st.postgres_pool_size,
+                statement_timeout_ms: st.postgres_statement_timeout_ms,
+                poll_interval_ms: st.postgres_poll_interval_ms,
+            })
+            .await?;
+            tracing::info!(
+                backend = "postgres",
+                database = store.place(),
+                "storage opened"
+            );
+            Ok(Arc::new(store))
+        }
+    }
 }
 
 /// Raises the soft limit on open files to the hard limit, so that many client connections do

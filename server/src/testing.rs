@@ -1,9 +1,10 @@
 //! Test support: a server running inside the test process, and the real binary as a child
 //! process. Used by this crate's tests, the client core's tests and the benchmarks.
 
+pub mod postgres;
 pub mod stalled;
 
-use crate::config::{Config, PersistMode};
+use crate::config::{Config, PersistMode, PostgresUrl, StorageBackend};
 use crate::queue::Queue;
 use crate::queue::clock::{Clock, ManualClock, SystemClock};
 use std::io::{BufRead, BufReader};
@@ -15,9 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// A fresh directory under the system temp dir, removed when dropped.
+/// A fresh directory under the system temp dir, removed when dropped; with the PostgreSQL
+/// backend (`SEPP_TEST_BACKEND=postgres`) also the server's database, created at the first
+/// start on it and dropped with it, so that a restart on the same directory finds the same data.
 #[derive(Debug)]
-pub struct TempDir(PathBuf);
+pub struct TempDir(PathBuf, Arc<tokio::sync::OnceCell<postgres::TestDatabase>>);
 
 impl TempDir {
     /// Creates `sepp-test-<pid>-<n>` under the system temp directory.
@@ -32,7 +35,12 @@ impl TempDir {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&p).expect("create test directory");
-        TempDir(p)
+        TempDir(p, Arc::default())
+    }
+
+    /// The PostgreSQL database that goes with this directory, created on first use.
+    pub async fn database(&self) -> &postgres::TestDatabase {
+        self.1.get_or_init(postgres::TestDatabase::create).await
     }
 
     /// Its path.
@@ -100,6 +108,12 @@ impl TestServer {
         config.server.db_path = dir.path().join("data");
         config.storage.persist_mode = PersistMode::Buffer;
         tweak(&mut config);
+        if postgres::backend_is_postgres() && config.storage.backend == StorageBackend::Embedded {
+            config.storage.backend = StorageBackend::Postgres;
+            config.storage.postgres_url =
+                Some(PostgresUrl::new(dir.database().await.url().to_string()));
+            config.storage.postgres_pool_size = 8;
+        }
         config.validate().expect("test config is valid");
         crate::queue::limits::Limits::from_config(&config).expect("test limits are valid");
         let listener = crate::bind(&config).await.expect("bind");

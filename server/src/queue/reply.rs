@@ -97,6 +97,22 @@ pub fn list_fit(d: &DeadLetter, used: u64, taken: usize, max: u64) -> Fit {
     }
 }
 
+/// Whether a ready job of `size` reply bytes (as [`new_job_bytes`] gave it at enqueue) goes into
+/// a Reserve reply that already holds `taken` jobs of `used` bytes, under the budget `max`: a
+/// job is leased only if it is sent, so the reply stops before it would pass the budget. The
+/// first job is always taken, whatever its size (a job larger than the budget exists only if
+/// the limits were lowered after it was stored). A job stored before sizes were kept (`size`
+/// 0, unknown) is only ever sent alone, as the first job of a reply: it counts as filling it.
+pub fn reserve_fit(size: u32, used: u64, taken: usize, max: u64) -> Fit {
+    if taken > 0 && (size == 0 || used.saturating_add(u64::from(size)) > max) {
+        Fit::Stop
+    } else if size == 0 {
+        Fit::Take(u64::MAX)
+    } else {
+        Fit::Take(u64::from(size))
+    }
+}
+
 /// The bytes a validated job will take in a Reserve reply, at most: [`job_bytes`] of the job
 /// it becomes. Saturates at `u32::MAX` (far above any accepted job).
 pub fn new_job_bytes(job: &NewJob) -> u32 {

@@ -36,6 +36,10 @@ pub async fn reserve_with_wait(
     shutdown: &CancellationToken,
 ) -> Result<Vec<Job>, StorageError> {
     let lease_ms = i64::try_from(lease_ms).unwrap_or(i64::MAX);
+    let budget = spec.max_reply_bytes;
+    let fit = move |size: u32, used: u64, taken: usize| {
+        super::reply::reserve_fit(size, used, taken, budget)
+    };
     let look = |spec: &mut ReserveSpec| {
         let now = clock.now();
         spec.lease_expires_at = now.saturating_add(lease_ms);
@@ -43,7 +47,7 @@ pub async fn reserve_with_wait(
     };
     if wait_ms == 0 {
         let now = look(&mut spec);
-        return store.reserve(&spec, now).await;
+        return store.reserve(&spec, &fit, now).await;
     }
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let waits: Vec<Waiting<'_>> = spec.queues.iter().map(|q| signals.wait_on(q)).collect();
@@ -56,7 +60,7 @@ pub async fn reserve_with_wait(
             w.as_mut().enable();
         }
         let now = look(&mut spec);
-        let jobs = store.reserve(&spec, now).await?;
+        let jobs = store.reserve(&spec, &fit, now).await?;
         if !jobs.is_empty() || shutdown.is_cancelled() || Instant::now() >= deadline {
             return Ok(jobs);
         }

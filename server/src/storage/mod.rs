@@ -18,8 +18,10 @@
 //! Every backend passes the one behavioural suite, `storage/conformance.rs`.
 //!
 //! - [`embedded`]: the default backend, on fjall (no external service).
+//! - [`postgres`]: one PostgreSQL database shared by any number of servers.
 
 pub mod embedded;
+pub mod postgres;
 
 #[cfg(test)]
 pub(crate) mod conformance;
@@ -106,6 +108,11 @@ pub type ExpiryRule<'a> = dyn Fn(JobFacts<'_>) -> Expiry + Sync + 'a;
 /// Whether a dead letter goes into the reply being filled (`queue::reply`): from the record,
 /// the bytes of the records taken so far and their number.
 pub type FitRule<'a> = dyn Fn(&DeadLetter, u64, usize) -> Fit + Sync + 'a;
+
+/// Whether a ready job goes into the Reserve reply being filled (`queue::reply::reserve_fit`):
+/// from the job's reply bytes (`NewJob::reply_bytes`, kept with the job), the bytes of the jobs
+/// taken so far and their number. `Fit::Skip` is not used by Reserve (it stops instead).
+pub type ReserveFitRule<'a> = dyn Fn(u32, u64, usize) -> Fit + Sync + 'a;
 
 /// What stays of a dead letter that is drained, deleted or past its retention
 /// (`queue::lifecycle::leave`): a tombstone or nothing.
@@ -204,10 +211,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<crate::domain::InsertOutcome>, StorageError>;
 
     /// Leases up to `spec.max_jobs` ready jobs from `spec.queues` in list order (paused queues
-    /// skipped), highest priority then enqueue order first, within `spec.max_reply_bytes`:
-    /// each gets the next attempt, the lease `spec.lease_expires_at` and the worker label.
-    /// Returns at once (empty when nothing is ready); waiting is the queue layer's job.
-    async fn reserve(&self, spec: &ReserveSpec, now: UnixMs) -> Result<Vec<Job>, StorageError>;
+    /// skipped), highest priority then enqueue order first, as `fit` lets them into the reply
+    /// (the reply ends where `fit` stops it): each gets the next attempt, the lease
+    /// `spec.lease_expires_at` and the worker label. Returns at once (empty when nothing is
+    /// ready); waiting is the queue layer's job.
+    async fn reserve(
+        &self,
+        spec: &ReserveSpec,
+        fit: &ReserveFitRule<'_>,
+        now: UnixMs,
+    ) -> Result<Vec<Job>, StorageError>;
 
     /// Acks, nacks or extends job `id`: reads its facts, asks `rule`, applies the plan (a
     /// nack's `reason` with it). `Ok(Err(_))` is the rule's refusal; nothing changed.

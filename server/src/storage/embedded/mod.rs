@@ -45,7 +45,8 @@ use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp}
 use self::job_index::JobIndex;
 use super::{
     Deadlines, EnqueueFacts, EnqueueRule, FitRule, Maintenance, ReadyJobs, ReadyListener,
-    RemovalRule, SettleRule, Settled, StorageError, StorageHealth, Store, SweepPass,
+    RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth, Store,
+    SweepPass,
 };
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit, InsertOutcome, Job,
@@ -558,7 +559,12 @@ impl Store for EmbeddedStore {
         Ok(outcomes)
     }
 
-    async fn reserve(&self, spec: &ReserveSpec, _now: UnixMs) -> Result<Vec<Job>, StorageError> {
+    async fn reserve(
+        &self,
+        spec: &ReserveSpec,
+        fit: &ReserveFitRule<'_>,
+        _now: UnixMs,
+    ) -> Result<Vec<Job>, StorageError> {
         let sh = &*self.shared;
         let expires = spec.lease_expires_at;
         let mut leased = Vec::new();
@@ -566,11 +572,8 @@ impl Store for EmbeddedStore {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
             let mut ops = Vec::new();
-            // The reply budget: stop before the reply would pass it, so that every job leased
-            // is also sent. The first job is always taken, whatever its size (a job larger
-            // than the budget exists only if the limits were lowered after it was stored). A
-            // record written before sizes were stored (`reply_bytes` 0, size unknown) is only
-            // ever sent alone, as the first job of a reply.
+            // The reply budget is `fit`'s (`queue::reply::reserve_fit`): a job is leased only
+            // if it is sent.
             let mut reply_bytes = 0u64;
             'queues: for queue in &spec.queues {
                 if st.jobs.queue(queue).is_none_or(|q| q.paused) {
@@ -583,17 +586,10 @@ impl Store for EmbeddedStore {
                     let Some(size) = st.jobs.get(id).map(|m| m.reply_bytes) else {
                         break;
                     };
-                    if !leased.is_empty()
-                        && (size == 0
-                            || reply_bytes.saturating_add(u64::from(size)) > spec.max_reply_bytes)
-                    {
-                        break 'queues;
+                    match fit(size, reply_bytes, leased.len()) {
+                        Fit::Take(n) => reply_bytes = reply_bytes.saturating_add(n),
+                        Fit::Skip | Fit::Stop => break 'queues,
                     }
-                    reply_bytes = match size {
-                        // Unknown size: nothing goes after it either.
-                        0 => u64::MAX,
-                        n => reply_bytes + u64::from(n),
-                    };
                     let Some(meta) = st.jobs.update(id, |m| {
                         m.attempt += 1;
                         m.stage = Stage::InFlight { expires };

@@ -1,0 +1,1434 @@
+//! The PostgreSQL backend: one database that any number of sepp servers share.
+//!
+//! Each transition is one PostgreSQL transaction that reads the facts it concerns with row
+//! locks (`SELECT … FOR UPDATE`, or the dedup claim below), calls the rule the queue layer
+//! gave it, applies the plan and commits; a method returns only after `COMMIT`. Times are
+//! parameters from the queue's clock: no statement reads the database's clock (`now()`), so a
+//! manual clock drives this backend as it drives the embedded one. Schema and indexes:
+//! `migrations/` and `docs/postgres.md`.
+//!
+//! - **Dedup**: the unique key of `sepp_dedup (queue, key)`. A keyed job claims its key with one
+//!   `INSERT … ON CONFLICT (queue, key) DO UPDATE … WHERE <the record expired> RETURNING`: the
+//!   statement decides between concurrent enqueues of one key (on any server) and replaces an
+//!   expired record in place; when it returns nothing, a live record holds the key, locked by
+//!   the statement, and is read for the rule. No check-then-insert.
+//! - **Group commit** (`group_commit`): concurrent enqueues on one server share one
+//!   transaction, each in its own savepoint; the committer commits it once and every enqueue
+//!   of it replies after that `COMMIT`.
+//! - **Reserve**: `FOR UPDATE SKIP LOCKED` over the partial index `sepp_jobs_ready (queue,
+//!   priority DESC, seq) WHERE stage = 0`, so a reserve reads the jobs it returns (plus those
+//!   other reserves hold), not the queue.
+//! - **Settlements** are fenced in the `UPDATE … WHERE` itself (the attempt the rule saw, and a
+//!   lease not yet [`crate::domain::reached`] at the time passed in), besides the row lock.
+//! - **Sweeper**: `maintain` runs only in the server that gets the transaction-level advisory
+//!   lock [`SWEEP_LOCK`]; each pass is a bounded set of statements (`LIMIT budget`).
+
+mod group_commit;
+pub(crate) mod schema;
+
+use self::group_commit::GroupCommit;
+use super::embedded::codec::Body;
+use super::{
+    Deadlines, EnqueueFacts, EnqueueRule, FitRule, Maintenance, ReadyJobs, ReadyListener,
+    RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth, Store,
+    SweepPass,
+};
+use crate::domain::{
+    DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit,
+    InsertOutcome, Job, JobFacts, JobId, KeyRecord, LastReason, NewJob, Placement, QueueStats,
+    Requeue, ReserveSpec, Settle, SettleRefusal, Stage, StoredJob, UnixMs,
+};
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+/// The transaction-level advisory lock of the sweeper: one server sweeps at a time.
+pub(crate) const SWEEP_LOCK: i64 = 0x7365_7070_0000_0002;
+
+/// How to open the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// The libpq connection string (with its password; never log it).
+    pub url: String,
+    /// Most pooled connections.
+    pub pool_size: u32,
+    /// `statement_timeout` of every session, in milliseconds.
+    pub statement_timeout_ms: u64,
+    /// Longest a waiting Reserve goes without a look at the database, in milliseconds.
+    pub poll_interval_ms: u64,
+}
+
+const READY: i16 = 0;
+const SCHEDULED: i16 = 1;
+const IN_FLIGHT: i16 = 2;
+const DEAD: i16 = 3;
+const TOMBSTONE: i16 = 4;
+
+fn cause_code(c: DeadLetterCause) -> i16 {
+    match c {
+        DeadLetterCause::AttemptsExhausted => 0,
+        DeadLetterCause::Rejected => 1,
+        DeadLetterCause::LeaseExpired => 2,
+        DeadLetterCause::Admin => 3,
+    }
+}
+
+fn cause_of(code: i16) -> Result<DeadLetterCause, StorageError> {
+    Ok(match code {
+        0 => DeadLetterCause::AttemptsExhausted,
+        1 => DeadLetterCause::Rejected,
+        2 => DeadLetterCause::LeaseExpired,
+        3 => DeadLetterCause::Admin,
+        n => return Err(corrupt(format!("dead_cause {n}"))),
+    })
+}
+
+fn corrupt(detail: String) -> StorageError {
+    StorageError::Corrupt {
+        what: "sepp_jobs row",
+        detail,
+    }
+}
+
+fn invalid_plan(what: &str) -> StorageError {
+    StorageError::InvalidPlan(what.to_string())
+}
+
+/// A driver error as a storage error: connection loss, timeouts, cancellations, conflicts
+/// and a server shutting down are `Unavailable` (a client may retry); the rest is `Io`.
+pub(crate) fn pg_err(e: tokio_postgres::Error) -> StorageError {
+    let text = schema::error_text(&e);
+    match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            if ["08", "40", "53", "57", "58", "25"]
+                .iter()
+                .any(|c| code.starts_with(c))
+            {
+                StorageError::Unavailable(format!("PostgreSQL: {text}"))
+            } else {
+                StorageError::Io(format!("PostgreSQL: {text} (SQLSTATE {code})"))
+            }
+        }
+        None => StorageError::Unavailable(format!("PostgreSQL: {text}")),
+    }
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StorageError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_err(e),
+        other => StorageError::Unavailable(format!("PostgreSQL pool: {other}")),
+    }
+}
+
+fn is_retryable(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_some_and(|db| {
+        let c = db.code();
+        *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+            || *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+    })
+}
+
+fn uuid(id: JobId) -> Uuid {
+    Uuid::from_u128(id.0)
+}
+
+fn job_id(u: Uuid) -> JobId {
+    JobId(u.as_u128())
+}
+
+fn u32_of(v: i32, what: &str) -> Result<u32, StorageError> {
+    u32::try_from(v).map_err(|_| corrupt(format!("{what} {v}")))
+}
+
+/// Every column of a job row, in the order [`JobRow::from_row`] reads them.
+const JOB_COLUMNS: &str = "id, queue, job_type, priority, seq, enqueued_at, attempt, \
+     max_attempts, stage, due_at, lease_expires_at, dead_cause, failed_at, finished_at, \
+     tomb_until, worker_id, last_reason, dedup_until, reply_bytes, body";
+
+/// The small columns (no body): what a rule's facts need.
+const FACT_COLUMNS: &str = "id, queue, job_type, priority, seq, enqueued_at, attempt, \
+     max_attempts, stage, due_at, lease_expires_at, dead_cause, failed_at, finished_at, \
+     tomb_until, worker_id, last_reason, dedup_until, reply_bytes, NULL::bytea AS body";
+
+/// One `sepp_jobs` row.
+struct JobRow {
+    id: JobId,
+    queue: String,
+    job_type: String,
+    priority: u8,
+    enqueued_at: UnixMs,
+    attempt: u32,
+    max_attempts: u32,
+    stage: Stage,
+    worker_id: Option<String>,
+    last_reason: Option<String>,
+    dedup_until: Option<UnixMs>,
+    body: Option<Vec<u8>>,
+}
+
+impl JobRow {
+    fn from_row(r: &Row) -> Result<Self, StorageError> {
+        let get_ms = |i: usize, what: &str| -> Result<UnixMs, StorageError> {
+            r.get::<_, Option<i64>>(i)
+                .ok_or_else(|| corrupt(format!("{what} is NULL")))
+        };
+        let stage = match r.get::<_, i16>(8) {
+            READY => Stage::Ready,
+            SCHEDULED => Stage::Scheduled {
+                due: get_ms(9, "due_at")?,
+            },
+            IN_FLIGHT => Stage::InFlight {
+                expires: get_ms(10, "lease_expires_at")?,
+            },
+            DEAD => Stage::Dead {
+                cause: cause_of(
+                    r.get::<_, Option<i16>>(11)
+                        .ok_or_else(|| corrupt("dead_cause is NULL".into()))?,
+                )?,
+                failed_at: get_ms(12, "failed_at")?,
+            },
+            TOMBSTONE => Stage::Tombstone {
+                finished_at: get_ms(13, "finished_at")?,
+                until: get_ms(14, "tomb_until")?,
+                dead: r.get::<_, Option<i16>>(11).map(cause_of).transpose()?,
+            },
+            n => return Err(corrupt(format!("stage {n}"))),
+        };
+        Ok(JobRow {
+            id: job_id(r.get(0)),
+            queue: r.get(1),
+            job_type: r.get(2),
+            priority: u8::try_from(r.get::<_, i16>(3))
+                .map_err(|_| corrupt("priority out of range".into()))?,
+            enqueued_at: r.get(5),
+            attempt: u32_of(r.get(6), "attempt")?,
+            max_attempts: u32_of(r.get(7), "max_attempts")?,
+            stage,
+            worker_id: r.get(15),
+            last_reason: r.get(16),
+            dedup_until: r.get(17),
+            body: r.get(19),
+        })
+    }
+
+    fn facts(&self) -> JobFacts<'_> {
+        JobFacts {
+            id: self.id,
+            queue: &self.queue,
+            stage: self.stage,
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            dedup_until: self.dedup_until,
+        }
+    }
+
+    fn body(&self) -> Result<Option<Body>, StorageError> {
+        self.body.as_deref().map(Body::decode).transpose()
+    }
+
+    fn job(&self, body: Body) -> Job {
+        Job {
+            id: self.id,
+            queue: self.queue.clone(),
+            job_type: body.job_type,
+            payload: body.payload,
+            priority: self.priority,
+            trace_context: body.trace_context,
+            enqueued_at: self.enqueued_at,
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            lease_expires_at: match self.stage {
+                Stage::InFlight { expires } => Some(expires),
+                _ => None,
+            },
+            custom: body.custom,
+            scheduled_at: body.scheduled_at,
+        }
+    }
+
+    /// The dead letter this row is, with its body; `None` when it is not one or has no body.
+    fn dead_letter(&self) -> Result<Option<DeadLetter>, StorageError> {
+        let Stage::Dead { cause, failed_at } = self.stage else {
+            return Ok(None);
+        };
+        Ok(self.body()?.map(|b| DeadLetter {
+            job: self.job(b),
+            cause,
+            failed_at,
+            final_attempt: self.attempt,
+            last_reason: self.last_reason.clone(),
+        }))
+    }
+}
+
+struct Shared {
+    pool: Pool,
+    commit: GroupCommit,
+    closed: AtomicBool,
+    health: tokio::sync::watch::Sender<StorageHealth>,
+    listener: OnceLock<Arc<dyn ReadyListener>>,
+    /// Where the database is, for messages (no password).
+    place: String,
+}
+
+/// The PostgreSQL [`Store`].
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+    opts: PostgresOptions,
+}
+
+impl PostgresStore {
+    /// Connects, applies the migrations this build has (under an advisory lock) and builds the
+    /// connection pool.
+    ///
+    /// # Errors
+    /// [`StorageError::Unavailable`] naming host, port, database and user (never the password)
+    /// when the database cannot be reached or refuses the login; [`StorageError::Io`] for a
+    /// bad connection string, a schema newer than this build, or a failed migration.
+    pub async fn open(opts: PostgresOptions) -> Result<Self, StorageError> {
+        let mut cfg: tokio_postgres::Config = opts.url.parse().map_err(|e| {
+            StorageError::Io(format!(
+                "storage.postgres_url is not a valid connection string: {e}"
+            ))
+        })?;
+        let mut options = cfg.get_options().unwrap_or("").to_string();
+        if !options.is_empty() {
+            options.push(' ');
+        }
+        options.push_str(&format!(
+            "-c statement_timeout={} -c lock_timeout={}",
+            opts.statement_timeout_ms, opts.statement_timeout_ms
+        ));
+        cfg.options(&options);
+        if cfg.get_application_name().is_none() {
+            cfg.application_name("sepp");
+        }
+        if cfg.get_connect_timeout().is_none() {
+            cfg.connect_timeout(std::time::Duration::from_secs(10));
+        }
+        let place = schema::describe(&cfg);
+        schema::migrate(&cfg).await?;
+        let manager = Manager::from_config(
+            cfg,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(opts.pool_size as usize)
+            .build()
+            .map_err(|e| StorageError::Io(format!("cannot build the PostgreSQL pool: {e}")))?;
+        // One connection now: a database that accepts the migration connection but not the
+        // pool's fails here, not at the first request.
+        drop(pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => StorageError::Unavailable(format!(
+                "cannot connect to PostgreSQL ({place}): {}",
+                schema::error_text(&e)
+            )),
+            other => StorageError::Unavailable(format!(
+                "cannot connect to PostgreSQL ({place}): {other}"
+            )),
+        })?);
+        let (health, _) = tokio::sync::watch::channel(StorageHealth::Serving);
+        let shared = Arc::new(Shared {
+            commit: GroupCommit::new(pool.clone()),
+            pool,
+            closed: AtomicBool::new(false),
+            health,
+            listener: OnceLock::new(),
+            place,
+        });
+        Ok(PostgresStore { shared, opts })
+    }
+
+    /// Where the database is (hosts, ports, database, user), for the start-up log.
+    pub fn place(&self) -> &str {
+        &self.shared.place
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &PostgresOptions {
+        &self.opts
+    }
+}
+
+impl Shared {
+    fn check_writable(&self) -> Result<(), StorageError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(StorageError::Unavailable(
+                "storage is closed: the server is shutting down".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StorageError> {
+        self.pool.get().await.map_err(pool_err)
+    }
+}
+
+/// What the enqueue rule reads: the records and depths read before it ran, in the same
+/// transaction, under the locks that keep them true until `COMMIT`.
+struct Facts {
+    records: Vec<Option<KeyRecord>>,
+    depths: Vec<(String, u64)>,
+}
+
+impl EnqueueFacts for Facts {
+    fn record(&self, i: usize) -> Option<KeyRecord> {
+        self.records.get(i).copied().flatten()
+    }
+
+    fn depth(&self, queue: &str) -> u64 {
+        self.depths
+            .iter()
+            .find(|(q, _)| q == queue)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// Claims `key` on `queue` for `id`, unless a live record holds it: the one statement that
+/// decides between concurrent enqueues of a key. Returns true when the claim was written
+/// (no record, or an expired one replaced in place).
+const CLAIM: &str = "INSERT INTO sepp_dedup AS d (queue, key, job_id, created_at, expires_at) \
+     VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT (queue, key) DO UPDATE \
+     SET job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at \
+     WHERE d.expires_at <= $4 \
+     RETURNING job_id";
+
+/// The enqueue of one batch inside the group-commit transaction (between its savepoint and
+/// the release). Returns the outcomes and whether anything is to be kept.
+async fn enqueue_in(
+    client: &impl GenericClient,
+    jobs: &[NewJob],
+    rule: &EnqueueRule<'_>,
+    now: UnixMs,
+) -> Result<(Vec<InsertOutcome>, bool), tokio_postgres::Error> {
+    let n = jobs.len();
+    // The first job of each (queue, key) claims it; claims in key order, so that two batches
+    // claiming the same keys lock them in one order.
+    let mut firsts: Vec<usize> = Vec::new();
+    {
+        let mut seen = std::collections::HashSet::new();
+        for (i, j) in jobs.iter().enumerate() {
+            if let Some(d) = &j.dedup
+                && seen.insert((&*j.queue, d.key.as_str()))
+            {
+                firsts.push(i);
+            }
+        }
+    }
+    firsts.sort_by(|a, b| {
+        let (ja, jb) = (&jobs[*a], &jobs[*b]);
+        (&*ja.queue, ja.dedup.as_ref().map(|d| &d.key))
+            .cmp(&(&*jb.queue, jb.dedup.as_ref().map(|d| &d.key)))
+    });
+    let mut records: Vec<Option<KeyRecord>> = vec![None; n];
+    let mut claimed = vec![false; n];
+    for &i in &firsts {
+        let job = &jobs[i];
+        let Some(d) = &job.dedup else { continue };
+        let won = client
+            .query_opt(
+                CLAIM,
+                &[&&*job.queue, &d.key, &uuid(job.id), &now, &d.expires_at],
+            )
+            .await?;
+        if won.is_some() {
+            claimed[i] = true;
+        } else {
+            let r = client
+                .query_one(
+                    "SELECT job_id, created_at, expires_at FROM sepp_dedup \
+                     WHERE queue = $1 AND key = $2",
+                    &[&&*job.queue, &d.key],
+                )
+                .await?;
+            records[i] = Some(KeyRecord {
+                job_id: job_id(r.get(0)),
+                created_at: r.get(1),
+                expires_at: r.get(2),
+            });
+        }
+    }
+    // Depths of the queues with a limit, each under a transaction lock of its queue so that
+    // two servers cannot both fill the last place.
+    let mut depths: Vec<(String, u64)> = Vec::new();
+    for j in jobs {
+        if j.max_queue_depth.is_some() && !depths.iter().any(|(q, _)| q == &*j.queue) {
+            client
+                .execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended($1, 7365707000))",
+                    &[&&*j.queue],
+                )
+                .await?;
+            let c: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM sepp_jobs WHERE queue = $1 AND stage IN (0, 1, 2)",
+                    &[&&*j.queue],
+                )
+                .await?
+                .get(0);
+            depths.push((j.queue.to_string(), u64::try_from(c).unwrap_or(0)));
+        }
+    }
+    let plan = rule(jobs, &Facts { records, depths });
+    let fits = plan.outcomes.len() == n
+        && plan.outcomes.iter().zip(jobs).all(|(o, j)| match o {
+            InsertOutcome::Created(id) => *id == j.id,
+            _ => true,
+        });
+    if !fits {
+        // A bug in the queue layer: nothing is kept (the caller rolls back).
+        tracing::error!("the enqueue plan does not match its batch");
+        return Ok((plan.outcomes, false));
+    }
+    if !plan.write {
+        return Ok((plan.outcomes, false));
+    }
+    // Claims of jobs that are not created (refused by the depth limit) are given back.
+    for (i, o) in plan.outcomes.iter().enumerate() {
+        if claimed[i]
+            && !matches!(o, InsertOutcome::Created(_))
+            && let Some(d) = &jobs[i].dedup
+        {
+            client
+                .execute(
+                    "DELETE FROM sepp_dedup WHERE queue = $1 AND key = $2 AND job_id = $3",
+                    &[&&*jobs[i].queue, &d.key, &uuid(jobs[i].id)],
+                )
+                .await?;
+        }
+    }
+    let created: Vec<&NewJob> = jobs
+        .iter()
+        .zip(&plan.outcomes)
+        .filter(|(_, o)| matches!(o, InsertOutcome::Created(_)))
+        .map(|(j, _)| j)
+        .collect();
+    if !created.is_empty() {
+        let ids: Vec<Uuid> = created.iter().map(|j| uuid(j.id)).collect();
+        let queues: Vec<&str> = created.iter().map(|j| &*j.queue).collect();
+        let types: Vec<&str> = created.iter().map(|j| j.job_type.as_str()).collect();
+        let prios: Vec<i16> = created.iter().map(|j| i16::from(j.priority)).collect();
+        let enq: Vec<i64> = created.iter().map(|j| j.enqueued_at).collect();
+        let maxa: Vec<i32> = created
+            .iter()
+            .map(|j| i32::try_from(j.max_attempts).unwrap_or(i32::MAX))
+            .collect();
+        let due: Vec<Option<i64>> = created.iter().map(|j| j.scheduled_at).collect();
+        let until: Vec<Option<i64>> = created
+            .iter()
+            .map(|j| j.dedup.as_ref().map(|d| d.expires_at))
+            .collect();
+        let sizes: Vec<i32> = created
+            .iter()
+            .map(|j| i32::try_from(j.reply_bytes).unwrap_or(i32::MAX))
+            .collect();
+        let bodies: Vec<Vec<u8>> = created
+            .iter()
+            .map(|j| {
+                Body {
+                    job_type: j.job_type.clone(),
+                    payload: j.payload.clone(),
+                    trace_context: j.trace_context.clone(),
+                    custom: j.custom.clone(),
+                    scheduled_at: j.scheduled_at,
+                    idempotency_key: j.dedup.as_ref().map(|d| d.key.clone()),
+                }
+                .encode()
+            })
+            .collect();
+        // `unnest … WITH ORDINALITY` yields the rows in array order, so `nextval` numbers them
+        // in batch order (enqueue order).
+        client
+            .execute(
+                "INSERT INTO sepp_jobs (id, queue, job_type, priority, seq, enqueued_at, attempt, \
+                 max_attempts, stage, due_at, dedup_until, reply_bytes, body) \
+                 SELECT t.id, t.queue, t.job_type, t.priority, nextval('sepp_job_seq'), \
+                 t.enqueued_at, 0, t.max_attempts, \
+                 CASE WHEN t.due_at IS NULL THEN 0 ELSE 1 END, t.due_at, t.dedup_until, \
+                 t.reply_bytes, t.body \
+                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int2[], $5::int8[], \
+                 $6::int4[], $7::int8[], $8::int8[], $9::int4[], $10::bytea[]) \
+                 WITH ORDINALITY AS t(id, queue, job_type, priority, enqueued_at, max_attempts, \
+                 due_at, dedup_until, reply_bytes, body, ord)",
+                &[
+                    &ids, &queues, &types, &prios, &enq, &maxa, &due, &until, &sizes, &bodies,
+                ],
+            )
+            .await?;
+        notify_ready(
+            client,
+            created
+                .iter()
+                .filter(|j| j.scheduled_at.is_none())
+                .map(|j| &*j.queue),
+        )
+        .await?;
+    }
+    Ok((plan.outcomes, true))
+}
+
+/// Tells every server listening (`LISTEN sepp_ready`) which queues got ready jobs; delivered
+/// at `COMMIT`, dropped on rollback.
+async fn notify_ready<'a>(
+    client: &impl GenericClient,
+    queues: impl Iterator<Item = &'a str>,
+) -> Result<(), tokio_postgres::Error> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for q in queues {
+        match counts.iter_mut().find(|(x, _)| *x == q) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((q, 1)),
+        }
+    }
+    for (q, n) in counts {
+        client
+            .execute("SELECT pg_notify('sepp_ready', $1)", &[&format!("{n} {q}")])
+            .await?;
+    }
+    Ok(())
+}
+
+fn push_ready(ready: &mut ReadyJobs, queue: &str) {
+    match ready.iter_mut().find(|(q, _)| &**q == queue) {
+        Some((_, n)) => *n += 1,
+        None => ready.push((Arc::from(queue), 1)),
+    }
+}
+
+/// `$2` (the reason) and `$3` (whether to set it) of a settlement's statement.
+fn reason_params(reason: &LastReason) -> (Option<String>, bool) {
+    match reason {
+        LastReason::Unchanged => (None, false),
+        LastReason::Set(r) => (r.clone(), true),
+    }
+}
+
+/// Applies what stays of job `id` as it leaves the live set (or a dead letter leaves). The
+/// statement's parameters: `$1` id, `$2` reason, `$3` whether to set it, then `guard_params`
+/// from `$4` (used by `guard`, extra `AND …` conditions fencing the change). Returns the rows
+/// changed.
+async fn apply_finish(
+    tx: &impl GenericClient,
+    id: JobId,
+    finish: Finish,
+    reason: &LastReason,
+    guard: &str,
+    guard_params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, tokio_postgres::Error> {
+    let (reason_val, set_reason) = reason_params(reason);
+    let id = uuid(id);
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        vec![&id, &reason_val, &set_reason];
+    params.extend_from_slice(guard_params);
+    let next = params.len() + 1;
+    const REASON: &str = "last_reason = CASE WHEN $3 THEN $2::text ELSE last_reason END";
+    let (cause, failed_at, finished_at, until, dead);
+    let sql = match finish {
+        Finish::DeadLetter {
+            cause: c,
+            failed_at: f,
+        } => {
+            (cause, failed_at) = (cause_code(c), f);
+            params.push(&cause);
+            params.push(&failed_at);
+            format!(
+                "UPDATE sepp_jobs SET stage = 3, dead_cause = ${}, failed_at = ${}, \
+                 lease_expires_at = NULL, due_at = NULL, {REASON} WHERE id = $1 {guard}",
+                next,
+                next + 1
+            )
+        }
+        Finish::Tombstone {
+            finished_at: f,
+            until: u,
+            dead: d,
+        } => {
+            (finished_at, until, dead) = (f, u, d.map(cause_code));
+            params.push(&finished_at);
+            params.push(&until);
+            params.push(&dead);
+            format!(
+                "UPDATE sepp_jobs SET stage = 4, finished_at = ${}, tomb_until = ${}, \
+                 dead_cause = ${}, lease_expires_at = NULL, due_at = NULL, failed_at = NULL, \
+                 worker_id = NULL, body = NULL, {REASON} WHERE id = $1 {guard}",
+                next,
+                next + 1,
+                next + 2
+            )
+        }
+        Finish::Delete => format!(
+            "DELETE FROM sepp_jobs WHERE id = $1 AND ($3 OR $2::text IS NULL OR TRUE) {guard}"
+        ),
+    };
+    tx.execute(&sql, &params).await
+}
+
+/// The dead letters a selector names (locked), oldest first for a queue selection.
+async fn select_dead(
+    tx: &impl GenericClient,
+    selector: &DeadLetterSelector,
+) -> Result<Vec<JobRow>, StorageError> {
+    let rows = match selector {
+        DeadLetterSelector::Ids(ids) => {
+            let u: Vec<Uuid> = ids.iter().map(|i| uuid(*i)).collect();
+            let rows = tx
+                .query(
+                    &format!(
+                        "SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = ANY($1) AND stage = 3 \
+                         FOR UPDATE"
+                    ),
+                    &[&u],
+                )
+                .await
+                .map_err(pg_err)?;
+            let mut found: Vec<JobRow> = rows
+                .iter()
+                .map(JobRow::from_row)
+                .collect::<Result<_, _>>()?;
+            // In the selector's order, each once.
+            let mut out = Vec::with_capacity(found.len());
+            for id in ids {
+                if let Some(p) = found.iter().position(|r| r.id == *id) {
+                    out.push(found.swap_remove(p));
+                }
+            }
+            return Ok(out);
+        }
+        DeadLetterSelector::Oldest { queue, max } => {
+            let max = i64::from(*max);
+            match queue {
+                Some(q) => tx
+                    .query(
+                        &format!(
+                            "SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE queue = $1 AND stage = 3 \
+                             ORDER BY failed_at, id LIMIT $2 FOR UPDATE"
+                        ),
+                        &[q, &max],
+                    )
+                    .await
+                    .map_err(pg_err)?,
+                None => tx
+                    .query(
+                        &format!(
+                            "SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE stage = 3 \
+                             ORDER BY failed_at, id LIMIT $1 FOR UPDATE"
+                        ),
+                        &[&max],
+                    )
+                    .await
+                    .map_err(pg_err)?,
+            }
+        }
+    };
+    rows.iter().map(JobRow::from_row).collect()
+}
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    async fn enqueue(
+        &self,
+        jobs: Vec<NewJob>,
+        rule: &EnqueueRule<'_>,
+        now: UnixMs,
+    ) -> Result<Vec<InsertOutcome>, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut slot = sh.commit.join().await?;
+            sh.check_writable()?;
+            let client = slot.client();
+            if let Err(e) = client.batch_execute("SAVEPOINT sepp_enqueue").await {
+                slot.poison();
+                return Err(pg_err(e));
+            }
+            let result = enqueue_in(client, &jobs, rule, now).await;
+            let keep = matches!(result, Ok((_, true)));
+            let end = if keep {
+                "RELEASE SAVEPOINT sepp_enqueue"
+            } else {
+                "ROLLBACK TO SAVEPOINT sepp_enqueue"
+            };
+            if let Err(e) = client.batch_execute(end).await {
+                slot.poison();
+                return Err(pg_err(e));
+            }
+            match result {
+                Ok((outcomes, _)) => {
+                    // A hit may name a job of this same (uncommitted) transaction: every reply
+                    // waits for the COMMIT.
+                    slot.wait().await?;
+                    return Ok(outcomes);
+                }
+                Err(e) if is_retryable(&e) && attempts < 4 => {
+                    drop(slot);
+                    continue;
+                }
+                Err(e) => return Err(pg_err(e)),
+            }
+        }
+    }
+
+    async fn reserve(
+        &self,
+        spec: &ReserveSpec,
+        fit: &ReserveFitRule<'_>,
+        _now: UnixMs,
+    ) -> Result<Vec<Job>, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        if spec.max_jobs == 0 || spec.queues.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let paused: Vec<String> = tx
+            .query(
+                "SELECT name FROM sepp_queues WHERE paused AND name = ANY($1)",
+                &[&spec.queues],
+            )
+            .await
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut taken: Vec<Uuid> = Vec::new();
+        let mut used = 0u64;
+        'queues: for queue in &spec.queues {
+            if paused.contains(queue) {
+                continue;
+            }
+            let left = i64::from(spec.max_jobs) - taken.len() as i64;
+            if left <= 0 {
+                break;
+            }
+            let rows = tx
+                .query(
+                    "SELECT id, reply_bytes FROM sepp_jobs WHERE queue = $1 AND stage = 0 \
+                     ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+                    &[queue, &left],
+                )
+                .await
+                .map_err(pg_err)?;
+            for r in &rows {
+                let size = u32::try_from(r.get::<_, i32>(1)).unwrap_or(0);
+                match fit(size, used, taken.len()) {
+                    Fit::Take(n) => used = used.saturating_add(n),
+                    Fit::Skip | Fit::Stop => break 'queues,
+                }
+                taken.push(r.get(0));
+            }
+        }
+        if taken.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = tx
+            .query(
+                &format!(
+                    "UPDATE sepp_jobs SET stage = 2, attempt = attempt + 1, \
+                     lease_expires_at = $2, worker_id = $3 \
+                     WHERE id = ANY($1) AND stage = 0 RETURNING {JOB_COLUMNS}"
+                ),
+                &[&taken, &spec.lease_expires_at, &spec.worker_id],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut by_id: std::collections::HashMap<Uuid, JobRow> = std::collections::HashMap::new();
+        for r in &rows {
+            let row = JobRow::from_row(r)?;
+            by_id.insert(uuid(row.id), row);
+        }
+        tx.commit().await.map_err(pg_err)?;
+        let mut jobs = Vec::with_capacity(taken.len());
+        for id in taken {
+            if let Some(row) = by_id.remove(&id)
+                && let Some(body) = row.body()?
+            {
+                jobs.push(row.job(body));
+            }
+        }
+        Ok(jobs)
+    }
+
+    async fn settle(
+        &self,
+        id: JobId,
+        rule: &SettleRule<'_>,
+        reason: LastReason,
+        now: UnixMs,
+    ) -> Result<Result<Settled, SettleRefusal>, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let row = tx
+            .query_opt(
+                &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1 FOR UPDATE"),
+                &[&uuid(id)],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| JobRow::from_row(&r))
+            .transpose()?;
+        let Some(row) = row else {
+            return match rule(None) {
+                Ok(_) => Err(invalid_plan("a settlement of a job that is not there")),
+                Err(r) => Ok(Err(r)),
+            };
+        };
+        let plan = match rule(Some(row.facts())) {
+            Ok(p) => p,
+            Err(r) => return Ok(Err(r)),
+        };
+        // The fence, in the statement itself: the attempt the rule saw, still in flight, its
+        // lease not reached at `now` (the queue's clock).
+        let attempt = i32::try_from(row.attempt).unwrap_or(i32::MAX);
+        let guard = "AND stage = 2 AND attempt = $4 AND lease_expires_at > $5";
+        let changed = match plan {
+            Settle::Finish(finish) => {
+                apply_finish(&tx, id, finish, &reason, guard, &[&attempt, &now])
+                    .await
+                    .map_err(pg_err)?
+            }
+            Settle::Retry(to) => {
+                let (stage, due) = match to {
+                    Placement::Ready => (READY, None),
+                    Placement::Scheduled { due } => (SCHEDULED, Some(due)),
+                };
+                let (reason_val, set_reason) = reason_params(&reason);
+                let changed = tx
+                    .execute(
+                        &format!(
+                            "UPDATE sepp_jobs SET stage = $6, due_at = $7, lease_expires_at = NULL, \
+                             worker_id = NULL, \
+                             last_reason = CASE WHEN $3 THEN $2::text ELSE last_reason END \
+                             WHERE id = $1 {guard}"
+                        ),
+                        &[
+                            &uuid(id),
+                            &reason_val,
+                            &set_reason,
+                            &attempt,
+                            &now,
+                            &stage,
+                            &due,
+                        ],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                if stage == READY && changed > 0 {
+                    notify_ready(&tx, std::iter::once(row.queue.as_str()))
+                        .await
+                        .map_err(pg_err)?;
+                }
+                changed
+            }
+            Settle::Extend { expires } => {
+                let (reason_val, set_reason) = reason_params(&reason);
+                tx.execute(
+                    &format!(
+                        "UPDATE sepp_jobs SET lease_expires_at = $6, \
+                         last_reason = CASE WHEN $3 THEN $2::text ELSE last_reason END \
+                         WHERE id = $1 {guard}"
+                    ),
+                    &[
+                        &uuid(id),
+                        &reason_val,
+                        &set_reason,
+                        &attempt,
+                        &now,
+                        &expires,
+                    ],
+                )
+                .await
+                .map_err(pg_err)?
+            }
+        };
+        if changed != 1 {
+            return Err(invalid_plan(
+                "a settlement the fence refused after its rule accepted it",
+            ));
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(Ok(Settled {
+            plan,
+            queue: Arc::from(row.queue.as_str()),
+        }))
+    }
+
+    async fn drain_dead_letters(
+        &self,
+        queue: Option<&str>,
+        max: u32,
+        fit: &FitRule<'_>,
+        rule: &RemovalRule<'_>,
+        _now: UnixMs,
+    ) -> Result<Vec<DeadLetter>, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let max = i64::from(max);
+        let rows = match queue {
+            Some(q) => tx
+                .query(
+                    &format!(
+                        "SELECT {JOB_COLUMNS} FROM sepp_jobs WHERE queue = $1 AND stage = 3 \
+                         ORDER BY failed_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+                    ),
+                    &[&q, &max],
+                )
+                .await
+                .map_err(pg_err)?,
+            None => tx
+                .query(
+                    &format!(
+                        "SELECT {JOB_COLUMNS} FROM sepp_jobs WHERE stage = 3 \
+                         ORDER BY failed_at, id LIMIT $1 FOR UPDATE SKIP LOCKED"
+                    ),
+                    &[&max],
+                )
+                .await
+                .map_err(pg_err)?,
+        };
+        let mut records = Vec::with_capacity(rows.len());
+        let mut removed = Vec::with_capacity(rows.len());
+        let mut used = 0u64;
+        for r in &rows {
+            let row = JobRow::from_row(r)?;
+            let Some(record) = row.dead_letter()? else {
+                removed.push(row);
+                continue;
+            };
+            match fit(&record, used, records.len()) {
+                Fit::Take(n) => {
+                    used += n;
+                    records.push(record);
+                    removed.push(row);
+                }
+                Fit::Skip => {}
+                Fit::Stop => break,
+            }
+        }
+        for row in &removed {
+            let finish = rule(row.facts());
+            apply_finish(&tx, row.id, finish, &LastReason::Unchanged, "", &[])
+                .await
+                .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(records)
+    }
+
+    async fn maintain(&self, pass: &SweepPass<'_>) -> Result<Maintenance, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let now = pass.now;
+        let mut report = Maintenance::default();
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let mine: bool = tx
+            .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SWEEP_LOCK])
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        if mine {
+            let mut left = pass.budget as i64;
+            // Expired leases: as the rule says (redeliver, or leave the live set).
+            let rows = tx
+                .query(
+                    &format!(
+                        "SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE stage = 2 \
+                         AND lease_expires_at <= $1 ORDER BY lease_expires_at \
+                         LIMIT $2 FOR UPDATE SKIP LOCKED"
+                    ),
+                    &[&now, &left],
+                )
+                .await
+                .map_err(pg_err)?;
+            left -= rows.len() as i64;
+            let mut redelivered: Vec<Uuid> = Vec::new();
+            for r in &rows {
+                let row = JobRow::from_row(r)?;
+                match (pass.lease_expired)(row.facts()) {
+                    Expiry::Redeliver => {
+                        redelivered.push(uuid(row.id));
+                        push_ready(&mut report.ready, &row.queue);
+                        report.redelivered += 1;
+                    }
+                    Expiry::Finish(finish) => {
+                        apply_finish(&tx, row.id, finish, &LastReason::Unchanged, "", &[])
+                            .await
+                            .map_err(pg_err)?;
+                        report.dead_lettered += 1;
+                    }
+                }
+            }
+            if !redelivered.is_empty() {
+                tx.execute(
+                    "UPDATE sepp_jobs SET stage = 0, lease_expires_at = NULL, worker_id = NULL \
+                     WHERE id = ANY($1)",
+                    &[&redelivered],
+                )
+                .await
+                .map_err(pg_err)?;
+            }
+            // Scheduled jobs that are due (they keep their enqueue order).
+            if left > 0 {
+                let rows = tx
+                    .query(
+                        "UPDATE sepp_jobs SET stage = 0, due_at = NULL WHERE id IN \
+                         (SELECT id FROM sepp_jobs WHERE stage = 1 AND due_at <= $1 \
+                          ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING queue",
+                        &[&now, &left],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                left -= rows.len() as i64;
+                for r in &rows {
+                    push_ready(&mut report.ready, r.get(0));
+                    report.promoted += 1;
+                }
+            }
+            // Dedup records past their window.
+            if left > 0 {
+                let n = tx
+                    .execute(
+                        "DELETE FROM sepp_dedup d USING (SELECT queue, key FROM sepp_dedup \
+                         WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 \
+                         FOR UPDATE SKIP LOCKED) x WHERE d.queue = x.queue AND d.key = x.key",
+                        &[&now, &left],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                left -= n as i64;
+                report.dedup_purged = n;
+            }
+            // Dead letters past their retention: what stays is the rule's answer.
+            if left > 0 {
+                let rows = tx
+                    .query(
+                        &format!(
+                            "SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE stage = 3 \
+                             AND failed_at <= $1 ORDER BY failed_at, id LIMIT $2 \
+                             FOR UPDATE SKIP LOCKED"
+                        ),
+                        &[&pass.retained_until, &left],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                left -= rows.len() as i64;
+                for r in &rows {
+                    let row = JobRow::from_row(r)?;
+                    let finish = (pass.retention_over)(row.facts());
+                    apply_finish(&tx, row.id, finish, &LastReason::Unchanged, "", &[])
+                        .await
+                        .map_err(pg_err)?;
+                    report.records_purged += 1;
+                }
+            }
+            // Tombstones past their time.
+            if left > 0 {
+                let n = tx
+                    .execute(
+                        "DELETE FROM sepp_jobs WHERE id IN (SELECT id FROM sepp_jobs \
+                         WHERE stage = 4 AND tomb_until <= $1 ORDER BY tomb_until LIMIT $2 \
+                         FOR UPDATE SKIP LOCKED)",
+                        &[&now, &left],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                left -= n as i64;
+                report.records_purged += n;
+            }
+            report.more = left <= 0;
+            if !report.ready.is_empty() {
+                let queues: Vec<String> = report
+                    .ready
+                    .iter()
+                    .flat_map(|(q, n)| std::iter::repeat_n(q.to_string(), *n))
+                    .collect();
+                notify_ready(&tx, queues.iter().map(String::as_str))
+                    .await
+                    .map_err(pg_err)?;
+            }
+        }
+        let d = tx
+            .query_one(
+                "SELECT (SELECT min(lease_expires_at) FROM sepp_jobs WHERE stage = 2), \
+                 (SELECT min(due_at) FROM sepp_jobs WHERE stage = 1), \
+                 (SELECT min(expires_at) FROM sepp_dedup), \
+                 (SELECT min(failed_at) FROM sepp_jobs WHERE stage = 3), \
+                 (SELECT min(tomb_until) FROM sepp_jobs WHERE stage = 4)",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        report.deadlines = Deadlines {
+            lease: d.get(0),
+            scheduled: d.get(1),
+            dedup: d.get(2),
+            oldest_dead_letter: d.get(3),
+            tombstone: d.get(4),
+        };
+        tx.commit().await.map_err(pg_err)?;
+        Ok(report)
+    }
+
+    async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StorageError> {
+        let client = self.shared.client().await?;
+        let Some(r) = client
+            .query_opt(
+                &format!("SELECT {JOB_COLUMNS} FROM sepp_jobs WHERE id = $1"),
+                &[&uuid(id)],
+            )
+            .await
+            .map_err(pg_err)?
+        else {
+            return Ok(None);
+        };
+        let row = JobRow::from_row(&r)?;
+        let key = match row.stage {
+            Stage::Tombstone { .. } => None,
+            _ => row.body()?.and_then(|b| b.idempotency_key),
+        };
+        Ok(Some(StoredJob {
+            id,
+            queue: row.queue,
+            job_type: row.job_type,
+            stage: row.stage,
+            attempt: row.attempt,
+            max_attempts: row.max_attempts,
+            priority: row.priority,
+            enqueued_at: row.enqueued_at,
+            last_reason: row.last_reason,
+            idempotency_key: key,
+            worker_id: row.worker_id,
+        }))
+    }
+
+    async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
+        let client = self.shared.client().await?;
+        Ok(client
+            .query_opt(
+                "SELECT job_id, created_at, expires_at FROM sepp_dedup WHERE queue = $1 AND key = $2",
+                &[&queue, &key],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| KeyRecord {
+                job_id: job_id(r.get(0)),
+                created_at: r.get(1),
+                expires_at: r.get(2),
+            }))
+    }
+
+    async fn list_dead_letters(
+        &self,
+        queue: Option<&str>,
+        after: Option<DeadLetterCursor>,
+        limit: u32,
+        fit: &FitRule<'_>,
+    ) -> Result<(Vec<DeadLetter>, Option<DeadLetterCursor>), StorageError> {
+        let client = self.shared.client().await?;
+        let mut records = Vec::new();
+        let (mut last, mut more) = (None, false);
+        let mut used = 0u64;
+        let mut cursor = after;
+        let chunk = i64::from(limit).saturating_add(1).clamp(1, 1000);
+        'pages: loop {
+            let (af, ai) = cursor.map_or((i64::MIN, Uuid::nil()), |(f, i)| (f, uuid(i)));
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {JOB_COLUMNS} FROM sepp_jobs WHERE stage = 3 \
+                         AND ($1::text IS NULL OR queue = $1) AND (failed_at, id) > ($2, $3) \
+                         ORDER BY failed_at, id LIMIT $4"
+                    ),
+                    &[&queue, &af, &ai, &chunk],
+                )
+                .await
+                .map_err(pg_err)?;
+            if rows.is_empty() {
+                break;
+            }
+            let full = rows.len() as i64 == chunk;
+            for r in &rows {
+                if records.len() == limit as usize {
+                    more = true;
+                    break 'pages;
+                }
+                let row = JobRow::from_row(r)?;
+                let Stage::Dead { failed_at, .. } = row.stage else {
+                    continue;
+                };
+                if let Some(d) = row.dead_letter()? {
+                    match fit(&d, used, records.len()) {
+                        Fit::Take(n) => {
+                            used += n;
+                            records.push(d);
+                        }
+                        Fit::Skip => {}
+                        Fit::Stop => {
+                            more = true;
+                            break 'pages;
+                        }
+                    }
+                }
+                last = Some((failed_at, row.id));
+                cursor = last;
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok((records, if more { last } else { None }))
+    }
+
+    async fn requeue_dead_letters(
+        &self,
+        selector: &DeadLetterSelector,
+        plan: Requeue,
+        _now: UnixMs,
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let rows = select_dead(&tx, selector).await?;
+        let attempt = i32::try_from(plan.attempt).unwrap_or(i32::MAX);
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut ready = ReadyJobs::new();
+        for row in &rows {
+            // Enqueued anew: after every job enqueued so far.
+            tx.execute(
+                "UPDATE sepp_jobs SET stage = 0, seq = nextval('sepp_job_seq'), \
+                 enqueued_at = $2, attempt = $3, last_reason = NULL, worker_id = NULL, \
+                 dead_cause = NULL, failed_at = NULL WHERE id = $1",
+                &[&uuid(row.id), &plan.enqueued_at, &attempt],
+            )
+            .await
+            .map_err(pg_err)?;
+            ids.push(row.id);
+            push_ready(&mut ready, &row.queue);
+        }
+        let queues: Vec<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
+        notify_ready(&tx, queues.into_iter())
+            .await
+            .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok((ids, ready))
+    }
+
+    async fn delete_dead_letters(
+        &self,
+        selector: &DeadLetterSelector,
+        rule: &RemovalRule<'_>,
+        _now: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let rows = select_dead(&tx, selector).await?;
+        for row in &rows {
+            let finish = rule(row.facts());
+            apply_finish(&tx, row.id, finish, &LastReason::Unchanged, "", &[])
+                .await
+                .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(rows.iter().map(|r| r.id).collect())
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<u64, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        tx.execute(
+            "INSERT INTO sepp_queues (name, paused) VALUES ($1, $2) \
+             ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused",
+            &[&queue, &paused],
+        )
+        .await
+        .map_err(pg_err)?;
+        let n: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM sepp_jobs WHERE queue = $1 AND stage = 0",
+                &[&queue],
+            )
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        if !paused && n > 0 {
+            notify_ready(
+                &tx,
+                std::iter::repeat_n(queue, usize::try_from(n).unwrap_or(0).min(1)),
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
+        let client = self.shared.client().await?;
+        let rows = client
+            .query(
+                "SELECT stage, count(*) FROM sepp_jobs WHERE queue = $1 GROUP BY stage",
+                &[&queue],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut s = QueueStats::default();
+        for r in &rows {
+            let n = u64::try_from(r.get::<_, i64>(1)).unwrap_or(0);
+            match r.get::<_, i16>(0) {
+                READY => s.ready = n,
+                SCHEDULED => s.scheduled = n,
+                IN_FLIGHT => s.in_flight = n,
+                DEAD => s.dead_lettered = n,
+                _ => {}
+            }
+        }
+        let r = client
+            .query_one(
+                "SELECT (SELECT count(*) FROM sepp_dedup WHERE queue = $1), \
+                 coalesce((SELECT paused FROM sepp_queues WHERE name = $1), false)",
+                &[&queue],
+            )
+            .await
+            .map_err(pg_err)?;
+        s.dedup_records = u64::try_from(r.get::<_, i64>(0)).unwrap_or(0);
+        s.paused = r.get(1);
+        Ok(s)
+    }
+
+    fn listen(&self, listener: Arc<dyn ReadyListener>) {
+        let _ = self.shared.listener.set(listener);
+    }
+
+    fn health(&self) -> tokio::sync::watch::Receiver<StorageHealth> {
+        self.shared.health.subscribe()
+    }
+
+    async fn close(&self) -> Result<(), StorageError> {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.commit.close().await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
