@@ -937,6 +937,9 @@ pub(crate) fn rejection_from_proto(r: pb::JobRejection) -> Rejection {
             limit: x.limit,
         },
         Some(R::QueueClosing(x)) => Rejection::QueueClosing { queue: x.queue },
+        Some(R::IdempotencyKeyConflict(x)) => Rejection::IdempotencyKeyConflict {
+            original_job_id: x.original_job_id,
+        },
         None => Rejection::Unknown,
     }
 }

@@ -274,6 +274,10 @@ class Rejection:
     def scheduled_at(self) -> Optional[datetime]:
         """The requested time (aware, UTC), for ``SCHEDULED_TOO_FAR``."""
 
+    @property
+    def original_job_id(self) -> Optional[str]:
+        """The job the key names, for ``IDEMPOTENCY_KEY_CONFLICT``."""
+
     def __eq__(self, value: object, /) -> bool: ...
 
 @final

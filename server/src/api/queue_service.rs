@@ -21,6 +21,7 @@ fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
     pb::EnqueueResponse {
         job_id: a.job_id.to_string(),
         deduplicated: a.deduplicated,
+        original_state: None,
     }
 }
 

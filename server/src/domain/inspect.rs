@@ -120,6 +120,8 @@ pub struct KeyRecord {
     pub created_at: UnixMs,
     /// When it stops deduplicating.
     pub expires_at: UnixMs,
+    /// What defined the job, when its queue had `key_conflict = "reject"` at its enqueue.
+    pub fingerprint: Option<super::Fingerprint>,
 }
 
 /// Which dead letters an operator action applies to.

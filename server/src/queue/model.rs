@@ -112,6 +112,13 @@ pub enum Rejection {
         /// Lowercase, names the field and what is expected.
         message: String,
     },
+    /// The idempotency key's live record names `original_job_id`, whose job type, payload,
+    /// encoding, priority or custom map differ from this job's (`key_conflict = "reject"`).
+    /// Deterministic: a repeat gets the same answer while the record lives.
+    IdempotencyKeyConflict {
+        /// The job the key names.
+        original_job_id: JobId,
+    },
     /// The queue holds `max_queue_depth` jobs already (transient).
     QueueFull {
         /// The queue.

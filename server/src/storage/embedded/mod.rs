@@ -362,6 +362,7 @@ impl EnqueueFacts for Facts<'_> {
             job_id: e.job_id,
             created_at: e.created_at,
             expires_at: e.expires_at,
+            fingerprint: e.fingerprint,
         })
     }
 
@@ -532,6 +533,7 @@ impl Store for EmbeddedStore {
                             job_id: job.id,
                             created_at: now,
                             expires_at: claim.expires_at,
+                            fingerprint: claim.fingerprint,
                         };
                         ops.push(WriteOp::put(Ks::Dedup, key.clone(), rec.encode()));
                         created.push((key, rec));
@@ -547,6 +549,7 @@ impl Store for EmbeddedStore {
                             created_at: rec.created_at,
                             expires_at: rec.expires_at,
                             batch,
+                            fingerprint: rec.fingerprint,
                         },
                     );
                 }
@@ -873,6 +876,7 @@ impl Store for EmbeddedStore {
             job_id: e.job_id,
             created_at: e.created_at,
             expires_at: e.expires_at,
+            fingerprint: e.fingerprint,
         }))
     }
 
