@@ -361,3 +361,42 @@ async fn a_key_reused_for_other_work_is_rejected_naming_the_original_in_every_mo
         other => panic!("expected a key conflict, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_hit_says_where_the_original_job_is() {
+    use sepp_rs::admin::JobState;
+    let server = TestServer::start(|_| {}).await;
+    let client = server.client().await;
+    let first = client.enqueue(keyed("emails", "k")).await.unwrap();
+    assert_eq!(
+        first.original_state, None,
+        "a created job has no original state"
+    );
+    let hit = client.enqueue(keyed("emails", "k")).await.unwrap();
+    assert_eq!(hit.original_state, Some(JobState::Ready));
+    let jobs = client
+        .reserve(sepp_rs::ReserveOptions::new(
+            ["emails"],
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap();
+    let hit = client.enqueue(keyed("emails", "k")).await.unwrap();
+    assert_eq!(hit.original_state, Some(JobState::InFlight));
+    client.ack(&jobs[0].id, jobs[0].attempt).await.unwrap();
+    let out = client
+        .enqueue_batch(vec![keyed("emails", "k")])
+        .await
+        .unwrap();
+    assert_eq!(
+        out[0].as_ref().unwrap().original_state,
+        Some(JobState::Acked)
+    );
+    // On the wire: field 101 of EnqueueResponse.
+    match raw_enqueue(&server, raw_job("emails", Some("k"))).await {
+        pb::job_result::Outcome::Success(s) => {
+            assert_eq!(s.original_state, Some(pb::JobState::Acked as i32));
+        }
+        other => panic!("expected a hit, got {other:?}"),
+    }
+}

@@ -234,6 +234,20 @@ pub(crate) fn dead_letter_out(d: DeadLetter) -> pb::DeadLetterRecord {
     }
 }
 
+/// A job's state on the wire (`sepp.v1.JobState`, which `sepp.admin.v1.JobInfo.state` uses
+/// too, with the numbers of the older `sepp.admin.v1.JobState`).
+pub(crate) fn job_state_out(s: crate::domain::JobState) -> pb::JobState {
+    use crate::domain::JobState as S;
+    match s {
+        S::Scheduled => pb::JobState::Scheduled,
+        S::Ready => pb::JobState::Ready,
+        S::InFlight => pb::JobState::InFlight,
+        S::DeadLettered => pb::JobState::DeadLettered,
+        S::Acked => pb::JobState::Acked,
+        S::Deleted => pb::JobState::Deleted,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

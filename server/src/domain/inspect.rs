@@ -30,6 +30,9 @@ pub enum JobState {
     DeadLettered,
     /// Acked; a tombstone kept while a dedup record may name it.
     Acked,
+    /// Gone (a dead letter drained, deleted or past its retention) while the dedup record
+    /// naming it lives: only a dedup hit reports it (`queue::dedup::original_state`).
+    Deleted,
 }
 
 /// Everything job inspection reports about one job.

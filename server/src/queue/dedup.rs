@@ -9,7 +9,7 @@
 //! the enqueue rule (`queue::enqueue`).
 
 use super::model::Rejection;
-use crate::domain::{DedupClaim, Fingerprint, Payload, UnixMs, Value, reached};
+use crate::domain::{DedupClaim, Fingerprint, JobState, Payload, Stage, UnixMs, Value, reached};
 use std::collections::BTreeMap;
 
 /// Rejects an empty key (`InvalidRequest`, a structural error).
@@ -102,6 +102,21 @@ pub fn fingerprint(
         }
     }
     Fingerprint::new(h.digest()).unwrap_or(Fingerprint::MIN)
+}
+
+/// Where the job a hit names is, as the hit reports it (`original_state`), from what the store
+/// holds of it: ready, scheduled, in flight; dead-lettered while the dead letter is kept (it
+/// can be requeued); acked; deleted when nothing but a tombstone of a dead letter (drained,
+/// deleted, past its retention) or nothing at all is left while the key's record lives.
+pub fn original_state(stage: Option<Stage>) -> JobState {
+    match stage {
+        Some(Stage::Ready) => JobState::Ready,
+        Some(Stage::Scheduled { .. }) => JobState::Scheduled,
+        Some(Stage::InFlight { .. }) => JobState::InFlight,
+        Some(Stage::Dead { .. }) => JobState::DeadLettered,
+        Some(Stage::Tombstone { dead: None, .. }) => JobState::Acked,
+        Some(Stage::Tombstone { dead: Some(_), .. }) | None => JobState::Deleted,
+    }
 }
 
 /// Whether a job with fingerprint `new` conflicts with a record holding `held`: only when both

@@ -20,7 +20,7 @@
 //! An atomic batch with any `QueueFull` or `KeyConflict` writes nothing.
 
 use super::dedup;
-use crate::domain::{EnqueuePlan, Fingerprint, InsertOutcome, NewJob, UnixMs};
+use crate::domain::{EnqueuePlan, Fingerprint, InsertOutcome, JobState, NewJob, UnixMs};
 use crate::storage::EnqueueFacts;
 use std::collections::HashMap;
 
@@ -66,14 +66,26 @@ pub fn decide(
             let first = held[j as usize];
             let outcome = match outcomes[j as usize] {
                 full @ InsertOutcome::QueueFull { .. } => full,
-                InsertOutcome::Created(id)
-                | InsertOutcome::Deduplicated(id)
-                | InsertOutcome::KeyConflict { original: id } => {
-                    if dedup::conflicts(first, mine) {
-                        InsertOutcome::KeyConflict { original: id }
-                    } else {
-                        InsertOutcome::Deduplicated(id)
-                    }
+                InsertOutcome::KeyConflict { original: id } if dedup::conflicts(first, mine) => {
+                    InsertOutcome::KeyConflict { original: id }
+                }
+                InsertOutcome::Created(id) | InsertOutcome::Deduplicated(id, _)
+                    if dedup::conflicts(first, mine) =>
+                {
+                    InsertOutcome::KeyConflict { original: id }
+                }
+                // The job this batch creates: where it will be once written.
+                InsertOutcome::Created(id) => InsertOutcome::Deduplicated(
+                    id,
+                    match jobs[j as usize].scheduled_at {
+                        Some(_) => JobState::Scheduled,
+                        None => JobState::Ready,
+                    },
+                ),
+                hit @ InsertOutcome::Deduplicated(..) => hit,
+                // Same contents as the record's, after a job of the batch that conflicted.
+                InsertOutcome::KeyConflict { original: id } => {
+                    InsertOutcome::Deduplicated(id, dedup::original_state(facts.stage(id)))
                 }
             };
             outcomes.push(outcome);
@@ -89,7 +101,10 @@ pub fn decide(
                     original: rec.job_id,
                 }
             } else {
-                InsertOutcome::Deduplicated(rec.job_id)
+                InsertOutcome::Deduplicated(
+                    rec.job_id,
+                    dedup::original_state(facts.stage(rec.job_id)),
+                )
             });
             held.push(rec.fingerprint);
             continue;
@@ -140,6 +155,9 @@ mod tests {
         }
         fn depth(&self, _: &str) -> u64 {
             self.depth
+        }
+        fn stage(&self, _: JobId) -> Option<crate::domain::Stage> {
+            Some(crate::domain::Stage::InFlight { expires: 1 })
         }
     }
 
@@ -197,7 +215,7 @@ mod tests {
             plan.outcomes,
             vec![
                 InsertOutcome::Created(JobId(1)),
-                InsertOutcome::Deduplicated(JobId(1)),
+                InsertOutcome::Deduplicated(JobId(1), JobState::Ready),
                 InsertOutcome::Created(JobId(3)),
             ]
         );
@@ -212,7 +230,10 @@ mod tests {
             depth: 0,
         };
         let at = |now| decide(&jobs, &prepass(&jobs), &facts, false, now).outcomes[0];
-        assert_eq!(at(49), InsertOutcome::Deduplicated(JobId(9)));
+        assert_eq!(
+            at(49),
+            InsertOutcome::Deduplicated(JobId(9), JobState::InFlight)
+        );
         assert_eq!(at(50), InsertOutcome::Created(JobId(1)));
     }
 
@@ -233,7 +254,7 @@ mod tests {
             plan.outcomes,
             vec![
                 InsertOutcome::Created(JobId(1)),
-                InsertOutcome::Deduplicated(JobId(1)),
+                InsertOutcome::Deduplicated(JobId(1), JobState::Ready),
                 InsertOutcome::Created(JobId(3)),
                 InsertOutcome::QueueFull { limit: 3 },
             ]
@@ -288,7 +309,7 @@ mod tests {
         };
         assert_eq!(
             decide1(keyed(1, "a", 5), &facts(5), false).outcomes,
-            vec![InsertOutcome::Deduplicated(JobId(9))]
+            vec![InsertOutcome::Deduplicated(JobId(9), JobState::InFlight)]
         );
         let plan = decide1(keyed(1, "a", 6), &facts(5), true);
         assert_eq!(
@@ -302,7 +323,7 @@ mod tests {
         // A record without a fingerprint (written while conflicts were ignored) matches.
         assert_eq!(
             decide1(keyed(1, "a", 6), &facts(0), false).outcomes,
-            vec![InsertOutcome::Deduplicated(JobId(9))]
+            vec![InsertOutcome::Deduplicated(JobId(9), JobState::InFlight)]
         );
     }
 
@@ -323,7 +344,7 @@ mod tests {
             plan.outcomes,
             vec![
                 InsertOutcome::Created(JobId(1)),
-                InsertOutcome::Deduplicated(JobId(1)),
+                InsertOutcome::Deduplicated(JobId(1), JobState::Ready),
                 InsertOutcome::KeyConflict { original: JobId(1) },
                 InsertOutcome::Created(JobId(4)),
             ]
@@ -346,7 +367,7 @@ mod tests {
             vec![
                 InsertOutcome::KeyConflict { original: JobId(9) },
                 InsertOutcome::KeyConflict { original: JobId(9) },
-                InsertOutcome::Deduplicated(JobId(9)),
+                InsertOutcome::Deduplicated(JobId(9), JobState::InFlight),
             ]
         );
     }

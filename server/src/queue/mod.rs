@@ -566,10 +566,12 @@ fn insert_outcome(o: InsertOutcome, queue: &str) -> JobOutcome {
         InsertOutcome::Created(job_id) => Ok(Accepted {
             job_id,
             deduplicated: false,
+            original_state: None,
         }),
-        InsertOutcome::Deduplicated(job_id) => Ok(Accepted {
+        InsertOutcome::Deduplicated(job_id, state) => Ok(Accepted {
             job_id,
             deduplicated: true,
+            original_state: Some(state),
         }),
         InsertOutcome::KeyConflict { original } => Err(Rejection::IdempotencyKeyConflict {
             original_job_id: original,

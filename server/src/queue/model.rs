@@ -149,6 +149,8 @@ pub struct Accepted {
     pub job_id: JobId,
     /// True when an earlier enqueue with the same key created `job_id`.
     pub deduplicated: bool,
+    /// On a hit: where that job is now.
+    pub original_state: Option<crate::domain::JobState>,
 }
 
 /// The outcome of one job of a batch.

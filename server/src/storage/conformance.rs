@@ -51,6 +51,7 @@ macro_rules! conformance_suite {
             a_key_deduplicates_until_its_window_ends_and_not_at_its_end,
             a_hit_names_the_job_after_it_was_acked_dead_lettered_or_requeued,
             a_key_conflict_is_rejected_naming_the_original_also_after_a_restart,
+            a_hit_reports_where_the_job_it_names_is,
             depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits,
             an_atomic_batch_with_a_refused_job_writes_nothing,
             paused_queues_are_skipped_until_resumed,
@@ -527,6 +528,48 @@ pub(crate) mod cases {
             accepted(&h.enqueue(vec![with("strict", b"a")]).await[0]),
             (original, true)
         );
+    }
+
+    pub(crate) async fn a_hit_reports_where_the_job_it_names_is(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 60_000).await;
+        let state_of_hit = |o: &JobOutcome| {
+            let a = o.as_ref().expect("accepted");
+            assert!(a.deduplicated);
+            a.original_state.expect("a hit says where the job is")
+        };
+        let hit = async |key: &str| state_of_hit(&h.enqueue(vec![keyed("q", key)]).await[0]);
+        // Created: no state. A repeat in the same batch: where the new job goes.
+        let out = h.enqueue(vec![keyed("q", "a"), keyed("q", "a")]).await;
+        assert_eq!(out[0].as_ref().unwrap().original_state, None);
+        assert_eq!(state_of_hit(&out[1]), JobState::Ready);
+        assert_eq!(hit("a").await, JobState::Ready);
+        let later = EnqueueInput {
+            scheduled_at: Some(Ok(T0 + 5_000)),
+            ..keyed("q", "later")
+        };
+        let out = h.enqueue(vec![later.clone(), later.clone()]).await;
+        assert_eq!(state_of_hit(&out[1]), JobState::Scheduled);
+        assert_eq!(hit("later").await, JobState::Scheduled);
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(hit("a").await, JobState::InFlight);
+        h.queue.ack(&j.id.to_string(), 1).await.unwrap();
+        assert_eq!(hit("a").await, JobState::Acked);
+        let dead = h.put(keyed("q", "dead")).await;
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(j.id, dead);
+        h.queue
+            .nack(&j.id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        assert_eq!(hit("dead").await, JobState::DeadLettered);
+        h.queue
+            .delete_dead_letters(SelectorInput {
+                job_ids: vec![dead.to_string()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(hit("dead").await, JobState::Deleted);
     }
 
     pub(crate) async fn depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits(

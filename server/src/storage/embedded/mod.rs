@@ -369,6 +369,10 @@ impl EnqueueFacts for Facts<'_> {
     fn depth(&self, queue: &str) -> u64 {
         self.st.jobs.depth(queue)
     }
+
+    fn stage(&self, id: JobId) -> Option<Stage> {
+        self.st.jobs.get(id).map(|m| m.stage)
+    }
 }
 
 impl Engine for Shared {
