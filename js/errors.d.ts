@@ -27,6 +27,7 @@ export type ErrorCode =
   | "INVALID_REQUEST"
   | "QUEUE_FULL"
   | "QUEUE_CLOSING"
+  | "IDEMPOTENCY_KEY_CONFLICT"
   | "UNKNOWN_REJECTION";
 
 /**
@@ -263,6 +264,18 @@ export declare class QueueClosingError extends JobRejectedError {
   readonly queue: string;
 }
 
+/**
+ * The idempotency key's live record names another job, enqueued with a different job type,
+ * payload, encoding, priority or custom map (queues with `key_conflict = "reject"`).
+ * Deterministic.
+ */
+export declare class IdempotencyKeyConflictError extends JobRejectedError {
+  static readonly code: "IDEMPOTENCY_KEY_CONFLICT";
+  readonly code: "IDEMPOTENCY_KEY_CONFLICT";
+  /** The id of the job the key names. */
+  readonly originalJobId: string;
+}
+
 /** A rejection this client does not know (a newer server). */
 export declare class UnknownRejectionError extends JobRejectedError {
   static readonly code: "UNKNOWN_REJECTION";
@@ -295,6 +308,7 @@ export declare const errorClasses: {
   readonly INVALID_REQUEST: typeof InvalidRequestError;
   readonly QUEUE_FULL: typeof QueueFullError;
   readonly QUEUE_CLOSING: typeof QueueClosingError;
+  readonly IDEMPOTENCY_KEY_CONFLICT: typeof IdempotencyKeyConflictError;
   readonly UNKNOWN_REJECTION: typeof UnknownRejectionError;
 };
 

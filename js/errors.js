@@ -158,6 +158,15 @@ export class QueueClosingError extends JobRejectedError {
   static code = "QUEUE_CLOSING";
 }
 
+/**
+ * The idempotency key's live record names another job, enqueued with a different job type,
+ * payload, encoding, priority or custom map (queues with `key_conflict = "reject"`).
+ * Deterministic. Has `originalJobId`.
+ */
+export class IdempotencyKeyConflictError extends JobRejectedError {
+  static code = "IDEMPOTENCY_KEY_CONFLICT";
+}
+
 /** A rejection this client does not know (a newer server). */
 export class UnknownRejectionError extends JobRejectedError {
   static code = "UNKNOWN_REJECTION";
@@ -189,6 +198,7 @@ export const errorClasses = Object.freeze({
   INVALID_REQUEST: InvalidRequestError,
   QUEUE_FULL: QueueFullError,
   QUEUE_CLOSING: QueueClosingError,
+  IDEMPOTENCY_KEY_CONFLICT: IdempotencyKeyConflictError,
   UNKNOWN_REJECTION: UnknownRejectionError,
 });
 

@@ -475,6 +475,8 @@ export interface EnqueueAck {
    * dead-lettered: read it as "this enqueue is already accounted for".
    */
   deduplicated: boolean
+  /** On a dedup hit from a sepp server: where that job is (`'ready'`, `'acked'`, ...). */
+  originalState?: JobState
 }
 
 /** One job to enqueue. */
@@ -518,7 +520,8 @@ export interface EnqueueRequest {
 export type EnqueueResult =
   | { status: 'enqueued'; /** As `EnqueueAck.jobId`. */
     jobId: string; /** As `EnqueueAck.deduplicated`. */
-  deduplicated: boolean }
+  deduplicated: boolean; /** As `EnqueueAck.originalState`. */
+  originalState?: JobState }
   | { status: 'rejected'; /** Why. */
   error: SeppError }
 
@@ -598,7 +601,7 @@ export interface JobInfo {
 }
 
 /** Where a job is. */
-export type JobState = 'unknown' | 'scheduled' | 'ready' | 'inFlight' | 'deadLettered' | 'acked'
+export type JobState = 'unknown' | 'scheduled' | 'ready' | 'inFlight' | 'deadLettered' | 'acked' | 'cancelled' | 'deleted'
 
 /** A live dedup record. */
 export interface KeyRecord {

@@ -27,6 +27,11 @@ pub enum JobState {
     DeadLettered,
     /// Acked (a tombstone kept while its idempotency key's dedup record lives).
     Acked,
+    /// Cancelled before it ran (reserved: no server produces it yet).
+    Cancelled,
+    /// Gone while its idempotency key's record lives: a dead letter drained, deleted or past
+    /// its retention (reported by a dedup hit).
+    Deleted,
 }
 
 impl JobState {
@@ -35,15 +40,33 @@ impl JobState {
     #[allow(non_upper_case_globals)]
     pub const Completed: JobState = JobState::Acked;
 
-    fn from_proto(v: i32) -> Self {
-        match pb::JobState::try_from(v) {
-            Ok(pb::JobState::Scheduled) => JobState::Scheduled,
-            Ok(pb::JobState::Ready) => JobState::Ready,
-            Ok(pb::JobState::InFlight) => JobState::InFlight,
-            Ok(pb::JobState::DeadLettered) => JobState::DeadLettered,
-            // The wire keeps its name (and number): sepp.admin.v1 COMPLETED.
-            Ok(pb::JobState::Completed) => JobState::Acked,
+    /// From `sepp.v1.JobState` (which `sepp.admin.v1.JobInfo.state` uses too, with the same
+    /// numbers as the older `sepp.admin.v1.JobState`).
+    pub(crate) fn from_proto(v: i32) -> Self {
+        use sepp_proto::v1::JobState as W;
+        match W::try_from(v) {
+            Ok(W::Scheduled) => JobState::Scheduled,
+            Ok(W::Ready) => JobState::Ready,
+            Ok(W::InFlight) => JobState::InFlight,
+            Ok(W::DeadLettered) => JobState::DeadLettered,
+            Ok(W::Acked) => JobState::Acked,
+            Ok(W::Cancelled) => JobState::Cancelled,
+            Ok(W::Deleted) => JobState::Deleted,
             _ => JobState::Unknown,
+        }
+    }
+
+    /// The stable SCREAMING_SNAKE name, e.g. `IN_FLIGHT` (Python's state strings).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Unknown => "UNKNOWN",
+            JobState::Scheduled => "SCHEDULED",
+            JobState::Ready => "READY",
+            JobState::InFlight => "IN_FLIGHT",
+            JobState::DeadLettered => "DEAD_LETTERED",
+            JobState::Acked => "ACKED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Deleted => "DELETED",
         }
     }
 }

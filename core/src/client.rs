@@ -1,6 +1,7 @@
 //! [`SeppClient`]: one connection to a `sepp.v1` server (ours or the public one), shared by
 //! cheap clones.
 
+use crate::admin::JobState;
 use crate::error::{
     BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, ReserveError,
 };
@@ -488,6 +489,7 @@ impl SeppClient {
             .map_err(|s| ClientError::from_status(&s, false))?;
         match resp.results.into_iter().next().and_then(|r| r.outcome) {
             Some(pb::job_result::Outcome::Success(s)) => Ok(EnqueueAck {
+                original_state: s.original_state.map(JobState::from_proto),
                 job_id: s.job_id,
                 deduplicated: s.deduplicated,
             }),
@@ -590,6 +592,7 @@ impl SeppClient {
             for (slot, r) in slots.into_iter().zip(resp.results) {
                 results[slot] = Some(match r.outcome {
                     Some(pb::job_result::Outcome::Success(s)) => Ok(EnqueueAck {
+                        original_state: s.original_state.map(JobState::from_proto),
                         job_id: s.job_id,
                         deduplicated: s.deduplicated,
                     }),
@@ -662,6 +665,7 @@ impl SeppClient {
                 .responses
                 .into_iter()
                 .map(|r| EnqueueAck {
+                    original_state: r.original_state.map(JobState::from_proto),
                     job_id: r.job_id,
                     deduplicated: r.deduplicated,
                 })
@@ -937,6 +941,9 @@ pub(crate) fn rejection_from_proto(r: pb::JobRejection) -> Rejection {
             limit: x.limit,
         },
         Some(R::QueueClosing(x)) => Rejection::QueueClosing { queue: x.queue },
+        Some(R::IdempotencyKeyConflict(x)) => Rejection::IdempotencyKeyConflict {
+            original_job_id: x.original_job_id,
+        },
         None => Rejection::Unknown,
     }
 }

@@ -60,6 +60,9 @@ pub enum ErrorCode {
     QueueFull,
     /// Rejection: the queue is being deleted (transient).
     QueueClosing,
+    /// Rejection: the idempotency key names a job with other contents (queues with
+    /// `key_conflict = "reject"`).
+    IdempotencyKeyConflict,
     /// Rejection of a kind this client does not know.
     UnknownRejection,
 }
@@ -91,6 +94,7 @@ impl ErrorCode {
         ErrorCode::InvalidRequest,
         ErrorCode::QueueFull,
         ErrorCode::QueueClosing,
+        ErrorCode::IdempotencyKeyConflict,
         ErrorCode::UnknownRejection,
     ];
 
@@ -138,6 +142,9 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => ("INVALID_REQUEST", "InvalidRequestError"),
             ErrorCode::QueueFull => ("QUEUE_FULL", "QueueFullError"),
             ErrorCode::QueueClosing => ("QUEUE_CLOSING", "QueueClosingError"),
+            ErrorCode::IdempotencyKeyConflict => {
+                ("IDEMPOTENCY_KEY_CONFLICT", "IdempotencyKeyConflictError")
+            }
             ErrorCode::UnknownRejection => ("UNKNOWN_REJECTION", "UnknownRejectionError"),
         }
     }
@@ -263,6 +270,17 @@ pub enum Rejection {
         /// The queue.
         queue: String,
     },
+    /// The idempotency key's live record names `original_job_id`, enqueued with a different
+    /// job type, payload, encoding, priority or custom map (queues with
+    /// `key_conflict = "reject"`). Deterministic: never retried.
+    #[error(
+        "idempotency_key already names job {original_job_id}, enqueued with other contents \
+         (key_conflict = \"reject\")"
+    )]
+    IdempotencyKeyConflict {
+        /// The job the key names.
+        original_job_id: String,
+    },
     /// A rejection this client does not know (newer server).
     #[error("job rejected for a reason this client does not know")]
     Unknown,
@@ -286,6 +304,7 @@ impl Rejection {
             Rejection::InvalidRequest { .. } => ErrorCode::InvalidRequest,
             Rejection::QueueFull { .. } => ErrorCode::QueueFull,
             Rejection::QueueClosing { .. } => ErrorCode::QueueClosing,
+            Rejection::IdempotencyKeyConflict { .. } => ErrorCode::IdempotencyKeyConflict,
             Rejection::Unknown => ErrorCode::UnknownRejection,
         }
     }
@@ -363,6 +382,10 @@ impl Rejection {
                 scheduled_at: Some(*actual),
                 ..none
             },
+            Rejection::IdempotencyKeyConflict { original_job_id } => RejectionFields {
+                original_job_id: Some(original_job_id.clone()),
+                ..none
+            },
             // The code and the message say everything about these.
             Rejection::InvalidRequest { .. } | Rejection::Unknown => none,
         }
@@ -393,6 +416,8 @@ pub struct RejectionFields {
     pub horizon: Option<Duration>,
     /// The requested time, for `SCHEDULED_TOO_FAR`.
     pub scheduled_at: Option<std::time::SystemTime>,
+    /// The job the key names, for `IDEMPOTENCY_KEY_CONFLICT`.
+    pub original_job_id: Option<String>,
 }
 
 /// A failure not about one job: the transport, auth, or the server.

@@ -95,6 +95,11 @@ pub struct EnqueueAck {
     /// already created `job_id`. That job may since have run or been dead-lettered: read it as
     /// "this enqueue is already accounted for".
     pub deduplicated: bool,
+    /// On a hit, from a sepp server: where that job is at the time of the hit (`Ready` or
+    /// `Scheduled`: it will run; `InFlight`: it is running; `Acked`: it ran;
+    /// `DeadLettered`: it failed and is kept; `Deleted`: it failed and is gone). `None` when
+    /// the job was created, or the server does not say (the public sepp).
+    pub original_state: Option<crate::admin::JobState>,
 }
 
 /// A leased job.

@@ -127,6 +127,19 @@ pub enum RetryBackoff {
     Exponential,
 }
 
+/// What an enqueue that hits a live dedup record with different contents gets
+/// (`[[queues]] key_conflict`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyConflict {
+    /// A hit, whatever the new request holds (the founding rule).
+    #[default]
+    Ignore,
+    /// Rejected with `IDEMPOTENCY_KEY_CONFLICT` naming the original job, when the job type,
+    /// payload, encoding, priority or custom map differ from the original's.
+    Reject,
+}
+
 /// `[storage]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -441,6 +454,9 @@ pub struct QueueConfig {
     /// Overrides `[limits] max_queue_depth`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_queue_depth: Option<u64>,
+    /// `ignore` (default) or `reject`: see [`KeyConflict`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_conflict: Option<KeyConflict>,
 }
 
 /// A configuration that could not be loaded. The message is one line naming the key, the value

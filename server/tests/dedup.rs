@@ -264,3 +264,139 @@ async fn concurrent_enqueues_of_one_key_create_exactly_one_job() {
         );
     }
 }
+
+fn strict_queue(c: &mut sepp_server::config::Config) {
+    c.queues.push(QueueConfig {
+        name: "strict".into(),
+        key_conflict: Some(sepp_server::config::KeyConflict::Reject),
+        ..Default::default()
+    });
+}
+
+fn with_payload(queue: &str, key: &str, data: &[u8]) -> EnqueueRequest {
+    keyed(queue, key).with_payload(data.to_vec(), "text/plain")
+}
+
+#[tokio::test]
+async fn a_key_reused_for_other_work_is_rejected_naming_the_original_in_every_mode() {
+    let server = TestServer::start(strict_queue).await;
+    let client = server.client().await;
+    let original = client
+        .enqueue(with_payload("strict", "k", b"a"))
+        .await
+        .unwrap();
+    // Same contents: a hit.
+    let again = client
+        .enqueue(with_payload("strict", "k", b"a"))
+        .await
+        .unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(again.job_id, original.job_id);
+    let is_conflict = |r: &Rejection| match r {
+        Rejection::IdempotencyKeyConflict { original_job_id } => {
+            assert_eq!(original_job_id, &original.job_id);
+            assert_eq!(r.code().as_str(), "IDEMPOTENCY_KEY_CONFLICT");
+            assert_eq!(r.code().class_name(), "IdempotencyKeyConflictError");
+            assert!(!r.is_transient());
+        }
+        other => panic!("expected a key conflict, got {other:?}"),
+    };
+    // Unary, twice (deterministic).
+    for _ in 0..2 {
+        match client.enqueue(with_payload("strict", "k", b"b")).await {
+            Err(EnqueueError::Rejected(r)) => is_conflict(&r),
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+    // Batch: only the conflicting job is rejected.
+    let out = client
+        .enqueue_batch(vec![
+            with_payload("strict", "k", b"b"),
+            with_payload("strict", "other", b"b"),
+        ])
+        .await
+        .unwrap();
+    is_conflict(out[0].as_ref().unwrap_err());
+    assert!(!out[1].as_ref().unwrap().deduplicated);
+    // Atomic: nothing written, the failing index reported.
+    let failures = client
+        .enqueue_atomic(vec![
+            with_payload("strict", "fresh", b"x"),
+            with_payload("strict", "k", b"b"),
+        ])
+        .await
+        .unwrap()
+        .expect_err("refused");
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].0, 1);
+    is_conflict(&failures[0].1);
+    let fresh = client
+        .enqueue(with_payload("strict", "fresh", b"y"))
+        .await
+        .unwrap();
+    assert!(!fresh.deduplicated, "the atomic batch wrote nothing");
+    // Other priority or custom map: a conflict too; another queue keeps the founding rule.
+    match client
+        .enqueue(with_payload("strict", "k", b"a").with_priority(5))
+        .await
+    {
+        Err(EnqueueError::Rejected(r)) => is_conflict(&r),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    let plain = client
+        .enqueue(with_payload("plain", "k", b"a"))
+        .await
+        .unwrap();
+    let hit = client
+        .enqueue(with_payload("plain", "k", b"b"))
+        .await
+        .unwrap();
+    assert!(hit.deduplicated);
+    assert_eq!(hit.job_id, plain.job_id);
+    // On the wire: the sepp addition (field 101) names the original.
+    match raw_enqueue(&server, raw_job("strict", Some("k"))).await {
+        pb::job_result::Outcome::Rejection(pb::JobRejection {
+            reason: Some(pb::job_rejection::Reason::IdempotencyKeyConflict(c)),
+        }) => assert_eq!(c.original_job_id, original.job_id),
+        other => panic!("expected a key conflict, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_hit_says_where_the_original_job_is() {
+    use sepp_rs::admin::JobState;
+    let server = TestServer::start(|_| {}).await;
+    let client = server.client().await;
+    let first = client.enqueue(keyed("emails", "k")).await.unwrap();
+    assert_eq!(
+        first.original_state, None,
+        "a created job has no original state"
+    );
+    let hit = client.enqueue(keyed("emails", "k")).await.unwrap();
+    assert_eq!(hit.original_state, Some(JobState::Ready));
+    let jobs = client
+        .reserve(sepp_rs::ReserveOptions::new(
+            ["emails"],
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap();
+    let hit = client.enqueue(keyed("emails", "k")).await.unwrap();
+    assert_eq!(hit.original_state, Some(JobState::InFlight));
+    client.ack(&jobs[0].id, jobs[0].attempt).await.unwrap();
+    let out = client
+        .enqueue_batch(vec![keyed("emails", "k")])
+        .await
+        .unwrap();
+    assert_eq!(
+        out[0].as_ref().unwrap().original_state,
+        Some(JobState::Acked)
+    );
+    // On the wire: field 101 of EnqueueResponse.
+    match raw_enqueue(&server, raw_job("emails", Some("k"))).await {
+        pb::job_result::Outcome::Success(s) => {
+            assert_eq!(s.original_state, Some(pb::JobState::Acked as i32));
+        }
+        other => panic!("expected a hit, got {other:?}"),
+    }
+}

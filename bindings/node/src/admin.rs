@@ -29,6 +29,11 @@ pub enum JobState {
     /// Acked (kept while its idempotency key's dedup record lives). Earlier releases said
     /// `'completed'`.
     Acked,
+    /// Cancelled before it ran (reserved: no server produces it yet).
+    Cancelled,
+    /// Gone (a dead letter drained, deleted or past its retention) while its key's record
+    /// lives; reported by a dedup hit.
+    Deleted,
 }
 
 impl From<core::JobState> for JobState {
@@ -40,6 +45,8 @@ impl From<core::JobState> for JobState {
             core::JobState::InFlight => JobState::InFlight,
             core::JobState::DeadLettered => JobState::DeadLettered,
             core::JobState::Acked => JobState::Acked,
+            core::JobState::Cancelled => JobState::Cancelled,
+            core::JobState::Deleted => JobState::Deleted,
         }
     }
 }

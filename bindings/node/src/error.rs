@@ -125,6 +125,7 @@ impl From<Rejection> for SeppFailure {
             key,
             horizon,
             scheduled_at,
+            original_job_id,
         } = r.fields();
         let details = [
             ("queue", queue.map(Detail::Text)),
@@ -139,6 +140,7 @@ impl From<Rejection> for SeppFailure {
                 horizon.map(|h| Detail::Number(h.as_secs_f64() * 1000.0)),
             ),
             ("scheduledAt", scheduled_at.map(Detail::Time)),
+            ("originalJobId", original_job_id.map(Detail::Text)),
             // The name this property had before `scheduledAt` (deprecated).
             ("actual", scheduled_at.map(Detail::Time)),
         ];

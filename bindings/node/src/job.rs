@@ -52,6 +52,8 @@ pub struct EnqueueAck {
     /// the dedup window, already created `jobId`. That job may since have run or been
     /// dead-lettered: read it as "this enqueue is already accounted for".
     pub deduplicated: bool,
+    /// On a dedup hit from a sepp server: where that job is (`'ready'`, `'acked'`, ...).
+    pub original_state: Option<crate::admin::JobState>,
 }
 
 impl From<sepp_rs::EnqueueAck> for EnqueueAck {
@@ -59,6 +61,7 @@ impl From<sepp_rs::EnqueueAck> for EnqueueAck {
         EnqueueAck {
             job_id: a.job_id,
             deduplicated: a.deduplicated,
+            original_state: a.original_state.map(Into::into),
         }
     }
 }
@@ -78,6 +81,8 @@ pub enum EnqueueResult {
         job_id: String,
         /// As `EnqueueAck.deduplicated`.
         deduplicated: bool,
+        /// As `EnqueueAck.originalState`.
+        original_state: Option<crate::admin::JobState>,
     },
     /// The job was not accepted; the other jobs of the batch are unaffected.
     Rejected {
@@ -93,6 +98,7 @@ impl From<Result<sepp_rs::EnqueueAck, sepp_rs::Rejection>> for EnqueueResult {
             Ok(a) => EnqueueResult::Enqueued {
                 job_id: a.job_id,
                 deduplicated: a.deduplicated,
+                original_state: a.original_state.map(Into::into),
             },
             Err(rejection) => EnqueueResult::Rejected {
                 error: rejection.into(),

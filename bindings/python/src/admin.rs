@@ -75,15 +75,7 @@ impl JobInfo {
 
 impl ToPython for sepp_rs::admin::JobInfo {
     fn to_python(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-        use sepp_rs::admin::JobState as S;
-        let state = match self.state {
-            S::Unknown => "UNKNOWN",
-            S::Scheduled => "SCHEDULED",
-            S::Ready => "READY",
-            S::InFlight => "IN_FLIGHT",
-            S::DeadLettered => "DEAD_LETTERED",
-            S::Acked => "ACKED",
-        };
+        let state = self.state.as_str();
         let info = JobInfo {
             job_id: self.job_id,
             state,

@@ -41,6 +41,8 @@ pub(crate) struct Rejection {
     horizon: Option<Duration>,
     /// The requested time, for `SCHEDULED_TOO_FAR` (the core's `actual`).
     scheduled_at: Option<SystemTime>,
+    /// The job the key names, for `IDEMPOTENCY_KEY_CONFLICT`.
+    original_job_id: Option<String>,
 }
 
 impl Rejection {
@@ -57,6 +59,7 @@ impl Rejection {
             key,
             horizon,
             scheduled_at,
+            original_job_id,
         } = r.fields();
         Rejection {
             code: r.code().as_str(),
@@ -71,6 +74,7 @@ impl Rejection {
             key,
             horizon,
             scheduled_at,
+            original_job_id,
         }
     }
 }

@@ -17,15 +17,18 @@ use std::time::{Duration, SystemTime};
 pub(crate) struct EnqueueAck {
     job_id: String,
     deduplicated: bool,
+    /// On a dedup hit from a sepp server: where the job is (`"READY"`, `"ACKED"`, ...).
+    original_state: Option<&'static str>,
 }
 
 #[pymethods]
 impl EnqueueAck {
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "EnqueueAck(job_id={}, deduplicated={})",
+            "EnqueueAck(job_id={}, deduplicated={}, original_state={})",
             repr(py, &self.job_id),
-            repr(py, self.deduplicated)
+            repr(py, self.deduplicated),
+            repr(py, self.original_state)
         )
     }
 }
@@ -35,6 +38,7 @@ impl ToPython for sepp_rs::EnqueueAck {
         let ack = EnqueueAck {
             job_id: self.job_id,
             deduplicated: self.deduplicated,
+            original_state: self.original_state.map(|s| s.as_str()),
         };
         Ok(Bound::new(py, ack)?.into_any())
     }

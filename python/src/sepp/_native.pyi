@@ -211,6 +211,15 @@ class EnqueueAck:
         created `job_id`; that job may since have run or been dead-lettered. Read it as "this
         enqueue is already accounted for"."""
 
+    @property
+    def original_state(
+        self,
+    ) -> Optional[
+        Literal["SCHEDULED", "READY", "IN_FLIGHT", "DEAD_LETTERED", "ACKED", "CANCELLED", "DELETED"]
+    ]:
+        """On a dedup hit from a sepp server: where the job `job_id` names is at the time of the
+        hit. ``None`` when the job was created, or the server does not say."""
+
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self, /) -> int: ...
 
@@ -273,6 +282,10 @@ class Rejection:
     @property
     def scheduled_at(self) -> Optional[datetime]:
         """The requested time (aware, UTC), for ``SCHEDULED_TOO_FAR``."""
+
+    @property
+    def original_job_id(self) -> Optional[str]:
+        """The job the key names, for ``IDEMPOTENCY_KEY_CONFLICT``."""
 
     def __eq__(self, value: object, /) -> bool: ...
 
@@ -601,7 +614,9 @@ class JobInfo:
     @property
     def state(
         self,
-    ) -> Literal["UNKNOWN", "SCHEDULED", "READY", "IN_FLIGHT", "DEAD_LETTERED", "ACKED"]:
+    ) -> Literal[
+        "UNKNOWN", "SCHEDULED", "READY", "IN_FLIGHT", "DEAD_LETTERED", "ACKED", "CANCELLED", "DELETED"
+    ]:
         """Where the job is. ``"UNKNOWN"``: never existed, or finished and forgotten;
         ``"ACKED"``: acked, kept while its idempotency key is remembered (earlier releases
         said ``"COMPLETED"``)."""

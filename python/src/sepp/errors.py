@@ -31,6 +31,7 @@ call may succeed later. The hierarchy::
         ├── InvalidRequestError          INVALID_REQUEST           (also a ValueError)
         ├── QueueFullError               QUEUE_FULL                (transient)
         ├── QueueClosingError            QUEUE_CLOSING             (transient)
+        ├── IdempotencyKeyConflictError  IDEMPOTENCY_KEY_CONFLICT
         └── UnknownRejectionError        UNKNOWN_REJECTION
 
 Every class is named for its code, ``<PascalCode>Error``, as in TypeScript; the core's table
@@ -82,6 +83,7 @@ __all__ = [
     "InvalidRequestError",
     "QueueFullError",
     "QueueClosingError",
+    "IdempotencyKeyConflictError",
     "UnknownRejectionError",
     "error_class",
 ]
@@ -403,6 +405,19 @@ class QueueClosingError(_Queue):
     code = "QUEUE_CLOSING"
 
 
+class IdempotencyKeyConflictError(JobRejectedError):
+    """The idempotency key's live record names another job, enqueued with a different job
+    type, payload, encoding, priority or custom map (queues with ``key_conflict = "reject"``).
+    Deterministic: send the original's contents, or use another key."""
+
+    code = "IDEMPOTENCY_KEY_CONFLICT"
+
+    @property
+    def original_job_id(self) -> str:
+        """The id of the job the key names."""
+        return _field(self.rejection.original_job_id, "original_job_id")
+
+
 class UnknownRejectionError(JobRejectedError):
     """A rejection this client does not know (a newer server)."""
 
@@ -436,6 +451,7 @@ _CLASSES: dict[str, type[SeppError]] = {
         InvalidRequestError,
         QueueFullError,
         QueueClosingError,
+        IdempotencyKeyConflictError,
         UnknownRejectionError,
     )
 }

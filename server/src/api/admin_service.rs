@@ -1,8 +1,8 @@
 //! `sepp.admin.v1.AdminService`: job and key inspection, dead-letter repair, pause/resume,
 //! queue stats. One short method per RPC.
 
-use super::convert::{cause_out, dead_letter_out, ms_timestamp};
-use crate::domain::{JobInfo, JobState};
+use super::convert::{cause_out, dead_letter_out, job_state_out, ms_timestamp};
+use crate::domain::JobInfo;
 use crate::queue::Queue;
 use crate::queue::admin::SelectorInput;
 use sepp_proto::admin::v1 as pb;
@@ -15,21 +15,10 @@ pub(crate) struct AdminApi {
     pub(crate) queue: Arc<Queue>,
 }
 
-fn state_out(s: JobState) -> pb::JobState {
-    match s {
-        JobState::Scheduled => pb::JobState::Scheduled,
-        JobState::Ready => pb::JobState::Ready,
-        JobState::InFlight => pb::JobState::InFlight,
-        JobState::DeadLettered => pb::JobState::DeadLettered,
-        // The wire name predates the glossary; the number (6) is what counts.
-        JobState::Acked => pb::JobState::Completed,
-    }
-}
-
 fn info_out(j: JobInfo) -> pb::JobInfo {
     pb::JobInfo {
         job_id: j.id.to_string(),
-        state: state_out(j.state) as i32,
+        state: job_state_out(j.state) as i32,
         queue: j.queue,
         job_type: j.job_type,
         attempt: j.attempt,
@@ -67,7 +56,7 @@ impl AdminService for AdminApi {
             Some(info) => info_out(info),
             None => pb::JobInfo {
                 job_id: id,
-                state: pb::JobState::Unknown as i32,
+                state: sepp_proto::v1::JobState::Unknown as i32,
                 ..Default::default()
             },
         };

@@ -177,6 +177,11 @@ pub(crate) fn rejection_out(r: Rejection) -> pb::JobRejection {
         }
         Rejection::QueueFull { queue, limit } => Reason::QueueFull(pb::QueueFull { queue, limit }),
         Rejection::QueueClosing { queue } => Reason::QueueClosing(pb::QueueClosing { queue }),
+        Rejection::IdempotencyKeyConflict { original_job_id } => {
+            Reason::IdempotencyKeyConflict(pb::IdempotencyKeyConflict {
+                original_job_id: original_job_id.to_string(),
+            })
+        }
     };
     pb::JobRejection {
         reason: Some(reason),
@@ -226,6 +231,20 @@ pub(crate) fn dead_letter_out(d: DeadLetter) -> pb::DeadLetterRecord {
         failed_at: Some(ms_timestamp(d.failed_at)),
         final_attempt: d.final_attempt,
         last_reason: d.last_reason,
+    }
+}
+
+/// A job's state on the wire (`sepp.v1.JobState`, which `sepp.admin.v1.JobInfo.state` uses
+/// too, with the numbers of the older `sepp.admin.v1.JobState`).
+pub(crate) fn job_state_out(s: crate::domain::JobState) -> pb::JobState {
+    use crate::domain::JobState as S;
+    match s {
+        S::Scheduled => pb::JobState::Scheduled,
+        S::Ready => pb::JobState::Ready,
+        S::InFlight => pb::JobState::InFlight,
+        S::DeadLettered => pb::JobState::DeadLettered,
+        S::Acked => pb::JobState::Acked,
+        S::Deleted => pb::JobState::Deleted,
     }
 }
 

@@ -21,6 +21,9 @@ fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
     pb::EnqueueResponse {
         job_id: a.job_id.to_string(),
         deduplicated: a.deduplicated,
+        original_state: a
+            .original_state
+            .map(|s| super::convert::job_state_out(s) as i32),
     }
 }
 

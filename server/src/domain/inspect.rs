@@ -30,6 +30,9 @@ pub enum JobState {
     DeadLettered,
     /// Acked; a tombstone kept while a dedup record may name it.
     Acked,
+    /// Gone (a dead letter drained, deleted or past its retention) while the dedup record
+    /// naming it lives: only a dedup hit reports it (`queue::dedup::original_state`).
+    Deleted,
 }
 
 /// Everything job inspection reports about one job.
@@ -120,6 +123,8 @@ pub struct KeyRecord {
     pub created_at: UnixMs,
     /// When it stops deduplicating.
     pub expires_at: UnixMs,
+    /// What defined the job, when its queue had `key_conflict = "reject"` at its enqueue.
+    pub fingerprint: Option<super::Fingerprint>,
 }
 
 /// Which dead letters an operator action applies to.

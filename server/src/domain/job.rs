@@ -80,6 +80,10 @@ pub struct TraceContext {
     pub tracestate: Option<String>,
 }
 
+/// What defines a job for `key_conflict = "reject"` (`queue::dedup::fingerprint`): a 64-bit
+/// digest, never zero, so that `Option<Fingerprint>` costs 8 bytes.
+pub type Fingerprint = std::num::NonZeroU64;
+
 /// The claim a keyed job makes on the dedup index.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DedupClaim {
@@ -87,6 +91,9 @@ pub struct DedupClaim {
     pub key: String,
     /// When the record stops deduplicating (first accepted enqueue + the queue's window).
     pub expires_at: UnixMs,
+    /// Set on a queue with `key_conflict = "reject"`: kept with the record, and compared with
+    /// the fingerprint of a later enqueue that hits it.
+    pub fingerprint: Option<Fingerprint>,
 }
 
 /// A validated job, with every default resolved, ready to be written.

@@ -16,7 +16,7 @@ pub use inspect::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, JobInfo, JobState, KeyRecord, QueueStats,
     StoredJob,
 };
-pub use job::{DedupClaim, Job, JobId, NewJob, Payload, TraceContext, Value};
+pub use job::{DedupClaim, Fingerprint, Job, JobId, NewJob, Payload, TraceContext, Value};
 pub use transition::{
     DeadLetterCause, EnqueuePlan, Expiry, Finish, Fit, InsertOutcome, JobFacts, LastReason,
     Placement, Requeue, ReserveSpec, Settle, SettleRefusal, Stage, reached,

@@ -176,8 +176,14 @@ pub enum InsertOutcome {
     /// A new job is written.
     Created(JobId),
     /// A live dedup record (or an earlier job of the same batch with the same key) names this
-    /// job; nothing is written for it.
-    Deduplicated(JobId),
+    /// job, which is where the state says; nothing is written for it.
+    Deduplicated(JobId, super::JobState),
+    /// A live dedup record names `original`, and its fingerprint differs from this job's
+    /// (`key_conflict = "reject"`); nothing is written for it.
+    KeyConflict {
+        /// The job the record names.
+        original: JobId,
+    },
     /// The queue holds `limit` jobs already.
     QueueFull {
         /// The queue's `max_queue_depth`.

@@ -8,16 +8,19 @@
 //!
 //! 1. a repeat of an earlier job's key gets that job's outcome: a hit on its id
 //!    (`deduplicated = true`), or `QueueFull` if it was refused (spec: "the second is a dedup
-//!    hit of the first", in both batch modes);
-//! 2. a key whose record is live ([`super::dedup::is_live`]) is a hit on the record's job;
+//!    hit of the first", in both batch modes); on a queue with `key_conflict = "reject"`, a
+//!    repeat whose fingerprint differs from the one the key holds is a `KeyConflict` instead;
+//! 2. a key whose record is live ([`super::dedup::is_live`]) is a hit on the record's job, or
+//!    a `KeyConflict` naming that job when both fingerprints are known and differ
+//!    ([`super::dedup::conflicts`]);
 //! 3. a queue that holds `max_queue_depth` jobs, counting those this batch creates before this
 //!    one, refuses it (`QueueFull`); a dedup hit creates nothing, so it does not count;
 //! 4. otherwise the job is created.
 //!
-//! An atomic batch with any `QueueFull` writes nothing.
+//! An atomic batch with any `QueueFull` or `KeyConflict` writes nothing.
 
 use super::dedup;
-use crate::domain::{EnqueuePlan, InsertOutcome, NewJob, UnixMs};
+use crate::domain::{EnqueuePlan, Fingerprint, InsertOutcome, JobState, NewJob, UnixMs};
 use crate::storage::EnqueueFacts;
 use std::collections::HashMap;
 
@@ -52,26 +55,61 @@ pub fn decide(
     now: UnixMs,
 ) -> EnqueuePlan {
     let mut outcomes: Vec<InsertOutcome> = Vec::with_capacity(jobs.len());
+    // The fingerprint each job's key holds after it: the record's on a hit, its own when it
+    // creates the job (what a repeat later in the batch is compared with).
+    let mut held: Vec<Option<Fingerprint>> = Vec::with_capacity(jobs.len());
     // Jobs this batch creates per queue with a depth limit (batches rarely span many queues).
     let mut created: Vec<(&str, u64)> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
+        let mine = job.dedup.as_ref().and_then(|d| d.fingerprint);
         if let Some(j) = repeats.get(i).copied().flatten() {
+            let first = held[j as usize];
             let outcome = match outcomes[j as usize] {
-                InsertOutcome::Created(id) | InsertOutcome::Deduplicated(id) => {
-                    InsertOutcome::Deduplicated(id)
-                }
                 full @ InsertOutcome::QueueFull { .. } => full,
+                InsertOutcome::KeyConflict { original: id } if dedup::conflicts(first, mine) => {
+                    InsertOutcome::KeyConflict { original: id }
+                }
+                InsertOutcome::Created(id) | InsertOutcome::Deduplicated(id, _)
+                    if dedup::conflicts(first, mine) =>
+                {
+                    InsertOutcome::KeyConflict { original: id }
+                }
+                // The job this batch creates: where it will be once written.
+                InsertOutcome::Created(id) => InsertOutcome::Deduplicated(
+                    id,
+                    match jobs[j as usize].scheduled_at {
+                        Some(_) => JobState::Scheduled,
+                        None => JobState::Ready,
+                    },
+                ),
+                hit @ InsertOutcome::Deduplicated(..) => hit,
+                // Same contents as the record's, after a job of the batch that conflicted.
+                InsertOutcome::KeyConflict { original: id } => {
+                    InsertOutcome::Deduplicated(id, dedup::original_state(facts.stage(id)))
+                }
             };
             outcomes.push(outcome);
+            held.push(first);
             continue;
         }
         if job.dedup.is_some()
             && let Some(rec) = facts.record(i)
             && dedup::is_live(rec.expires_at, now)
         {
-            outcomes.push(InsertOutcome::Deduplicated(rec.job_id));
+            outcomes.push(if dedup::conflicts(rec.fingerprint, mine) {
+                InsertOutcome::KeyConflict {
+                    original: rec.job_id,
+                }
+            } else {
+                InsertOutcome::Deduplicated(
+                    rec.job_id,
+                    dedup::original_state(facts.stage(rec.job_id)),
+                )
+            });
+            held.push(rec.fingerprint);
             continue;
         }
+        held.push(mine);
         if let Some(limit) = job.max_queue_depth {
             let slot = match created.iter().position(|(q, _)| *q == &*job.queue) {
                 Some(s) => s,
@@ -88,9 +126,12 @@ pub fn decide(
         }
         outcomes.push(InsertOutcome::Created(job.id));
     }
-    let refused = outcomes
-        .iter()
-        .any(|o| matches!(o, InsertOutcome::QueueFull { .. }));
+    let refused = outcomes.iter().any(|o| {
+        matches!(
+            o,
+            InsertOutcome::QueueFull { .. } | InsertOutcome::KeyConflict { .. }
+        )
+    });
     EnqueuePlan {
         outcomes,
         write: !(atomic && refused),
@@ -115,6 +156,9 @@ mod tests {
         fn depth(&self, _: &str) -> u64 {
             self.depth
         }
+        fn stage(&self, _: JobId) -> Option<crate::domain::Stage> {
+            Some(crate::domain::Stage::InFlight { expires: 1 })
+        }
     }
 
     fn job(id: u128, key: Option<&str>, depth: Option<u64>) -> NewJob {
@@ -132,6 +176,7 @@ mod tests {
             dedup: key.map(|k| DedupClaim {
                 key: k.into(),
                 expires_at: 100,
+                fingerprint: None,
             }),
             max_queue_depth: depth,
             reply_bytes: 1,
@@ -143,6 +188,7 @@ mod tests {
             job_id: JobId(id),
             created_at: 0,
             expires_at,
+            fingerprint: None,
         })
     }
 
@@ -169,7 +215,7 @@ mod tests {
             plan.outcomes,
             vec![
                 InsertOutcome::Created(JobId(1)),
-                InsertOutcome::Deduplicated(JobId(1)),
+                InsertOutcome::Deduplicated(JobId(1), JobState::Ready),
                 InsertOutcome::Created(JobId(3)),
             ]
         );
@@ -184,7 +230,10 @@ mod tests {
             depth: 0,
         };
         let at = |now| decide(&jobs, &prepass(&jobs), &facts, false, now).outcomes[0];
-        assert_eq!(at(49), InsertOutcome::Deduplicated(JobId(9)));
+        assert_eq!(
+            at(49),
+            InsertOutcome::Deduplicated(JobId(9), JobState::InFlight)
+        );
         assert_eq!(at(50), InsertOutcome::Created(JobId(1)));
     }
 
@@ -205,7 +254,7 @@ mod tests {
             plan.outcomes,
             vec![
                 InsertOutcome::Created(JobId(1)),
-                InsertOutcome::Deduplicated(JobId(1)),
+                InsertOutcome::Deduplicated(JobId(1), JobState::Ready),
                 InsertOutcome::Created(JobId(3)),
                 InsertOutcome::QueueFull { limit: 3 },
             ]
@@ -231,6 +280,94 @@ mod tests {
             vec![
                 InsertOutcome::QueueFull { limit: 1 },
                 InsertOutcome::QueueFull { limit: 1 },
+            ]
+        );
+    }
+
+    fn keyed(id: u128, key: &str, fp: u64) -> NewJob {
+        let mut j = job(id, Some(key), None);
+        if let Some(d) = j.dedup.as_mut() {
+            d.fingerprint = Fingerprint::new(fp);
+        }
+        j
+    }
+
+    #[test]
+    fn a_hit_with_another_fingerprint_is_a_conflict_naming_the_original() {
+        let facts = |fp: u64| Facts {
+            records: vec![Some(KeyRecord {
+                job_id: JobId(9),
+                created_at: 0,
+                expires_at: 100,
+                fingerprint: Fingerprint::new(fp),
+            })],
+            depth: 0,
+        };
+        let decide1 = |j: NewJob, f: &Facts, atomic| {
+            let jobs = [j];
+            decide(&jobs, &prepass(&jobs), f, atomic, 0)
+        };
+        assert_eq!(
+            decide1(keyed(1, "a", 5), &facts(5), false).outcomes,
+            vec![InsertOutcome::Deduplicated(JobId(9), JobState::InFlight)]
+        );
+        let plan = decide1(keyed(1, "a", 6), &facts(5), true);
+        assert_eq!(
+            plan.outcomes,
+            vec![InsertOutcome::KeyConflict { original: JobId(9) }]
+        );
+        assert!(
+            !plan.write,
+            "an atomic batch with a conflict writes nothing"
+        );
+        // A record without a fingerprint (written while conflicts were ignored) matches.
+        assert_eq!(
+            decide1(keyed(1, "a", 6), &facts(0), false).outcomes,
+            vec![InsertOutcome::Deduplicated(JobId(9), JobState::InFlight)]
+        );
+    }
+
+    #[test]
+    fn repeats_in_a_batch_are_compared_with_what_the_key_holds() {
+        let jobs = [
+            keyed(1, "a", 5),
+            keyed(2, "a", 5),
+            keyed(3, "a", 6),
+            keyed(4, "b", 7),
+        ];
+        let no_records = Facts {
+            records: vec![],
+            depth: 0,
+        };
+        let plan = decide(&jobs, &prepass(&jobs), &no_records, false, 0);
+        assert_eq!(
+            plan.outcomes,
+            vec![
+                InsertOutcome::Created(JobId(1)),
+                InsertOutcome::Deduplicated(JobId(1), JobState::Ready),
+                InsertOutcome::KeyConflict { original: JobId(1) },
+                InsertOutcome::Created(JobId(4)),
+            ]
+        );
+        assert!(plan.write, "best effort writes the jobs it accepts");
+        // The first job conflicts with a record: a repeat with its contents conflicts too, a
+        // repeat with the record's contents is a hit.
+        let jobs = [keyed(1, "a", 6), keyed(2, "a", 6), keyed(3, "a", 5)];
+        let record = Facts {
+            records: vec![Some(KeyRecord {
+                job_id: JobId(9),
+                created_at: 0,
+                expires_at: 100,
+                fingerprint: Fingerprint::new(5),
+            })],
+            depth: 0,
+        };
+        assert_eq!(
+            decide(&jobs, &prepass(&jobs), &record, false, 0).outcomes,
+            vec![
+                InsertOutcome::KeyConflict { original: JobId(9) },
+                InsertOutcome::KeyConflict { original: JobId(9) },
+                InsertOutcome::Deduplicated(JobId(9), JobState::InFlight),
             ]
         );
     }

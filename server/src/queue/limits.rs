@@ -4,7 +4,7 @@
 use super::reply::JobBounds;
 use super::validate::{NameUse, queue_name_shape};
 use crate::config::{
-    Config, ConfigError, DAY_MS, LimitsConfig, QueueConfig, RetryBackoff, check_range,
+    Config, ConfigError, DAY_MS, KeyConflict, LimitsConfig, QueueConfig, RetryBackoff, check_range,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -44,6 +44,8 @@ pub struct QueuePolicy {
     pub max_custom_key_bytes: u32,
     /// Most jobs held (ready + scheduled + in flight); unset: unlimited.
     pub max_queue_depth: Option<u64>,
+    /// What a hit with different contents gets (`[[queues]] key_conflict`; default `ignore`).
+    pub key_conflict: KeyConflict,
 }
 
 impl QueuePolicy {
@@ -67,6 +69,7 @@ impl QueuePolicy {
             max_custom_total_bytes: l.max_custom_total_bytes,
             max_custom_key_bytes: l.max_custom_key_bytes,
             max_queue_depth: l.max_queue_depth,
+            key_conflict: KeyConflict::Ignore,
         }
     }
 
@@ -111,6 +114,7 @@ impl QueuePolicy {
                 .unwrap_or(self.max_custom_total_bytes),
             max_custom_key_bytes: q.max_custom_key_bytes.unwrap_or(self.max_custom_key_bytes),
             max_queue_depth: q.max_queue_depth.or(self.max_queue_depth),
+            key_conflict: q.key_conflict.unwrap_or(self.key_conflict),
         }
     }
 }

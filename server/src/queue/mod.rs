@@ -167,9 +167,12 @@ impl Queue {
         };
         let outcomes = self.store.enqueue(jobs, &rule, now).await?;
         let written = !(atomic
-            && outcomes
-                .iter()
-                .any(|o| matches!(o, InsertOutcome::QueueFull { .. })));
+            && outcomes.iter().any(|o| {
+                matches!(
+                    o,
+                    InsertOutcome::QueueFull { .. } | InsertOutcome::KeyConflict { .. }
+                )
+            }));
         if written {
             // Count ready jobs per queue (a batch usually fills one queue).
             let mut ready: Vec<(&str, usize)> = Vec::new();
@@ -563,10 +566,15 @@ fn insert_outcome(o: InsertOutcome, queue: &str) -> JobOutcome {
         InsertOutcome::Created(job_id) => Ok(Accepted {
             job_id,
             deduplicated: false,
+            original_state: None,
         }),
-        InsertOutcome::Deduplicated(job_id) => Ok(Accepted {
+        InsertOutcome::Deduplicated(job_id, state) => Ok(Accepted {
             job_id,
             deduplicated: true,
+            original_state: Some(state),
+        }),
+        InsertOutcome::KeyConflict { original } => Err(Rejection::IdempotencyKeyConflict {
+            original_job_id: original,
         }),
         InsertOutcome::QueueFull { limit } => Err(Rejection::QueueFull {
             queue: queue.to_string(),

@@ -112,6 +112,13 @@ pub enum Rejection {
         /// Lowercase, names the field and what is expected.
         message: String,
     },
+    /// The idempotency key's live record names `original_job_id`, whose job type, payload,
+    /// encoding, priority or custom map differ from this job's (`key_conflict = "reject"`).
+    /// Deterministic: a repeat gets the same answer while the record lives.
+    IdempotencyKeyConflict {
+        /// The job the key names.
+        original_job_id: JobId,
+    },
     /// The queue holds `max_queue_depth` jobs already (transient).
     QueueFull {
         /// The queue.
@@ -142,6 +149,8 @@ pub struct Accepted {
     pub job_id: JobId,
     /// True when an earlier enqueue with the same key created `job_id`.
     pub deduplicated: bool,
+    /// On a hit: where that job is now.
+    pub original_state: Option<crate::domain::JobState>,
 }
 
 /// The outcome of one job of a batch.

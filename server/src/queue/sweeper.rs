@@ -222,6 +222,7 @@ mod tests {
                     dedup: Some(DedupClaim {
                         key: format!("k{chunk}-{i}"),
                         expires_at: t0 + 50,
+                        fingerprint: None,
                     }),
                     max_queue_depth: None,
                     reply_bytes: 200,

@@ -12,6 +12,7 @@ use super::dedup;
 use super::lifecycle;
 use super::limits::Limits;
 use super::model::{EnqueueInput, Rejection};
+use crate::config::KeyConflict;
 use crate::domain::{JobId, NewJob, Placement, UnixMs, Value};
 use crate::error::QueueError;
 use std::collections::BTreeMap;
@@ -167,14 +168,17 @@ pub fn validate_job(
         .max_attempts
         .unwrap_or(policy.default_max_attempts)
         .min(policy.max_attempts_ceiling);
-    let dedup = input
-        .idempotency_key
-        .map(|key| dedup::claim(key, policy.dedup_window_ms, now));
     let custom: BTreeMap<String, Value> = input
         .custom
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k, v)))
         .collect();
+    let dedup = input.idempotency_key.map(|key| {
+        let fingerprint = (policy.key_conflict == KeyConflict::Reject).then(|| {
+            dedup::fingerprint(&input.job_type, input.payload.as_ref(), priority, &custom)
+        });
+        dedup::claim(key, policy.dedup_window_ms, now, fingerprint)
+    });
     let mut job = NewJob {
         id: JobId::new_v4(),
         queue: Arc::from(input.queue),

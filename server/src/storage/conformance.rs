@@ -14,7 +14,7 @@
 //! plans) and call the store directly where the queue layer offers no path (`close`,
 //! `health`).
 
-use crate::config::{Config, QueueConfig, RetryBackoff};
+use crate::config::{Config, KeyConflict, QueueConfig, RetryBackoff};
 use crate::domain::{DeadLetterCause, Job, JobId, JobState, Payload, UnixMs, Value};
 use crate::error::QueueError;
 use crate::queue::admin::SelectorInput;
@@ -50,6 +50,8 @@ macro_rules! conformance_suite {
             a_repeated_key_in_one_batch_is_a_hit_of_the_first_in_both_modes,
             a_key_deduplicates_until_its_window_ends_and_not_at_its_end,
             a_hit_names_the_job_after_it_was_acked_dead_lettered_or_requeued,
+            a_key_conflict_is_rejected_naming_the_original_also_after_a_restart,
+            a_hit_reports_where_the_job_it_names_is,
             depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits,
             an_atomic_batch_with_a_refused_job_writes_nothing,
             paused_queues_are_skipped_until_resumed,
@@ -464,6 +466,110 @@ pub(crate) mod cases {
             .unwrap();
         assert_eq!(rec.created_at, T0, "the record was not rewritten");
         assert_eq!(h.stats("q").await.ready, 1, "one job for the key, requeued");
+    }
+
+    pub(crate) async fn a_key_conflict_is_rejected_naming_the_original_also_after_a_restart(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.queues.push(QueueConfig {
+                name: "strict".into(),
+                key_conflict: Some(KeyConflict::Reject),
+                ..Default::default()
+            });
+        })
+        .await;
+        let with = |queue: &str, data: &[u8]| EnqueueInput {
+            payload: Some(Payload {
+                data: data.to_vec(),
+                encoding: "text/plain".into(),
+            }),
+            ..keyed(queue, "k")
+        };
+        let original = h.put(with("strict", b"a")).await;
+        let conflict = |o: &JobOutcome| match o {
+            Err(Rejection::IdempotencyKeyConflict { original_job_id }) => *original_job_id,
+            other => panic!("expected IdempotencyKeyConflict, got {other:?}"),
+        };
+        // The same contents: a hit. Other contents: a conflict naming the original, every time.
+        assert_eq!(
+            accepted(&h.enqueue(vec![with("strict", b"a")]).await[0]),
+            (original, true)
+        );
+        for _ in 0..2 {
+            assert_eq!(
+                conflict(&h.enqueue(vec![with("strict", b"b")]).await[0]),
+                original
+            );
+        }
+        // An atomic batch with a conflict writes nothing and reports its index.
+        let failures = h
+            .queue
+            .enqueue_atomic(vec![job("strict"), with("strict", b"b")])
+            .await
+            .unwrap()
+            .expect_err("refused");
+        assert_eq!(failures.len(), 1);
+        assert_eq!(failures[0].0, 1);
+        assert_eq!(h.stats("strict").await.ready, 1, "only the original");
+        // A queue without the setting keeps the founding rule: a hit, whatever the contents.
+        let plain = h.put(with("plain", b"a")).await;
+        assert_eq!(
+            accepted(&h.enqueue(vec![with("plain", b"b")]).await[0]),
+            (plain, true)
+        );
+        // The fingerprint is kept with the record across a restart.
+        let h = h.reopen().await;
+        assert_eq!(
+            conflict(&h.enqueue(vec![with("strict", b"b")]).await[0]),
+            original
+        );
+        assert_eq!(
+            accepted(&h.enqueue(vec![with("strict", b"a")]).await[0]),
+            (original, true)
+        );
+    }
+
+    pub(crate) async fn a_hit_reports_where_the_job_it_names_is(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 60_000).await;
+        let state_of_hit = |o: &JobOutcome| {
+            let a = o.as_ref().expect("accepted");
+            assert!(a.deduplicated);
+            a.original_state.expect("a hit says where the job is")
+        };
+        let hit = async |key: &str| state_of_hit(&h.enqueue(vec![keyed("q", key)]).await[0]);
+        // Created: no state. A repeat in the same batch: where the new job goes.
+        let out = h.enqueue(vec![keyed("q", "a"), keyed("q", "a")]).await;
+        assert_eq!(out[0].as_ref().unwrap().original_state, None);
+        assert_eq!(state_of_hit(&out[1]), JobState::Ready);
+        assert_eq!(hit("a").await, JobState::Ready);
+        let later = EnqueueInput {
+            scheduled_at: Some(Ok(T0 + 5_000)),
+            ..keyed("q", "later")
+        };
+        let out = h.enqueue(vec![later.clone(), later.clone()]).await;
+        assert_eq!(state_of_hit(&out[1]), JobState::Scheduled);
+        assert_eq!(hit("later").await, JobState::Scheduled);
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(hit("a").await, JobState::InFlight);
+        h.queue.ack(&j.id.to_string(), 1).await.unwrap();
+        assert_eq!(hit("a").await, JobState::Acked);
+        let dead = h.put(keyed("q", "dead")).await;
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(j.id, dead);
+        h.queue
+            .nack(&j.id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        assert_eq!(hit("dead").await, JobState::DeadLettered);
+        h.queue
+            .delete_dead_letters(SelectorInput {
+                job_ids: vec![dead.to_string()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(hit("dead").await, JobState::Deleted);
     }
 
     pub(crate) async fn depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits(

@@ -29,7 +29,7 @@ pub(crate) mod conformance;
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, EnqueuePlan, Expiry, Finish, Fit, Job,
     JobFacts, JobId, KeyRecord, LastReason, NewJob, QueueStats, Requeue, ReserveSpec, Settle,
-    SettleRefusal, StoredJob, UnixMs,
+    SettleRefusal, Stage, StoredJob, UnixMs,
 };
 use std::sync::Arc;
 
@@ -92,6 +92,9 @@ pub trait EnqueueFacts {
     fn record(&self, i: usize) -> Option<KeyRecord>;
     /// Jobs `queue` holds (ready + scheduled + in flight).
     fn depth(&self, queue: &str) -> u64;
+    /// Where job `id` is (the job a dedup record names), from what the store holds in memory
+    /// where it can (a hit is answered without a disk read); `None` when nothing of it is left.
+    fn stage(&self, id: JobId) -> Option<Stage>;
 }
 
 /// The enqueue rule: the plan for a batch, from the jobs and the facts

@@ -14,7 +14,7 @@
 //! are a u32 length then the bytes; an optional value is a 0/1 byte then the value.
 
 pub(crate) use crate::domain::Stage;
-use crate::domain::{DeadLetterCause, JobId, Payload, TraceContext, UnixMs, Value};
+use crate::domain::{DeadLetterCause, Fingerprint, JobId, Payload, TraceContext, UnixMs, Value};
 use crate::storage::StorageError;
 use std::collections::BTreeMap;
 
@@ -65,6 +65,8 @@ pub(crate) struct DedupRecord {
     pub(crate) job_id: JobId,
     pub(crate) created_at: UnixMs,
     pub(crate) expires_at: UnixMs,
+    /// Written only when set (8 more bytes); a record without it decodes as before.
+    pub(crate) fingerprint: Option<Fingerprint>,
 }
 
 /// Per-queue state that must survive restarts.
@@ -423,10 +425,13 @@ impl Meta {
 
 impl DedupRecord {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut w = W::new(33);
+        let mut w = W::new(41);
         w.0.extend_from_slice(&self.job_id.to_bytes());
         w.i64(self.created_at);
         w.i64(self.expires_at);
+        if let Some(f) = self.fingerprint {
+            w.u64(f.get());
+        }
         w.0
     }
 
@@ -434,10 +439,18 @@ impl DedupRecord {
         let mut r = R::new(buf, "dedup record")?;
         let mut id = [0u8; 16];
         id.copy_from_slice(r.take(16)?);
+        let created_at = r.i64()?;
+        let expires_at = r.i64()?;
+        let fingerprint = if r.buf.is_empty() {
+            None
+        } else {
+            Fingerprint::new(r.u64()?)
+        };
         Ok(DedupRecord {
             job_id: JobId::from_bytes(id),
-            created_at: r.i64()?,
-            expires_at: r.i64()?,
+            created_at,
+            expires_at,
+            fingerprint,
         })
     }
 }
@@ -542,11 +555,19 @@ mod tests {
             };
             assert_eq!(Meta::decode(&meta.encode()).unwrap(), meta);
         }
-        let d = DedupRecord {
+        let mut d = DedupRecord {
             job_id: JobId(99),
             created_at: 1,
             expires_at: 2,
+            fingerprint: None,
         };
+        assert_eq!(
+            d.encode().len(),
+            33,
+            "a record without a fingerprint is as before"
+        );
+        assert_eq!(DedupRecord::decode(&d.encode()).unwrap(), d);
+        d.fingerprint = Fingerprint::new(0xfeed);
         assert_eq!(DedupRecord::decode(&d.encode()).unwrap(), d);
     }
 

@@ -7,7 +7,7 @@
 //! that batch before answering.
 
 use super::codec::split_record_key;
-use crate::domain::{JobId, UnixMs, reached};
+use crate::domain::{Fingerprint, JobId, UnixMs, reached};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -19,6 +19,9 @@ pub(crate) struct DedupEntry {
     pub(crate) expires_at: UnixMs,
     /// The group-commit batch that wrote the record (0: recovered from disk, durable).
     pub(crate) batch: u64,
+    /// What defined the job (`key_conflict = "reject"`); 8 bytes, in the entry's padding
+    /// (the entry is 48 bytes with or without it: `JobId` aligns it to 16).
+    pub(crate) fingerprint: Option<Fingerprint>,
 }
 
 /// Keys and their expiry order. The key bytes are shared between the map and the expiry set.
@@ -121,7 +124,13 @@ mod tests {
             created_at: 0,
             expires_at,
             batch: 0,
+            fingerprint: None,
         }
+    }
+
+    #[test]
+    fn the_fingerprint_fits_in_the_entry_padding() {
+        assert_eq!(std::mem::size_of::<DedupEntry>(), 48);
     }
 
     #[test]

@@ -363,11 +363,16 @@ impl EnqueueFacts for Facts<'_> {
             job_id: e.job_id,
             created_at: e.created_at,
             expires_at: e.expires_at,
+            fingerprint: e.fingerprint,
         })
     }
 
     fn depth(&self, queue: &str) -> u64 {
         self.st.jobs.depth(queue)
+    }
+
+    fn stage(&self, id: JobId) -> Option<Stage> {
+        self.st.jobs.get(id).map(|m| m.stage)
     }
 }
 
@@ -533,6 +538,7 @@ impl Store for EmbeddedStore {
                             job_id: job.id,
                             created_at: now,
                             expires_at: claim.expires_at,
+                            fingerprint: claim.fingerprint,
                         };
                         ops.push(WriteOp::put(Ks::Dedup, key.clone(), rec.encode()));
                         created.push((key, rec));
@@ -548,6 +554,7 @@ impl Store for EmbeddedStore {
                             created_at: rec.created_at,
                             expires_at: rec.expires_at,
                             batch,
+                            fingerprint: rec.fingerprint,
                         },
                     );
                 }
@@ -869,6 +876,7 @@ impl Store for EmbeddedStore {
             job_id: e.job_id,
             created_at: e.created_at,
             expires_at: e.expires_at,
+            fingerprint: e.fingerprint,
         }))
     }
 

@@ -164,6 +164,7 @@ pub(super) fn load_state(
                 created_at: rec.created_at,
                 expires_at: rec.expires_at,
                 batch: 0,
+                fingerprint: rec.fingerprint,
             },
         );
     }

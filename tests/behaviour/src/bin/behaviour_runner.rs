@@ -481,14 +481,7 @@ fn job_record(info: &JobInfo) -> Value {
 }
 
 fn state_name(s: JobState) -> &'static str {
-    match s {
-        JobState::Unknown => "UNKNOWN",
-        JobState::Scheduled => "SCHEDULED",
-        JobState::Ready => "READY",
-        JobState::InFlight => "IN_FLIGHT",
-        JobState::DeadLettered => "DEAD_LETTERED",
-        JobState::Acked => "ACKED",
-    }
+    s.as_str()
 }
 
 fn cause_name(c: DeadLetterCause) -> &'static str {
