@@ -34,8 +34,8 @@ use super::{
     SweepPass,
 };
 use crate::domain::{
-    DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit,
-    InsertOutcome, Job, JobFacts, JobId, KeyRecord, LastReason, NewJob, Placement, QueueStats,
+    DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry, Fingerprint, Finish,
+    Fit, InsertOutcome, Job, JobFacts, JobId, KeyRecord, LastReason, NewJob, Placement, QueueStats,
     Requeue, ReserveSpec, Settle, SettleRefusal, Stage, StoredJob, UnixMs,
 };
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -376,6 +376,8 @@ impl Shared {
 struct Facts {
     records: Vec<Option<KeyRecord>>,
     depths: Vec<(String, u64)>,
+    /// Where the jobs the live records name are, read with the records.
+    stages: Vec<(JobId, Stage)>,
 }
 
 impl EnqueueFacts for Facts {
@@ -389,15 +391,29 @@ impl EnqueueFacts for Facts {
             .find(|(q, _)| q == queue)
             .map_or(0, |(_, n)| *n)
     }
+
+    fn stage(&self, id: JobId) -> Option<Stage> {
+        self.stages.iter().find(|(j, _)| *j == id).map(|(_, s)| *s)
+    }
+}
+
+/// A fingerprint as its column stores it (the same 64 bits, as a signed `bigint`).
+fn fingerprint_column(f: Option<Fingerprint>) -> Option<i64> {
+    f.map(|f| i64::from_ne_bytes(f.get().to_ne_bytes()))
+}
+
+fn fingerprint_of(v: Option<i64>) -> Option<Fingerprint> {
+    v.and_then(|v| Fingerprint::new(u64::from_ne_bytes(v.to_ne_bytes())))
 }
 
 /// Claims `key` on `queue` for `id`, unless a live record holds it: the one statement that
 /// decides between concurrent enqueues of a key. Returns true when the claim was written
 /// (no record, or an expired one replaced in place).
-const CLAIM: &str = "INSERT INTO sepp_dedup AS d (queue, key, job_id, created_at, expires_at) \
-     VALUES ($1, $2, $3, $4, $5) \
+const CLAIM: &str = "INSERT INTO sepp_dedup AS d (queue, key, job_id, created_at, expires_at, fingerprint) \
+     VALUES ($1, $2, $3, $4, $5, $6) \
      ON CONFLICT (queue, key) DO UPDATE \
-     SET job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at \
+     SET job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, \
+     fingerprint = EXCLUDED.fingerprint \
      WHERE d.expires_at <= $4 \
      RETURNING job_id";
 
@@ -430,13 +446,21 @@ async fn enqueue_in(
     });
     let mut records: Vec<Option<KeyRecord>> = vec![None; n];
     let mut claimed = vec![false; n];
+    let mut stages: Vec<(JobId, Stage)> = Vec::new();
     for &i in &firsts {
         let job = &jobs[i];
         let Some(d) = &job.dedup else { continue };
         let won = client
             .query_opt(
                 CLAIM,
-                &[&&*job.queue, &d.key, &uuid(job.id), &now, &d.expires_at],
+                &[
+                    &&*job.queue,
+                    &d.key,
+                    &uuid(job.id),
+                    &now,
+                    &d.expires_at,
+                    &fingerprint_column(d.fingerprint),
+                ],
             )
             .await?;
         if won.is_some() {
@@ -444,16 +468,32 @@ async fn enqueue_in(
         } else {
             let r = client
                 .query_one(
-                    "SELECT job_id, created_at, expires_at FROM sepp_dedup \
+                    "SELECT job_id, created_at, expires_at, fingerprint FROM sepp_dedup \
                      WHERE queue = $1 AND key = $2",
                     &[&&*job.queue, &d.key],
                 )
                 .await?;
+            let original = job_id(r.get(0));
             records[i] = Some(KeyRecord {
-                job_id: job_id(r.get(0)),
+                job_id: original,
                 created_at: r.get(1),
                 expires_at: r.get(2),
+                fingerprint: fingerprint_of(r.get(3)),
             });
+            if !stages.iter().any(|(j, _)| *j == original) {
+                let row = client
+                    .query_opt(
+                        &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1"),
+                        &[&uuid(original)],
+                    )
+                    .await?;
+                if let Some(row) = row {
+                    // A row that cannot be read is left out: the rule then takes the job as gone.
+                    if let Ok(row) = JobRow::from_row(&row) {
+                        stages.push((original, row.stage));
+                    }
+                }
+            }
         }
     }
     // Depths of the queues with a limit, each under a transaction lock of its queue so that
@@ -477,7 +517,14 @@ async fn enqueue_in(
             depths.push((j.queue.to_string(), u64::try_from(c).unwrap_or(0)));
         }
     }
-    let plan = rule(jobs, &Facts { records, depths });
+    let plan = rule(
+        jobs,
+        &Facts {
+            records,
+            depths,
+            stages,
+        },
+    );
     let fits = plan.outcomes.len() == n
         && plan.outcomes.iter().zip(jobs).all(|(o, j)| match o {
             InsertOutcome::Created(id) => *id == j.id,
@@ -1220,7 +1267,8 @@ impl Store for PostgresStore {
         let client = self.shared.client().await?;
         Ok(client
             .query_opt(
-                "SELECT job_id, created_at, expires_at FROM sepp_dedup WHERE queue = $1 AND key = $2",
+                "SELECT job_id, created_at, expires_at, fingerprint FROM sepp_dedup \
+                 WHERE queue = $1 AND key = $2",
                 &[&queue, &key],
             )
             .await
@@ -1229,6 +1277,7 @@ impl Store for PostgresStore {
                 job_id: job_id(r.get(0)),
                 created_at: r.get(1),
                 expires_at: r.get(2),
+                fingerprint: fingerprint_of(r.get(3)),
             }))
     }
 

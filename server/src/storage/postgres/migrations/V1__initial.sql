@@ -50,6 +50,8 @@ CREATE TABLE sepp_dedup (
     job_id     uuid NOT NULL,
     created_at bigint NOT NULL,
     expires_at bigint NOT NULL,
+    -- what defined the job (key_conflict = "reject"), the 64 bits as a signed bigint; else NULL
+    fingerprint bigint,
     PRIMARY KEY (queue, key)
 );
 -- The sweeper's purge of expired records.
