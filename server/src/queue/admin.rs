@@ -82,6 +82,38 @@ impl Queue {
         Ok(self.store.get_job(id).await?.map(job_info))
     }
 
+    /// Forgets `key` on `queue`: deletes its dedup record, so that the next enqueue with the
+    /// key creates a new job (the one admin action that writes the dedup index). Returns the
+    /// record if it was live; an expired one not yet swept is deleted too, and `None` returned.
+    /// The job the key named is not touched.
+    ///
+    /// # Errors
+    /// As [`Queue::lookup_idempotency_key`].
+    pub async fn forget_idempotency_key(
+        &self,
+        queue: &str,
+        key: &str,
+    ) -> Result<Option<KeyRecord>, QueueError> {
+        self.check_queue_name("queue", queue, NameUse::Read)?;
+        if key.is_empty() {
+            return Err(QueueError::InvalidArgument(
+                "idempotency_key is empty".into(),
+            ));
+        }
+        check_length(
+            "idempotency_key",
+            key,
+            "max_idempotency_key_bytes",
+            self.limits.max_idempotency_key_bytes,
+        )?;
+        let now = self.clock.now();
+        Ok(self
+            .store
+            .forget_key(queue, key)
+            .await?
+            .filter(|r| super::dedup::is_live(r.expires_at, now)))
+    }
+
     /// The live dedup record of `key` on `queue`.
     ///
     /// # Errors

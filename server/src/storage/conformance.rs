@@ -52,6 +52,7 @@ macro_rules! conformance_suite {
             a_hit_names_the_job_after_it_was_acked_dead_lettered_or_requeued,
             a_key_conflict_is_rejected_naming_the_original_also_after_a_restart,
             a_hit_reports_where_the_job_it_names_is,
+            a_forgotten_key_creates_a_new_job_and_stays_forgotten_after_a_restart,
             depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits,
             an_atomic_batch_with_a_refused_job_writes_nothing,
             paused_queues_are_skipped_until_resumed,
@@ -570,6 +571,71 @@ pub(crate) mod cases {
             .await
             .unwrap();
         assert_eq!(hit("dead").await, JobState::Deleted);
+    }
+
+    pub(crate) async fn a_forgotten_key_creates_a_new_job_and_stays_forgotten_after_a_restart(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dedup_window_ms = 10_000).await;
+        let first = h.put(keyed("q", "k")).await;
+        let other = h.put(keyed("q", "other")).await;
+        let rec = h
+            .queue
+            .forget_idempotency_key("q", "k")
+            .await
+            .unwrap()
+            .expect("a live record was forgotten");
+        assert_eq!(rec.job_id, first);
+        assert!(
+            h.queue
+                .forget_idempotency_key("q", "k")
+                .await
+                .unwrap()
+                .is_none(),
+            "nothing left to forget"
+        );
+        assert!(
+            h.queue
+                .lookup_idempotency_key("q", "k")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            h.state(first).await,
+            Some(JobState::Ready),
+            "the job is untouched"
+        );
+        let h = h.reopen().await;
+        assert!(
+            h.queue
+                .lookup_idempotency_key("q", "k")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let (second, dup) = accepted(&h.enqueue(vec![keyed("q", "k")]).await[0]);
+        assert!(!dup);
+        assert_ne!(second, first);
+        assert_eq!(
+            accepted(&h.enqueue(vec![keyed("q", "other")]).await[0]),
+            (other, true),
+            "other keys are untouched"
+        );
+        // An expired record not yet swept is deleted, but was not live.
+        h.clock.set(T0 + 10_000);
+        assert!(
+            h.queue
+                .forget_idempotency_key("q", "other")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            h.stats("q").await.dedup_records,
+            1,
+            "only the new record of k"
+        );
     }
 
     pub(crate) async fn depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits(

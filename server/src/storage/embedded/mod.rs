@@ -978,6 +978,29 @@ impl Store for EmbeddedStore {
         Ok(ids)
     }
 
+    async fn forget_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
+        let sh = &*self.shared;
+        let k = record_key(queue, key);
+        let (batch, rec) = {
+            let mut st = sh.lock();
+            sh.commit.check_writable()?;
+            let Some(e) = st.dedup.get(&k).copied() else {
+                return Ok(None);
+            };
+            st.dedup.remove(&k);
+            let batch = sh.commit.append(vec![WriteOp::delete(Ks::Dedup, k)]);
+            let rec = KeyRecord {
+                job_id: e.job_id,
+                created_at: e.created_at,
+                expires_at: e.expires_at,
+                fingerprint: e.fingerprint,
+            };
+            (batch, rec)
+        };
+        sh.commit.wait(batch).await?;
+        Ok(Some(rec))
+    }
+
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<u64, StorageError> {
         let sh = &*self.shared;
         let (batch, ready) = {
