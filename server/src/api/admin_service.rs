@@ -86,6 +86,27 @@ impl AdminService for AdminApi {
         }))
     }
 
+    #[tracing::instrument(name = "sepp.admin.release_leases", skip_all)]
+    async fn release_leases(
+        &self,
+        req: Request<pb::ReleaseLeasesRequest>,
+    ) -> Result<Response<pb::ReleaseLeasesResponse>, Status> {
+        let api_key = self.auth.caller(req.metadata().as_ref());
+        let r = req.into_inner();
+        let ids = self.queue.release_leases(&r.worker_id).await?;
+        tracing::warn!(
+            target: "sepp::audit",
+            action = "release_leases",
+            api_key = api_key.as_deref().unwrap_or("-"),
+            worker_id = %r.worker_id,
+            released = ids.len(),
+            "leases released by an operator"
+        );
+        Ok(Response::new(pb::ReleaseLeasesResponse {
+            job_ids: ids.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
     #[tracing::instrument(name = "sepp.admin.forget_idempotency_key", skip_all)]
     async fn forget_idempotency_key(
         &self,

@@ -246,6 +246,16 @@ pub trait Store: Send + Sync + 'static {
     /// The dedup record of `key` on `queue`, live or expired but not purged yet.
     async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError>;
 
+    /// Ends every lease held by `worker_id` at once, each job as `rule` says (exactly as if its
+    /// lease had expired: redelivered, or on its last attempt dead-lettered). Returns the ids
+    /// released and the queues that got ready jobs.
+    async fn release_leases(
+        &self,
+        worker_id: &str,
+        rule: &ExpiryRule<'_>,
+        now: UnixMs,
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError>;
+
     /// Deletes the dedup record of `key` on `queue` (live, or expired and not purged yet), so
     /// that the next enqueue with the key creates a new job; returns the record removed. The
     /// job it named is untouched (a tombstone of it stays until its own time).

@@ -44,8 +44,8 @@ use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::JobIndex;
 use super::{
-    Deadlines, EnqueueFacts, EnqueueRule, FitRule, Maintenance, ReadyJobs, ReadyListener,
-    RemovalRule, SettleRule, Settled, StorageError, StorageHealth, Store, SweepPass,
+    Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance, ReadyJobs,
+    ReadyListener, RemovalRule, SettleRule, Settled, StorageError, StorageHealth, Store, SweepPass,
 };
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit, InsertOutcome, Job,
@@ -976,6 +976,55 @@ impl Store for EmbeddedStore {
         };
         sh.commit.wait(batch).await?;
         Ok(ids)
+    }
+
+    async fn release_leases(
+        &self,
+        worker_id: &str,
+        rule: &ExpiryRule<'_>,
+        _now: UnixMs,
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError> {
+        let sh = &*self.shared;
+        let mut ready = ReadyJobs::new();
+        let (batch, ids) = {
+            let mut st = sh.lock();
+            sh.commit.check_writable()?;
+            let ids: Vec<JobId> = st
+                .jobs
+                .leased()
+                .filter(|id| {
+                    st.jobs
+                        .get(*id)
+                        .is_some_and(|m| m.worker_id.as_deref() == Some(worker_id))
+                })
+                .collect();
+            let mut ops = Vec::new();
+            for id in &ids {
+                let Some(expiry) = st.jobs.get(*id).map(|m| rule(facts(*id, m))) else {
+                    continue;
+                };
+                match expiry {
+                    Expiry::Redeliver => {
+                        if let Some(m) = st.jobs.update(*id, |m| {
+                            m.stage = Stage::Ready;
+                            m.worker_id = None;
+                        }) {
+                            ops.push(meta_put(*id, m));
+                            push_ready(&mut ready, &m.queue);
+                        }
+                    }
+                    Expiry::Finish(finish) => Shared::apply_finish(&mut st, *id, finish, &mut ops),
+                }
+            }
+            let batch = if ops.is_empty() {
+                0
+            } else {
+                sh.commit.append(ops)
+            };
+            (batch, ids)
+        };
+        sh.commit.wait(batch).await?;
+        Ok((ids, ready))
     }
 
     async fn forget_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
