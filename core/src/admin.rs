@@ -258,6 +258,51 @@ impl SeppClient {
         }))
     }
 
+    /// Ends every lease `worker_id` holds, now, as if each had expired (redelivered, or on its
+    /// last attempt dead-lettered with `LEASE_EXPIRED`): for a supervisor that knows the worker
+    /// died. Returns the ids released. Not retried (a retry after a lost reply would release
+    /// leases the worker took in between, were it alive after all).
+    ///
+    /// # Errors
+    /// As [`SeppClient::get_job`]; [`ErrorCode::InvalidArgument`] for an empty worker id.
+    pub async fn release_leases(&self, worker_id: &str) -> Result<Vec<String>, ClientError> {
+        let msg = pb::ReleaseLeasesRequest {
+            worker_id: worker_id.to_string(),
+        };
+        let r = self
+            .admin_call(RetryClass::Never, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.release_leases(req).await }
+            })
+            .await?;
+        Ok(r.job_ids)
+    }
+
+    /// Forgets an idempotency key: deletes its live dedup record, so that the next enqueue with
+    /// the key creates a new job. Returns the id of the job the record named, or `None` when
+    /// there was no live record. The job itself is not touched. Not retried (a retry after a
+    /// lost reply could forget a record written in between). The server logs who did it.
+    ///
+    /// # Errors
+    /// As [`SeppClient::lookup_idempotency_key`].
+    pub async fn forget_idempotency_key(
+        &self,
+        queue: &str,
+        key: &str,
+    ) -> Result<Option<String>, ClientError> {
+        let msg = pb::ForgetIdempotencyKeyRequest {
+            queue: queue.to_string(),
+            idempotency_key: key.to_string(),
+        };
+        let r = self
+            .admin_call(RetryClass::Never, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.forget_idempotency_key(req).await }
+            })
+            .await?;
+        Ok(r.forgotten.then_some(r.job_id))
+    }
+
     /// One page (default 100, at most 1000 records) of dead letters, oldest first, without
     /// removing them. Pass the returned token back for the next page.
     ///

@@ -406,3 +406,70 @@ async fn the_admin_service_honours_api_keys() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated);
 }
+
+#[tokio::test]
+async fn forgetting_a_key_lets_the_next_enqueue_create_a_new_job() {
+    let server = TestServer::start(|_| {}).await;
+    let c = server.client().await;
+    let keyed = || {
+        EnqueueRequest::new("emails", "receipt")
+            .unwrap()
+            .with_idempotency_key("order-77")
+    };
+    let first = c.enqueue(keyed()).await.unwrap();
+    assert_eq!(
+        c.forget_idempotency_key("emails", "order-77")
+            .await
+            .unwrap(),
+        Some(first.job_id.clone())
+    );
+    assert_eq!(
+        c.forget_idempotency_key("emails", "order-77")
+            .await
+            .unwrap(),
+        None,
+        "nothing left to forget"
+    );
+    assert!(
+        c.lookup_idempotency_key("emails", "order-77")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let second = c.enqueue(keyed()).await.unwrap();
+    assert!(!second.deduplicated);
+    assert_ne!(second.job_id, first.job_id);
+    // The first job is untouched: both run.
+    assert_eq!(c.get_queue_stats("emails").await.unwrap().ready, 2);
+    // Bad input names the field.
+    let err = c.forget_idempotency_key("emails", "").await.unwrap_err();
+    assert_eq!(err.code().as_str(), "INVALID_ARGUMENT");
+    assert!(err.to_string().contains("idempotency_key"), "{err}");
+}
+
+#[tokio::test]
+async fn releasing_a_dead_workers_leases_redelivers_its_jobs_at_once() {
+    let server = TestServer::start(|_| {}).await;
+    let c = server.client().await;
+    let id = c
+        .enqueue(EnqueueRequest::new("emails", "receipt").unwrap())
+        .await
+        .unwrap()
+        .job_id;
+    let mut opts = ReserveOptions::new(["emails"], Duration::from_secs(300));
+    opts.worker_id = Some("worker-7".into());
+    let leased = c.reserve(opts).await.unwrap().remove(0);
+    assert_eq!(leased.id, id);
+    assert_eq!(
+        c.release_leases("worker-7").await.unwrap(),
+        vec![id.clone()]
+    );
+    // Ready again long before the 5-minute lease would end; the dead worker is fenced.
+    let again = reserve(&c, "emails", 30_000).await;
+    assert_eq!((again.id.as_str(), again.attempt), (id.as_str(), 2));
+    let late = c.ack(&leased.id, leased.attempt).await.unwrap_err();
+    assert_eq!(late.code().as_str(), "ATTEMPT_MISMATCH");
+    assert!(c.release_leases("worker-7").await.unwrap().is_empty());
+    let err = c.release_leases("").await.unwrap_err();
+    assert_eq!(err.code().as_str(), "INVALID_ARGUMENT");
+}

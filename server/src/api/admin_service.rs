@@ -13,6 +13,8 @@ use tonic::{Request, Response, Status};
 /// The gRPC face of the operator calls.
 pub(crate) struct AdminApi {
     pub(crate) queue: Arc<Queue>,
+    /// To name the API key of an operator action in the audit log.
+    pub(crate) auth: super::auth::ApiKeyAuth,
 }
 
 fn info_out(j: JobInfo) -> pb::JobInfo {
@@ -81,6 +83,59 @@ impl AdminService for AdminApi {
                 expires_at: Some(ms_timestamp(k.expires_at)),
             },
             None => pb::LookupIdempotencyKeyResponse::default(),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.release_leases", skip_all)]
+    async fn release_leases(
+        &self,
+        req: Request<pb::ReleaseLeasesRequest>,
+    ) -> Result<Response<pb::ReleaseLeasesResponse>, Status> {
+        let api_key = self.auth.caller(req.metadata().as_ref());
+        let r = req.into_inner();
+        let ids = self.queue.release_leases(&r.worker_id).await?;
+        tracing::warn!(
+            target: "sepp::audit",
+            action = "release_leases",
+            api_key = api_key.as_deref().unwrap_or("-"),
+            worker_id = %r.worker_id,
+            released = ids.len(),
+            "leases released by an operator"
+        );
+        Ok(Response::new(pb::ReleaseLeasesResponse {
+            job_ids: ids.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.forget_idempotency_key", skip_all)]
+    async fn forget_idempotency_key(
+        &self,
+        req: Request<pb::ForgetIdempotencyKeyRequest>,
+    ) -> Result<Response<pb::ForgetIdempotencyKeyResponse>, Status> {
+        let api_key = self.auth.caller(req.metadata().as_ref());
+        let r = req.into_inner();
+        let rec = self
+            .queue
+            .forget_idempotency_key(&r.queue, &r.idempotency_key)
+            .await?;
+        // The audit record: who forgot which key, and when (the log line's own timestamp).
+        tracing::warn!(
+            target: "sepp::audit",
+            action = "forget_idempotency_key",
+            api_key = api_key.as_deref().unwrap_or("-"),
+            queue = %r.queue,
+            idempotency_key = %r.idempotency_key,
+            forgotten = rec.is_some(),
+            job_id = %rec.map(|k| k.job_id.to_string()).unwrap_or_default(),
+            at_ms = self.queue.clock().now(),
+            "idempotency key forgotten by an operator"
+        );
+        Ok(Response::new(match rec {
+            Some(k) => pb::ForgetIdempotencyKeyResponse {
+                forgotten: true,
+                job_id: k.job_id.to_string(),
+            },
+            None => pb::ForgetIdempotencyKeyResponse::default(),
         }))
     }
 

@@ -39,14 +39,7 @@ impl ApiKeyAuth {
                 "authorization header must be \"Bearer <api key>\"",
             ));
         };
-        // Compare every configured key in full, so timing does not reveal a matching prefix.
-        let mut matched = None;
-        for k in keys.iter() {
-            if constant_time_eq(k.key.as_bytes(), key.as_bytes()) {
-                matched = Some(k.name.as_str());
-            }
-        }
-        match matched {
+        match matched(keys, key) {
             Some(name) => {
                 tracing::trace!(api_key = name, "authenticated");
                 Ok(())
@@ -54,6 +47,30 @@ impl ApiKeyAuth {
             None => Err(Status::unauthenticated("unknown api key")),
         }
     }
+
+    /// The name of the API key a call was admitted with (for the audit log of operator
+    /// actions); `None` when auth is off or the header names no configured key.
+    pub(crate) fn caller(&self, headers: &http::HeaderMap) -> Option<String> {
+        let keys = self.keys.as_ref()?;
+        let key = headers
+            .get("authorization")?
+            .to_str()
+            .ok()?
+            .strip_prefix("Bearer ")?;
+        matched(keys, key).map(str::to_string)
+    }
+}
+
+/// The name of the configured key equal to `key`. Compares every configured key in full, so
+/// timing does not reveal a matching prefix.
+fn matched<'a>(keys: &'a [ApiKey], key: &str) -> Option<&'a str> {
+    let mut matched = None;
+    for k in keys {
+        if constant_time_eq(k.key.as_bytes(), key.as_bytes()) {
+            matched = Some(k.name.as_str());
+        }
+    }
+    matched
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

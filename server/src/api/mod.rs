@@ -151,6 +151,7 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
 
     let admin_svc = AdminServiceServer::new(admin_service::AdminApi {
         queue: queue.clone(),
+        auth: auth.clone(),
     })
     .max_decoding_message_size(max_message);
     let queue_svc = QueueServiceServer::new(queue_service::QueueApi { queue })

@@ -82,6 +82,69 @@ impl Queue {
         Ok(self.store.get_job(id).await?.map(job_info))
     }
 
+    /// Ends every lease `worker_id` holds, now, exactly as if each had expired
+    /// ([`super::lifecycle::lease_expired`]: redelivered with the next attempt, or on the last
+    /// attempt dead-lettered with cause `LEASE_EXPIRED`), for a supervisor that knows the
+    /// worker died. The worker's late acks, nacks and extends are then refused by the fence.
+    /// Returns the ids released.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for an empty or over-long worker id;
+    /// [`QueueError::Storage`].
+    pub async fn release_leases(&self, worker_id: &str) -> Result<Vec<JobId>, QueueError> {
+        if worker_id.is_empty() {
+            return Err(QueueError::InvalidArgument(
+                "worker_id is empty: name the worker whose leases to release".into(),
+            ));
+        }
+        check_length(
+            "worker_id",
+            worker_id,
+            "max_worker_id_bytes",
+            self.limits.max_worker_id_bytes,
+        )?;
+        let now = self.clock.now();
+        let retention = self.limits.dead_letter_retention_ms;
+        let rule = |job: JobFacts<'_>| super::lifecycle::lease_expired(job, retention, now);
+        let (ids, ready) = self.store.release_leases(worker_id, &rule, now).await?;
+        for (queue, n) in &ready {
+            self.signals.job_ready(queue, *n);
+        }
+        Ok(ids)
+    }
+
+    /// Forgets `key` on `queue`: deletes its dedup record, so that the next enqueue with the
+    /// key creates a new job (the one admin action that writes the dedup index). Returns the
+    /// record if it was live; an expired one not yet swept is deleted too, and `None` returned.
+    /// The job the key named is not touched.
+    ///
+    /// # Errors
+    /// As [`Queue::lookup_idempotency_key`].
+    pub async fn forget_idempotency_key(
+        &self,
+        queue: &str,
+        key: &str,
+    ) -> Result<Option<KeyRecord>, QueueError> {
+        self.check_queue_name("queue", queue, NameUse::Read)?;
+        if key.is_empty() {
+            return Err(QueueError::InvalidArgument(
+                "idempotency_key is empty".into(),
+            ));
+        }
+        check_length(
+            "idempotency_key",
+            key,
+            "max_idempotency_key_bytes",
+            self.limits.max_idempotency_key_bytes,
+        )?;
+        let now = self.clock.now();
+        Ok(self
+            .store
+            .forget_key(queue, key)
+            .await?
+            .filter(|r| super::dedup::is_live(r.expires_at, now)))
+    }
+
     /// The live dedup record of `key` on `queue`.
     ///
     /// # Errors

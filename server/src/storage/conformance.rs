@@ -52,6 +52,8 @@ macro_rules! conformance_suite {
             a_hit_names_the_job_after_it_was_acked_dead_lettered_or_requeued,
             a_key_conflict_is_rejected_naming_the_original_also_after_a_restart,
             a_hit_reports_where_the_job_it_names_is,
+            a_forgotten_key_creates_a_new_job_and_stays_forgotten_after_a_restart,
+            released_leases_end_as_if_expired_and_fence_the_worker,
             depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits,
             an_atomic_batch_with_a_refused_job_writes_nothing,
             paused_queues_are_skipped_until_resumed,
@@ -570,6 +572,127 @@ pub(crate) mod cases {
             .await
             .unwrap();
         assert_eq!(hit("dead").await, JobState::Deleted);
+    }
+
+    pub(crate) async fn a_forgotten_key_creates_a_new_job_and_stays_forgotten_after_a_restart(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dedup_window_ms = 10_000).await;
+        let first = h.put(keyed("q", "k")).await;
+        let other = h.put(keyed("q", "other")).await;
+        let rec = h
+            .queue
+            .forget_idempotency_key("q", "k")
+            .await
+            .unwrap()
+            .expect("a live record was forgotten");
+        assert_eq!(rec.job_id, first);
+        assert!(
+            h.queue
+                .forget_idempotency_key("q", "k")
+                .await
+                .unwrap()
+                .is_none(),
+            "nothing left to forget"
+        );
+        assert!(
+            h.queue
+                .lookup_idempotency_key("q", "k")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            h.state(first).await,
+            Some(JobState::Ready),
+            "the job is untouched"
+        );
+        let h = h.reopen().await;
+        assert!(
+            h.queue
+                .lookup_idempotency_key("q", "k")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let (second, dup) = accepted(&h.enqueue(vec![keyed("q", "k")]).await[0]);
+        assert!(!dup);
+        assert_ne!(second, first);
+        assert_eq!(
+            accepted(&h.enqueue(vec![keyed("q", "other")]).await[0]),
+            (other, true),
+            "other keys are untouched"
+        );
+        // An expired record not yet swept is deleted, but was not live.
+        h.clock.set(T0 + 10_000);
+        assert!(
+            h.queue
+                .forget_idempotency_key("q", "other")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            h.stats("q").await.dedup_records,
+            1,
+            "only the new record of k"
+        );
+    }
+
+    pub(crate) async fn released_leases_end_as_if_expired_and_fence_the_worker(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 60_000).await;
+        let reserve_as = async |worker: &str| {
+            h.queue
+                .reserve(ReserveInput {
+                    queues: vec!["q".into()],
+                    wait_timeout_ms: None,
+                    lease_ms: Some(30_000),
+                    worker_id: Some(worker.into()),
+                    max_jobs: Some(1),
+                })
+                .await
+                .expect("reserve")
+                .remove(0)
+        };
+        let retry = h.put(job("q")).await;
+        let last = h
+            .put(EnqueueInput {
+                max_attempts: Some(1),
+                ..job("q")
+            })
+            .await;
+        let other = h.put(job("q")).await;
+        assert_eq!(reserve_as("dead").await.id, retry);
+        assert_eq!(reserve_as("dead").await.id, last);
+        assert_eq!(reserve_as("alive").await.id, other);
+        let mut released = h.queue.release_leases("dead").await.unwrap();
+        released.sort();
+        let mut expected = vec![retry, last];
+        expected.sort();
+        assert_eq!(released, expected);
+        // Attempts left: ready again at once, before its lease's end. Last attempt:
+        // dead-lettered with LEASE_EXPIRED. Another worker's lease is untouched.
+        assert_eq!(h.state(retry).await, Some(JobState::Ready));
+        let info = h.queue.get_job(&last.to_string()).await.unwrap().unwrap();
+        assert_eq!(info.state, JobState::DeadLettered);
+        assert_eq!(info.dead_letter_cause, Some(DeadLetterCause::LeaseExpired));
+        assert_eq!(h.state(other).await, Some(JobState::InFlight));
+        // The dead worker's late ack is refused; the redelivery is attempt 2.
+        not_in_flight(h.queue.ack(&retry.to_string(), 1).await);
+        let again = reserve_as("alive").await;
+        assert_eq!((again.id, again.attempt), (retry, 2));
+        mismatch(h.queue.ack(&retry.to_string(), 1).await, 2);
+        assert!(h.queue.release_leases("dead").await.unwrap().is_empty());
+        assert!(matches!(
+            h.queue.release_leases("").await,
+            Err(QueueError::InvalidArgument(_))
+        ));
+        // Durable: after a restart the dead letter is kept and the redelivery still in flight.
+        let h = h.reopen().await;
+        assert_eq!(h.state(last).await, Some(JobState::DeadLettered));
+        assert_eq!(h.state(retry).await, Some(JobState::InFlight));
     }
 
     pub(crate) async fn depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits(

@@ -259,6 +259,21 @@ pub trait Store: Send + Sync + 'static {
     /// The dedup record of `key` on `queue`, live or expired but not purged yet.
     async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError>;
 
+    /// Ends every lease held by `worker_id` at once, each job as `rule` says (exactly as if its
+    /// lease had expired: redelivered, or on its last attempt dead-lettered). Returns the ids
+    /// released and the queues that got ready jobs.
+    async fn release_leases(
+        &self,
+        worker_id: &str,
+        rule: &ExpiryRule<'_>,
+        now: UnixMs,
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError>;
+
+    /// Deletes the dedup record of `key` on `queue` (live, or expired and not purged yet), so
+    /// that the next enqueue with the key creates a new job; returns the record removed. The
+    /// job it named is untouched (a tombstone of it stays until its own time).
+    async fn forget_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError>;
+
     /// Up to `limit` dead letters after `after`, oldest first, without removing them, as `fit`
     /// lets them into the page. Returns the page and the cursor of its last record when more
     /// may follow (the page was full, or `fit` stopped it).

@@ -150,6 +150,12 @@ impl JobIndex {
         self.leases.first().copied()
     }
 
+    /// Every job in flight, by lease expiry (an operator's release of a worker's leases scans
+    /// them).
+    pub(crate) fn leased(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.leases.iter().map(|(_, id)| *id)
+    }
+
     pub(crate) fn first_scheduled(&self) -> Option<(UnixMs, JobId)> {
         self.scheduled.first().copied()
     }

@@ -44,9 +44,9 @@ use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::JobIndex;
 use super::{
-    Deadlines, EnqueueFacts, EnqueueRule, FitRule, Maintenance, ReadyJobs, ReadyListener,
-    RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth, Store,
-    SweepPass,
+    Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance, ReadyJobs,
+    ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth,
+    Store, SweepPass,
 };
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit, InsertOutcome, Job,
@@ -972,6 +972,78 @@ impl Store for EmbeddedStore {
         };
         sh.commit.wait(batch).await?;
         Ok(ids)
+    }
+
+    async fn release_leases(
+        &self,
+        worker_id: &str,
+        rule: &ExpiryRule<'_>,
+        _now: UnixMs,
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError> {
+        let sh = &*self.shared;
+        let mut ready = ReadyJobs::new();
+        let (batch, ids) = {
+            let mut st = sh.lock();
+            sh.commit.check_writable()?;
+            let ids: Vec<JobId> = st
+                .jobs
+                .leased()
+                .filter(|id| {
+                    st.jobs
+                        .get(*id)
+                        .is_some_and(|m| m.worker_id.as_deref() == Some(worker_id))
+                })
+                .collect();
+            let mut ops = Vec::new();
+            for id in &ids {
+                let Some(expiry) = st.jobs.get(*id).map(|m| rule(facts(*id, m))) else {
+                    continue;
+                };
+                match expiry {
+                    Expiry::Redeliver => {
+                        if let Some(m) = st.jobs.update(*id, |m| {
+                            m.stage = Stage::Ready;
+                            m.worker_id = None;
+                        }) {
+                            ops.push(meta_put(*id, m));
+                            push_ready(&mut ready, &m.queue);
+                        }
+                    }
+                    Expiry::Finish(finish) => Shared::apply_finish(&mut st, *id, finish, &mut ops),
+                }
+            }
+            let batch = if ops.is_empty() {
+                0
+            } else {
+                sh.commit.append(ops)
+            };
+            (batch, ids)
+        };
+        sh.commit.wait(batch).await?;
+        Ok((ids, ready))
+    }
+
+    async fn forget_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
+        let sh = &*self.shared;
+        let k = record_key(queue, key);
+        let (batch, rec) = {
+            let mut st = sh.lock();
+            sh.commit.check_writable()?;
+            let Some(e) = st.dedup.get(&k).copied() else {
+                return Ok(None);
+            };
+            st.dedup.remove(&k);
+            let batch = sh.commit.append(vec![WriteOp::delete(Ks::Dedup, k)]);
+            let rec = KeyRecord {
+                job_id: e.job_id,
+                created_at: e.created_at,
+                expires_at: e.expires_at,
+                fingerprint: e.fingerprint,
+            };
+            (batch, rec)
+        };
+        sh.commit.wait(batch).await?;
+        Ok(Some(rec))
     }
 
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<u64, StorageError> {

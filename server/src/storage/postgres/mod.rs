@@ -29,9 +29,9 @@ pub(crate) mod schema;
 use self::group_commit::GroupCommit;
 use super::embedded::codec::Body;
 use super::{
-    Deadlines, EnqueueFacts, EnqueueRule, FitRule, Maintenance, ReadyJobs, ReadyListener,
-    RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth, Store,
-    SweepPass,
+    Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance, ReadyJobs,
+    ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth,
+    Store, SweepPass,
 };
 use crate::domain::{
     DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry, Fingerprint, Finish,
@@ -1261,6 +1261,84 @@ impl Store for PostgresStore {
             idempotency_key: key,
             worker_id: row.worker_id,
         }))
+    }
+
+    async fn release_leases(
+        &self,
+        worker_id: &str,
+        rule: &ExpiryRule<'_>,
+        _now: UnixMs,
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        // Every lease the worker holds, locked (waiting for a settlement in progress, never
+        // skipping one): each is decided as if it had expired.
+        let rows = tx
+            .query(
+                &format!(
+                    "SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE stage = 2 AND worker_id = $1 \
+                     ORDER BY lease_expires_at FOR UPDATE"
+                ),
+                &[&worker_id],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut ready = ReadyJobs::new();
+        let mut redelivered: Vec<Uuid> = Vec::new();
+        let mut ready_queues: Vec<String> = Vec::new();
+        for r in &rows {
+            let row = JobRow::from_row(r)?;
+            ids.push(row.id);
+            match rule(row.facts()) {
+                Expiry::Redeliver => {
+                    redelivered.push(uuid(row.id));
+                    push_ready(&mut ready, &row.queue);
+                    ready_queues.push(row.queue.clone());
+                }
+                Expiry::Finish(finish) => {
+                    apply_finish(&tx, row.id, finish, &LastReason::Unchanged, "", &[])
+                        .await
+                        .map_err(pg_err)?;
+                }
+            }
+        }
+        if !redelivered.is_empty() {
+            tx.execute(
+                "UPDATE sepp_jobs SET stage = 0, lease_expires_at = NULL, worker_id = NULL \
+                 WHERE id = ANY($1)",
+                &[&redelivered],
+            )
+            .await
+            .map_err(pg_err)?;
+            notify_ready(&tx, ready_queues.iter().map(String::as_str))
+                .await
+                .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok((ids, ready))
+    }
+
+    async fn forget_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let client = sh.client().await?;
+        Ok(client
+            .query_opt(
+                "DELETE FROM sepp_dedup WHERE queue = $1 AND key = $2 \
+                 RETURNING job_id, created_at, expires_at, fingerprint",
+                &[&queue, &key],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| KeyRecord {
+                job_id: job_id(r.get(0)),
+                created_at: r.get(1),
+                expires_at: r.get(2),
+                fingerprint: fingerprint_of(r.get(3)),
+            }))
     }
 
     async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
