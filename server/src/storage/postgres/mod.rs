@@ -270,6 +270,9 @@ struct Shared {
     closed: AtomicBool,
     health: tokio::sync::watch::Sender<StorageHealth>,
     listener: OnceLock<Arc<dyn ReadyListener>>,
+    /// One maintenance pass at a time in this server (the advisory lock keeps the others
+    /// out; without this, two passes of one server would race for it and one find nothing).
+    sweeping: tokio::sync::Mutex<()>,
     /// Where the database is, for messages (no password).
     place: String,
 }
@@ -340,6 +343,7 @@ impl PostgresStore {
             closed: AtomicBool::new(false),
             health,
             listener: OnceLock::new(),
+            sweeping: tokio::sync::Mutex::new(()),
             place,
         });
         Ok(PostgresStore { shared, opts })
@@ -1034,6 +1038,7 @@ impl Store for PostgresStore {
         sh.check_writable()?;
         let now = pass.now;
         let mut report = Maintenance::default();
+        let _one_pass = sh.sweeping.lock().await;
         let mut client = sh.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let mine: bool = tx
