@@ -8,7 +8,7 @@ use common::{Clients, TestServer};
 use sepp_proto::admin::v1 as admin;
 use sepp_proto::v1 as pb;
 use sepp_server::domain::{EnqueuePlan, InsertOutcome, JobId, NewJob};
-use sepp_server::storage::{EnqueueFacts, Store};
+use sepp_server::storage::EnqueueFacts;
 use std::sync::Arc;
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
