@@ -48,7 +48,7 @@ no-tonic-in-core:
 
 test-rust:
 	cargo nextest run --workspace --exclude sepp-interop --exclude sepp-behaviour --no-fail-fast \
-		-E 'not test(/^storage::postgres::/)'
+		-E 'not test(/^storage::postgres::/) and not binary_id(sepp-server::postgres)'
 	cargo test --workspace --doc
 
 # The conformance suite and the gRPC end-to-end suites against PostgreSQL: the test server rig
@@ -56,7 +56,7 @@ test-rust:
 # database on SEPP_TEST_POSTGRES_URL (default: the PostgreSQL on 127.0.0.1:5432, user postgres),
 # dropped after it. The suites left out test the embedded backend's own disk behaviour
 # (disk_full, durability), the binary (cli) or the network edge (connections, edge, client_retry).
-POSTGRES_E2E := admin dedup delivery enqueue_rules input_classes lease_deadline limits
+POSTGRES_E2E := postgres admin dedup delivery enqueue_rules input_classes lease_deadline limits
 test-rust-postgres:
 	SEPP_TEST_BACKEND=postgres cargo nextest run -p sepp-server --no-fail-fast \
 		-E 'test(/^storage::postgres::/) | $(foreach t,$(POSTGRES_E2E),binary_id(sepp-server::$(t)) |) none()'
