@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export CARGO_TERM_COLOR ?= never
 
-CI_TARGETS := lint test-rust check-example-errors crash-short
+CI_TARGETS := lint test-rust test-rust-postgres check-example-errors crash-short
 # Checks longer than a minute (not in CI); each owner adds its target to SOAK_TARGETS.
 SOAK_TARGETS := soak-streams soak-crash soak-long-poll
 .DEFAULT_GOAL := ci
@@ -13,7 +13,7 @@ SOAK_TARGETS := soak-streams soak-crash soak-long-poll
 -include tests/interop/interop.mk
 -include tests/behaviour/behaviour.mk
 
-.PHONY: ci lint test-rust build release fmt no-tonic-in-core check-example-errors soak soak-streams crash-short soak-crash soak-long-poll
+.PHONY: ci lint test-rust test-rust-postgres build release fmt no-tonic-in-core check-example-errors soak soak-streams crash-short soak-crash soak-long-poll
 
 ci: $(CI_TARGETS)
 	@echo "make ci: all checks passed"
@@ -47,8 +47,19 @@ no-tonic-in-core:
 		echo "config imports queue/, storage/ or api/"; exit 1; fi
 
 test-rust:
-	cargo nextest run --workspace --exclude sepp-interop --exclude sepp-behaviour --no-fail-fast
+	cargo nextest run --workspace --exclude sepp-interop --exclude sepp-behaviour --no-fail-fast \
+		-E 'not test(/^storage::postgres::/) and not binary_id(sepp-server::postgres)'
 	cargo test --workspace --doc
+
+# The conformance suite and the gRPC end-to-end suites against PostgreSQL: the test server rig
+# picks the backend from SEPP_TEST_BACKEND, and every server and conformance case gets a fresh
+# database on SEPP_TEST_POSTGRES_URL (default: the PostgreSQL on 127.0.0.1:5432, user postgres),
+# dropped after it. The suites left out test the embedded backend's own disk behaviour
+# (disk_full, durability), the binary (cli) or the network edge (connections, edge, client_retry).
+POSTGRES_E2E := postgres admin dedup delivery enqueue_rules input_classes lease_deadline limits
+test-rust-postgres:
+	SEPP_TEST_BACKEND=postgres cargo nextest run -p sepp-server --no-fail-fast \
+		-E 'test(/^storage::postgres::/) | $(foreach t,$(POSTGRES_E2E),binary_id(sepp-server::$(t)) |) none()'
 
 # An example that cannot reach its server prints the error's text and code, not a debug struct.
 check-example-errors:

@@ -61,6 +61,42 @@ impl Drop for TempDir {
     }
 }
 
+/// Opens the store a test server started on `dir` uses (the embedded store in `dir/data`, or
+/// with `SEPP_TEST_BACKEND=postgres` the database of `dir`), so that a test can write into it
+/// directly, as an older server would have. Close it before starting a server on `dir`.
+///
+/// # Panics
+/// When the store cannot be opened.
+pub async fn open_store(dir: &TempDir, now: i64) -> Arc<dyn crate::storage::Store> {
+    if postgres::backend_is_postgres() {
+        let url = dir.database().await.url().to_string();
+        Arc::new(
+            crate::storage::postgres::PostgresStore::open(
+                crate::storage::postgres::PostgresOptions {
+                    url,
+                    pool_size: 4,
+                    statement_timeout_ms: 30_000,
+                    poll_interval_ms: 1000,
+                },
+            )
+            .await
+            .expect("open the PostgreSQL store"),
+        )
+    } else {
+        Arc::new(
+            crate::storage::embedded::EmbeddedStore::open(
+                crate::storage::embedded::EmbeddedOptions {
+                    path: dir.path().join("data"),
+                    persist_mode: PersistMode::Buffer,
+                    min_free_bytes: 0,
+                },
+                now,
+            )
+            .expect("open the embedded store"),
+        )
+    }
+}
+
 /// A server running inside the test process on `127.0.0.1:0`, with `persist_mode = buffer`
 /// unless the test says otherwise.
 pub struct TestServer {

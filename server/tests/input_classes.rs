@@ -7,10 +7,8 @@ mod common;
 use common::{Clients, TestServer};
 use sepp_proto::admin::v1 as admin;
 use sepp_proto::v1 as pb;
-use sepp_server::config::PersistMode;
 use sepp_server::domain::{EnqueuePlan, InsertOutcome, JobId, NewJob};
-use sepp_server::storage::embedded::{EmbeddedOptions, EmbeddedStore};
-use sepp_server::storage::{EnqueueFacts, Store};
+use sepp_server::storage::EnqueueFacts;
 use std::sync::Arc;
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -283,15 +281,7 @@ async fn a_queue_stored_under_a_name_now_refused_stays_readable_and_drainable() 
     let name: Arc<str> = Arc::from("pay\u{200B}ments");
     {
         // Written straight into the store, as a server before the rule would have.
-        let store = EmbeddedStore::open(
-            EmbeddedOptions {
-                path: dir.path().join("data"),
-                persist_mode: PersistMode::Buffer,
-                min_free_bytes: 0,
-            },
-            1,
-        )
-        .unwrap();
+        let store = sepp_server::testing::open_store(&dir, 1).await;
         let job = NewJob {
             id: JobId::new_v4(),
             queue: name.clone(),

@@ -24,6 +24,7 @@
 //!   lock [`SWEEP_LOCK`]; each pass is a bounded set of statements (`LIMIT budget`).
 
 mod group_commit;
+mod listen;
 pub(crate) mod schema;
 
 use self::group_commit::GroupCommit;
@@ -270,6 +271,15 @@ struct Shared {
     closed: AtomicBool,
     health: tokio::sync::watch::Sender<StorageHealth>,
     listener: OnceLock<Arc<dyn ReadyListener>>,
+    /// One maintenance pass at a time in this server (the advisory lock keeps the others
+    /// out; without this, two passes of one server would race for it and one find nothing).
+    sweeping: tokio::sync::Mutex<()>,
+    /// This store's id in its `NOTIFY` payloads.
+    origin: u64,
+    /// The connection settings, for the `LISTEN` connection.
+    cfg: tokio_postgres::Config,
+    /// Stops the `LISTEN` task.
+    stop: tokio_util::sync::CancellationToken,
     /// Where the database is, for messages (no password).
     place: String,
 }
@@ -310,6 +320,7 @@ impl PostgresStore {
             cfg.connect_timeout(std::time::Duration::from_secs(10));
         }
         let place = schema::describe(&cfg);
+        let listen_cfg = cfg.clone();
         schema::migrate(&cfg).await?;
         let manager = Manager::from_config(
             cfg,
@@ -340,6 +351,10 @@ impl PostgresStore {
             closed: AtomicBool::new(false),
             health,
             listener: OnceLock::new(),
+            sweeping: tokio::sync::Mutex::new(()),
+            origin: u64::try_from(Uuid::new_v4().as_u128() >> 64).unwrap_or(1),
+            cfg: listen_cfg,
+            stop: tokio_util::sync::CancellationToken::new(),
             place,
         });
         Ok(PostgresStore { shared, opts })
@@ -421,6 +436,7 @@ const CLAIM: &str = "INSERT INTO sepp_dedup AS d (queue, key, job_id, created_at
 /// the release). Returns the outcomes and whether anything is to be kept.
 async fn enqueue_in(
     client: &impl GenericClient,
+    origin: u64,
     jobs: &[NewJob],
     rule: &EnqueueRule<'_>,
     now: UnixMs,
@@ -612,6 +628,7 @@ async fn enqueue_in(
             .await?;
         notify_ready(
             client,
+            origin,
             created
                 .iter()
                 .filter(|j| j.scheduled_at.is_none())
@@ -622,10 +639,12 @@ async fn enqueue_in(
     Ok((plan.outcomes, true))
 }
 
-/// Tells every server listening (`LISTEN sepp_ready`) which queues got ready jobs; delivered
-/// at `COMMIT`, dropped on rollback.
+/// Tells every server listening (`LISTEN sepp_ready`) which queues got ready jobs, as
+/// `<origin> <count> <queue>` (`origin`: the sending store, which ignores its own: its queue
+/// layer woke its waiters already); delivered at `COMMIT`, dropped on rollback.
 async fn notify_ready<'a>(
     client: &impl GenericClient,
+    origin: u64,
     queues: impl Iterator<Item = &'a str>,
 ) -> Result<(), tokio_postgres::Error> {
     let mut counts: Vec<(&str, usize)> = Vec::new();
@@ -637,7 +656,10 @@ async fn notify_ready<'a>(
     }
     for (q, n) in counts {
         client
-            .execute("SELECT pg_notify('sepp_ready', $1)", &[&format!("{n} {q}")])
+            .execute(
+                "SELECT pg_notify('sepp_ready', $1)",
+                &[&format!("{origin:016x} {n} {q}")],
+            )
             .await?;
     }
     Ok(())
@@ -798,7 +820,7 @@ impl Store for PostgresStore {
                 slot.poison();
                 return Err(pg_err(e));
             }
-            let result = enqueue_in(client, &jobs, rule, now).await;
+            let result = enqueue_in(client, sh.origin, &jobs, rule, now).await;
             let keep = matches!(result, Ok((_, true)));
             let end = if keep {
                 "RELEASE SAVEPOINT sepp_enqueue"
@@ -973,7 +995,7 @@ impl Store for PostgresStore {
                     .await
                     .map_err(pg_err)?;
                 if stage == READY && changed > 0 {
-                    notify_ready(&tx, std::iter::once(row.queue.as_str()))
+                    notify_ready(&tx, sh.origin, std::iter::once(row.queue.as_str()))
                         .await
                         .map_err(pg_err)?;
                 }
@@ -1081,6 +1103,7 @@ impl Store for PostgresStore {
         sh.check_writable()?;
         let now = pass.now;
         let mut report = Maintenance::default();
+        let _one_pass = sh.sweeping.lock().await;
         let mut client = sh.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let mine: bool = tx
@@ -1204,7 +1227,7 @@ impl Store for PostgresStore {
                     .iter()
                     .flat_map(|(q, n)| std::iter::repeat_n(q.to_string(), *n))
                     .collect();
-                notify_ready(&tx, queues.iter().map(String::as_str))
+                notify_ready(&tx, sh.origin, queues.iter().map(String::as_str))
                     .await
                     .map_err(pg_err)?;
             }
@@ -1449,7 +1472,7 @@ impl Store for PostgresStore {
             push_ready(&mut ready, &row.queue);
         }
         let queues: Vec<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
-        notify_ready(&tx, queues.into_iter())
+        notify_ready(&tx, sh.origin, queues.into_iter())
             .await
             .map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
@@ -1500,7 +1523,8 @@ impl Store for PostgresStore {
         if !paused && n > 0 {
             notify_ready(
                 &tx,
-                std::iter::repeat_n(queue, usize::try_from(n).unwrap_or(0).min(1)),
+                sh.origin,
+                std::iter::repeat_n(queue, usize::try_from(n).unwrap_or(0)),
             )
             .await
             .map_err(pg_err)?;
@@ -1543,7 +1567,23 @@ impl Store for PostgresStore {
     }
 
     fn listen(&self, listener: Arc<dyn ReadyListener>) {
-        let _ = self.shared.listener.set(listener);
+        if self.shared.listener.set(listener.clone()).is_err() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(listen::run(
+                    self.shared.cfg.clone(),
+                    listener,
+                    self.shared.origin,
+                    std::time::Duration::from_millis(self.opts.poll_interval_ms),
+                    self.shared.stop.clone(),
+                ));
+            }
+            Err(_) => {
+                tracing::warn!("no Tokio runtime: Reserves wait for this server's own jobs only")
+            }
+        }
     }
 
     fn health(&self) -> tokio::sync::watch::Receiver<StorageHealth> {
@@ -1552,8 +1592,15 @@ impl Store for PostgresStore {
 
     async fn close(&self) -> Result<(), StorageError> {
         self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.stop.cancel();
         self.shared.commit.close().await;
         Ok(())
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.shared.stop.cancel();
     }
 }
 
