@@ -1336,7 +1336,7 @@ impl Store for PostgresStore {
             )
             .await
             .map_err(pg_err)?;
-            notify_ready(&tx, ready_queues.iter().map(String::as_str))
+            notify_ready(&tx, sh.origin, ready_queues.iter().map(String::as_str))
                 .await
                 .map_err(pg_err)?;
         }
