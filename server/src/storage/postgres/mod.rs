@@ -21,7 +21,7 @@
 //! - **Settlements** are fenced in the `UPDATE … WHERE` itself (the attempt the rule saw, and a
 //!   lease not yet [`crate::domain::reached`] at the time passed in), besides the row lock.
 //! - **Sweeper**: `maintain` runs only in the server that gets the transaction-level advisory
-//!   lock [`SWEEP_LOCK`]; each pass is a bounded set of statements (`LIMIT budget`).
+//!   lock `SWEEP_LOCK`; each pass is a bounded set of statements (`LIMIT budget`).
 
 mod group_commit;
 mod listen;
