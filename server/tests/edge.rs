@@ -28,10 +28,7 @@ fn info_request(auth: Option<&str>) -> tonic::Request<pb::GetServerInfoRequest> 
 #[tokio::test]
 async fn api_keys_gate_every_sepp_call() {
     let server = TestServer::start(|c| {
-        c.auth.api_keys = Some(vec![ApiKey {
-            name: "producer".into(),
-            key: "s3cret".into(),
-        }]);
+        c.auth.api_keys = Some(vec![ApiKey::new("producer", "s3cret")]);
     })
     .await;
     let mut raw = server.raw().await;

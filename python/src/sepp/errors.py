@@ -7,6 +7,7 @@ call may succeed later. The hierarchy::
     SeppError
     ├── TransportError                   TRANSPORT                 (retryable)
     ├── UnauthenticatedError             UNAUTHENTICATED
+    ├── PermissionDeniedError            PERMISSION_DENIED
     ├── OverloadedError                  OVERLOADED                (retryable)
     ├── InvalidArgumentError             INVALID_ARGUMENT          (also a ValueError)
     ├── FailedPreconditionError          FAILED_PRECONDITION
@@ -58,6 +59,7 @@ __all__ = [
     "SeppError",
     "TransportError",
     "UnauthenticatedError",
+    "PermissionDeniedError",
     "OverloadedError",
     "InvalidArgumentError",
     "FailedPreconditionError",
@@ -128,6 +130,12 @@ class UnauthenticatedError(SeppError):
     """The API key is missing or wrong. Not retryable: fix `api_key`."""
 
     code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(SeppError):
+    """The API key lacks the role the call needs; the message names it. Not retryable."""
+
+    code = "PERMISSION_DENIED"
 
 
 class OverloadedError(SeppError):
@@ -414,6 +422,7 @@ _CLASSES: dict[str, type[SeppError]] = {
     for cls in (
         TransportError,
         UnauthenticatedError,
+        PermissionDeniedError,
         OverloadedError,
         InvalidArgumentError,
         FailedPreconditionError,
