@@ -51,6 +51,10 @@ pub struct ServerConfig {
     pub tls_cert_path: Option<PathBuf>,
     /// PEM private key for TLS.
     pub tls_key_path: Option<PathBuf>,
+    /// PEM certificates of the CAs that sign client certificates: when set, every client must
+    /// present a certificate signed by one of them (mutual TLS), or its TLS handshake fails.
+    /// Needs `tls_cert_path`. Default unset (no client certificates asked for).
+    pub tls_client_ca_path: Option<PathBuf>,
     /// When true, only queues declared in `[[queues]]` exist. Default false.
     pub strict_queues: bool,
     // Connection hardening (issue 11): see docs/security.md, "Connections and streams".
@@ -86,6 +90,7 @@ impl Default for ServerConfig {
             db_path: PathBuf::from("./sepp-data"),
             tls_cert_path: None,
             tls_key_path: None,
+            tls_client_ca_path: None,
             strict_queues: false,
             max_concurrent_streams: 256,
             max_connections: 4096,
@@ -543,6 +548,13 @@ impl Config {
             return Err(ConfigError(format!(
                 "config key {set} is set but {missing} is not: set both or neither"
             )));
+        }
+        if s.tls_client_ca_path.is_some() && s.tls_cert_path.is_none() {
+            return Err(ConfigError(
+                "config key server.tls_client_ca_path is set but server.tls_cert_path is not: \
+                 client certificates need TLS"
+                    .into(),
+            ));
         }
         if s.db_path.as_os_str().is_empty() {
             return Err(ConfigError(

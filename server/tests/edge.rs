@@ -171,6 +171,7 @@ async fn tls_serves_clients_that_trust_the_certificate() {
         .tls(sepp_rs::client::TlsOptions {
             ca_pem: Some(cert.cert.pem().into_bytes()),
             domain: Some("localhost".into()),
+            ..Default::default()
         })
         .connect()
         .await

@@ -157,14 +157,40 @@ fn tls_config(s: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, Api
         })?;
     let private = PrivateKeyDer::from_pem_slice(&read(key)?)
         .map_err(|e| ApiError::Tls(format!("{}: not a PEM private key: {e}", key.display())))?;
-    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| ApiError::Tls(e.to_string()))?
-    .with_no_client_auth()
-    .with_single_cert(certs, private)
-    .map_err(|e| ApiError::Tls(e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ApiError::Tls(e.to_string()))?;
+    let builder = match &s.tls_client_ca_path {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(&read(ca)?) {
+                let c = c.map_err(|e| {
+                    ApiError::Tls(format!("{}: not a PEM certificate: {e}", ca.display()))
+                })?;
+                roots
+                    .add(c)
+                    .map_err(|e| ApiError::Tls(format!("{}: {e}", ca.display())))?;
+            }
+            if roots.is_empty() {
+                return Err(ApiError::Tls(format!(
+                    "{}: no certificate in server.tls_client_ca_path",
+                    ca.display()
+                )));
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| ApiError::Tls(format!("{}: {e}", ca.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut tls = builder
+        .with_single_cert(certs, private)
+        .map_err(|e| ApiError::Tls(e.to_string()))?;
     tls.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(tls))))
 }
