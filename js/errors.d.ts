@@ -5,6 +5,7 @@
 export type ErrorCode =
   | "TRANSPORT"
   | "UNAUTHENTICATED"
+  | "PERMISSION_DENIED"
   | "OVERLOADED"
   | "INVALID_ARGUMENT"
   | "FAILED_PRECONDITION"
@@ -72,6 +73,12 @@ export declare class TransportError extends SeppError {
 export declare class UnauthenticatedError extends SeppError {
   static readonly code: "UNAUTHENTICATED";
   readonly code: "UNAUTHENTICATED";
+}
+
+/** The API key lacks the role the call needs; the message names it. Not retryable. */
+export declare class PermissionDeniedError extends SeppError {
+  static readonly code: "PERMISSION_DENIED";
+  readonly code: "PERMISSION_DENIED";
 }
 
 /** The server sheds load. Retryable after a pause. */
@@ -286,6 +293,7 @@ export declare class UnknownRejectionError extends JobRejectedError {
 export declare const errorClasses: {
   readonly TRANSPORT: typeof TransportError;
   readonly UNAUTHENTICATED: typeof UnauthenticatedError;
+  readonly PERMISSION_DENIED: typeof PermissionDeniedError;
   readonly OVERLOADED: typeof OverloadedError;
   readonly INVALID_ARGUMENT: typeof InvalidArgumentError;
   readonly FAILED_PRECONDITION: typeof FailedPreconditionError;

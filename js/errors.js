@@ -46,6 +46,11 @@ export class UnauthenticatedError extends SeppError {
   static code = "UNAUTHENTICATED";
 }
 
+/** The API key lacks the role the call needs; the message names it. Not retryable. */
+export class PermissionDeniedError extends SeppError {
+  static code = "PERMISSION_DENIED";
+}
+
 /** The server sheds load. Retryable after a pause. */
 export class OverloadedError extends SeppError {
   static code = "OVERLOADED";
@@ -176,6 +181,7 @@ export class UnknownRejectionError extends JobRejectedError {
 export const errorClasses = Object.freeze({
   TRANSPORT: TransportError,
   UNAUTHENTICATED: UnauthenticatedError,
+  PERMISSION_DENIED: PermissionDeniedError,
   OVERLOADED: OverloadedError,
   INVALID_ARGUMENT: InvalidArgumentError,
   FAILED_PRECONDITION: FailedPreconditionError,

@@ -810,6 +810,13 @@ export interface TlsOptions {
   caPem?: string | Uint8Array
   /** The name to verify the certificate against. Unset: the url's host. */
   domain?: string
+  /**
+   * PEM certificate chain this client presents, for a server that asks for client
+   * certificates (mutual TLS). Set together with `clientKeyPem`.
+   */
+  clientCertPem?: string | Uint8Array
+  /** PEM private key of `clientCertPem`. */
+  clientKeyPem?: string | Uint8Array
 }
 
 /** W3C trace context. */

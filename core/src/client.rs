@@ -47,6 +47,11 @@ pub struct TlsOptions {
     pub ca_pem: Option<Vec<u8>>,
     /// The name to verify the certificate against. Unset: the address's host.
     pub domain: Option<String>,
+    /// PEM certificate chain this client presents (mutual TLS, for a server with
+    /// `server.tls_client_ca_path`). Set together with `client_key_pem`, or neither.
+    pub client_cert_pem: Option<Vec<u8>>,
+    /// PEM private key of `client_cert_pem`.
+    pub client_key_pem: Option<Vec<u8>>,
 }
 
 /// Settings for [`SeppClient`]; start from [`SeppClient::builder`].
@@ -138,6 +143,25 @@ impl SeppClientBuilder {
             };
             if let Some(d) = opts.domain {
                 cfg = cfg.domain_name(d);
+            }
+            match (opts.client_cert_pem, opts.client_key_pem) {
+                (Some(cert), Some(key)) => {
+                    cfg = cfg.identity(tonic::transport::Identity::from_pem(cert, key));
+                }
+                (None, None) => {}
+                (cert, _) => {
+                    let (set, missing) = if cert.is_some() {
+                        ("client_cert_pem", "client_key_pem")
+                    } else {
+                        ("client_key_pem", "client_cert_pem")
+                    };
+                    return Err(ClientError::new(
+                        ErrorCode::InvalidConfig,
+                        format!(
+                            "tls settings: {set} is set but {missing} is not: set both or neither"
+                        ),
+                    ));
+                }
             }
             ep = ep.tls_config(cfg).map_err(|e| {
                 ClientError::new(ErrorCode::InvalidConfig, format!("tls settings: {e}"))

@@ -12,8 +12,11 @@ pub enum ErrorCode {
     /// The server could not be reached, or the call was cut off (UNAVAILABLE,
     /// DEADLINE_EXCEEDED, ABORTED, CANCELLED). Retryable.
     Transport,
-    /// Missing or wrong API key (UNAUTHENTICATED, PERMISSION_DENIED). Not retryable.
+    /// Missing or wrong API key (UNAUTHENTICATED). Not retryable.
     Unauthenticated,
+    /// The API key lacks the role the call needs (PERMISSION_DENIED); the message names the
+    /// role. Not retryable.
+    PermissionDenied,
     /// The server sheds load (RESOURCE_EXHAUSTED). Retryable after a pause.
     Overloaded,
     /// The server refused the request as malformed (INVALID_ARGUMENT, OUT_OF_RANGE).
@@ -72,6 +75,7 @@ impl ErrorCode {
     pub const ALL: &'static [ErrorCode] = &[
         ErrorCode::Transport,
         ErrorCode::Unauthenticated,
+        ErrorCode::PermissionDenied,
         ErrorCode::Overloaded,
         ErrorCode::InvalidArgument,
         ErrorCode::FailedPrecondition,
@@ -116,6 +120,7 @@ impl ErrorCode {
         match self {
             ErrorCode::Transport => ("TRANSPORT", "TransportError"),
             ErrorCode::Unauthenticated => ("UNAUTHENTICATED", "UnauthenticatedError"),
+            ErrorCode::PermissionDenied => ("PERMISSION_DENIED", "PermissionDeniedError"),
             ErrorCode::Overloaded => ("OVERLOADED", "OverloadedError"),
             ErrorCode::InvalidArgument => ("INVALID_ARGUMENT", "InvalidArgumentError"),
             ErrorCode::FailedPrecondition => ("FAILED_PRECONDITION", "FailedPreconditionError"),
@@ -470,7 +475,8 @@ impl ClientError {
             C::Unavailable | C::DeadlineExceeded | C::Aborted | C::Cancelled => {
                 ErrorCode::Transport
             }
-            C::Unauthenticated | C::PermissionDenied => ErrorCode::Unauthenticated,
+            C::Unauthenticated => ErrorCode::Unauthenticated,
+            C::PermissionDenied => ErrorCode::PermissionDenied,
             C::ResourceExhausted => ErrorCode::Overloaded,
             C::InvalidArgument | C::OutOfRange => ErrorCode::InvalidArgument,
             C::NotFound if settle => ErrorCode::JobNotInFlight,

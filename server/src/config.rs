@@ -51,6 +51,10 @@ pub struct ServerConfig {
     pub tls_cert_path: Option<PathBuf>,
     /// PEM private key for TLS.
     pub tls_key_path: Option<PathBuf>,
+    /// PEM certificates of the CAs that sign client certificates: when set, every client must
+    /// present a certificate signed by one of them (mutual TLS), or its TLS handshake fails.
+    /// Needs `tls_cert_path`. Default unset (no client certificates asked for).
+    pub tls_client_ca_path: Option<PathBuf>,
     /// When true, only queues declared in `[[queues]]` exist. Default false.
     pub strict_queues: bool,
     // Connection hardening (issue 11): see docs/security.md, "Connections and streams".
@@ -86,6 +90,7 @@ impl Default for ServerConfig {
             db_path: PathBuf::from("./sepp-data"),
             tls_cert_path: None,
             tls_key_path: None,
+            tls_client_ca_path: None,
             strict_queues: false,
             max_concurrent_streams: 256,
             max_connections: 4096,
@@ -98,12 +103,30 @@ impl Default for ServerConfig {
 }
 
 /// `[auth]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
-    /// Accepted API keys, sent as `authorization: Bearer <key>`. Unset: auth is off. An empty
-    /// list: every request is refused.
+    /// Accepted API keys, sent as `authorization: Bearer <key>`. Unset (and no
+    /// `api_keys_file`): auth is off. An empty list: every request is refused.
     pub api_keys: Option<Vec<ApiKey>>,
+    /// A TOML file of further API keys (`[[api_keys]]` entries of the same shape), read at
+    /// start and again on SIGHUP, so keys and their roles change without a restart. Setting
+    /// it turns auth on. Default unset.
+    pub api_keys_file: Option<PathBuf>,
+    /// How long a key that a reload of `api_keys_file` removed is still accepted (with the
+    /// roles it had), in milliseconds, so clients can move to the new key. 0–86 400 000,
+    /// default 60 000.
+    pub rotation_overlap_ms: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            api_keys: None,
+            api_keys_file: None,
+            rotation_overlap_ms: 60_000,
+        }
+    }
 }
 
 /// One API key.
@@ -114,6 +137,111 @@ pub struct ApiKey {
     pub name: String,
     /// The secret the client sends.
     pub key: String,
+    /// What the key may do. Default all three, so that configs written before roles keep
+    /// working.
+    #[serde(default = "Role::all")]
+    pub roles: Vec<Role>,
+}
+
+impl ApiKey {
+    /// A key with every role.
+    pub fn new(name: impl Into<String>, key: impl Into<String>) -> Self {
+        ApiKey {
+            name: name.into(),
+            key: key.into(),
+            roles: Role::all(),
+        }
+    }
+}
+
+/// What an API key may call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Enqueue, EnqueueBatch, EnqueueAtomic.
+    Producer,
+    /// Reserve, Ack, Nack, Extend.
+    Worker,
+    /// The admin service and DrainDeadLetters.
+    Admin,
+}
+
+impl Role {
+    /// Every role (the default of a key).
+    pub fn all() -> Vec<Role> {
+        vec![Role::Producer, Role::Worker, Role::Admin]
+    }
+
+    /// The name used in config files and error messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Producer => "producer",
+            Role::Worker => "worker",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// The file named by `auth.api_keys_file`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiKeysFile {
+    /// The keys, `[[api_keys]]` entries of `{ name, key, roles }`.
+    pub api_keys: Vec<ApiKey>,
+}
+
+impl ApiKeysFile {
+    /// Reads and parses `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file and the key at fault.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError(format!(
+                "config key auth.api_keys_file: cannot read {}: {e}",
+                path.display()
+            ))
+        })?;
+        let table: toml::Table = text.parse().map_err(|e| {
+            ConfigError(format!(
+                "auth.api_keys_file {}: not valid TOML: {e}",
+                path.display()
+            ))
+        })?;
+        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            ConfigError(format!(
+                "auth.api_keys_file {}: key {}: {}",
+                path.display(),
+                e.path(),
+                e.inner().message()
+            ))
+        })
+    }
+}
+
+/// Checks a list of keys: non-empty, unique secrets. `what` names the list in errors.
+///
+/// # Errors
+/// [`ConfigError`] naming the entry.
+pub fn check_api_keys<'a>(
+    what: &str,
+    keys: impl IntoIterator<Item = &'a ApiKey>,
+) -> Result<(), ConfigError> {
+    let mut seen = HashSet::new();
+    for (i, k) in keys.into_iter().enumerate() {
+        if k.key.is_empty() {
+            return Err(ConfigError(format!(
+                "config key {what}[{i}].key is empty: expected a non-empty secret"
+            )));
+        }
+        if !seen.insert(&k.key) {
+            return Err(ConfigError(format!(
+                "config key {what}[{i}].key repeats an earlier key (name {:?}): keys must be unique",
+                k.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The delay curve of the default retry policy.
@@ -560,6 +688,13 @@ impl Config {
                 "config key {set} is set but {missing} is not: set both or neither"
             )));
         }
+        if s.tls_client_ca_path.is_some() && s.tls_cert_path.is_none() {
+            return Err(ConfigError(
+                "config key server.tls_client_ca_path is set but server.tls_cert_path is not: \
+                 client certificates need TLS"
+                    .into(),
+            ));
+        }
         if s.db_path.as_os_str().is_empty() {
             return Err(ConfigError(
                 "config key server.db_path is empty: expected a directory path".into(),
@@ -602,21 +737,21 @@ impl Config {
             )));
         }
         if let Some(keys) = &self.auth.api_keys {
-            let mut seen = HashSet::new();
-            for (i, k) in keys.iter().enumerate() {
-                if k.key.is_empty() {
-                    return Err(ConfigError(format!(
-                        "config key auth.api_keys[{i}].key is empty: expected a non-empty secret"
-                    )));
-                }
-                if !seen.insert(&k.key) {
-                    return Err(ConfigError(format!(
-                        "config key auth.api_keys[{i}].key repeats an earlier key (name {:?}): keys must be unique",
-                        k.name
-                    )));
-                }
-            }
+            check_api_keys("auth.api_keys", keys)?;
         }
+        if let Some(p) = &self.auth.api_keys_file
+            && p.as_os_str().is_empty()
+        {
+            return Err(ConfigError(
+                "config key auth.api_keys_file is empty: expected a file path".into(),
+            ));
+        }
+        check_range(
+            "auth.rotation_overlap_ms",
+            self.auth.rotation_overlap_ms,
+            0,
+            DAY_MS,
+        )?;
         let st = &self.storage;
         check_range(
             "storage.dead_letter_retention_ms",

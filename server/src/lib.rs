@@ -175,6 +175,11 @@ pub async fn serve_with(
     ));
     let edge = api::build(&config, queue.clone()).await?;
     let health = edge.health.clone();
+    // SIGHUP reloads `auth.api_keys_file` (and does not stop the server).
+    tokio::spawn(api::auth::reload_on_sighup(
+        edge.auth.clone(),
+        stopping.clone(),
+    ));
     // Storage health (no space left, a failed write) drives the health service.
     tokio::spawn(api::forward_storage_health(
         store.health(),

@@ -393,10 +393,7 @@ async fn expired_dedup_records_are_swept_and_their_count_returns_to_zero() {
 #[tokio::test]
 async fn the_admin_service_honours_api_keys() {
     let server = TestServer::start(|c| {
-        c.auth.api_keys = Some(vec![sepp_server::config::ApiKey {
-            name: "ops".into(),
-            key: "k".into(),
-        }]);
+        c.auth.api_keys = Some(vec![sepp_server::config::ApiKey::new("ops", "k")]);
     })
     .await;
     let mut admin = server.admin().await;

@@ -381,10 +381,7 @@ async fn without_an_api_key_a_call_is_refused_on_its_headers_before_its_message_
     let server = TestServer::start(|c| {
         quick(c);
         c.server.handshake_timeout_ms = 60_000;
-        c.auth.api_keys = Some(vec![sepp_server::config::ApiKey {
-            name: "p".into(),
-            key: "s3cret".into(),
-        }]);
+        c.auth.api_keys = Some(vec![sepp_server::config::ApiKey::new("p", "s3cret")]);
     })
     .await;
     let mut conn = stalled::connect(server.addr).await.unwrap();

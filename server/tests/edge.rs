@@ -28,10 +28,7 @@ fn info_request(auth: Option<&str>) -> tonic::Request<pb::GetServerInfoRequest> 
 #[tokio::test]
 async fn api_keys_gate_every_sepp_call() {
     let server = TestServer::start(|c| {
-        c.auth.api_keys = Some(vec![ApiKey {
-            name: "producer".into(),
-            key: "s3cret".into(),
-        }]);
+        c.auth.api_keys = Some(vec![ApiKey::new("producer", "s3cret")]);
     })
     .await;
     let mut raw = server.raw().await;
@@ -174,6 +171,7 @@ async fn tls_serves_clients_that_trust_the_certificate() {
         .tls(sepp_rs::client::TlsOptions {
             ca_pem: Some(cert.cert.pem().into_bytes()),
             domain: Some("localhost".into()),
+            ..Default::default()
         })
         .connect()
         .await

@@ -48,6 +48,13 @@ pub struct TlsOptions {
     pub ca_pem: Option<Vec<u8>>,
     /// The name to verify the certificate against. Unset: the url's host.
     pub domain: Option<String>,
+    /// PEM certificate chain this client presents, for a server that asks for client
+    /// certificates (mutual TLS). Set together with `clientKeyPem`.
+    #[napi(ts_type = "string | Uint8Array")]
+    pub client_cert_pem: Option<Vec<u8>>,
+    /// PEM private key of `clientCertPem`.
+    #[napi(ts_type = "string | Uint8Array")]
+    pub client_key_pem: Option<Vec<u8>>,
 }
 
 /// How a failed call is retried: up to `maxRetries` more times, with pauses growing
@@ -92,6 +99,8 @@ impl ConnectOptions {
             Some(t) => Some(TlsOptions {
                 ca_pem: t.text_or_bytes("caPem")?,
                 domain: t.string("domain")?,
+                client_cert_pem: t.text_or_bytes("clientCertPem")?,
+                client_key_pem: t.text_or_bytes("clientKeyPem")?,
             }),
             None => None,
         };
@@ -137,6 +146,8 @@ impl ConnectOptions {
             b = b.tls(CoreTlsOptions {
                 ca_pem: tls.ca_pem,
                 domain: tls.domain,
+                client_cert_pem: tls.client_cert_pem,
+                client_key_pem: tls.client_key_pem,
             });
         }
         if let Some(t) = self.rpc_timeout_ms {

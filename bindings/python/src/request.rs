@@ -583,16 +583,38 @@ pub(crate) struct TlsOptions {
 #[pymethods]
 impl TlsOptions {
     #[new]
-    #[pyo3(signature = (*, ca_pem=None, domain=None))]
-    fn new(ca_pem: Option<&Bound<'_, PyAny>>, domain: Option<String>) -> PyResult<Self> {
-        let ca_pem = match ca_pem {
-            Some(p) if p.is_instance_of::<PyString>() => Some(p.extract::<String>()?.into_bytes()),
-            Some(p) if !p.is_none() => Some(bytes_arg(p, "ca_pem")?),
-            _ => None,
-        };
+    #[pyo3(signature = (*, ca_pem=None, domain=None, client_cert_pem=None, client_key_pem=None))]
+    fn new(
+        ca_pem: Option<&Bound<'_, PyAny>>,
+        domain: Option<String>,
+        client_cert_pem: Option<&Bound<'_, PyAny>>,
+        client_key_pem: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        fn pem(p: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<Vec<u8>>> {
+            Ok(match p {
+                Some(p) if p.is_instance_of::<PyString>() => {
+                    Some(p.extract::<String>()?.into_bytes())
+                }
+                Some(p) if !p.is_none() => Some(bytes_arg(p, name)?),
+                _ => None,
+            })
+        }
         Ok(TlsOptions {
-            inner: sepp_rs::client::TlsOptions { ca_pem, domain },
+            inner: sepp_rs::client::TlsOptions {
+                ca_pem: pem(ca_pem, "ca_pem")?,
+                domain,
+                client_cert_pem: pem(client_cert_pem, "client_cert_pem")?,
+                client_key_pem: pem(client_key_pem, "client_key_pem")?,
+            },
         })
+    }
+
+    #[getter]
+    fn client_cert_pem<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.inner
+            .client_cert_pem
+            .as_ref()
+            .map(|p| PyBytes::new(py, p))
     }
 
     #[getter]
@@ -607,13 +629,24 @@ impl TlsOptions {
 
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "TlsOptions(ca_pem={}, domain={})",
+            "TlsOptions(ca_pem={}, domain={}, client_cert_pem={}, client_key_pem={})",
             if self.inner.ca_pem.is_some() {
                 "<pem>"
             } else {
                 "None"
             },
-            repr(py, &self.inner.domain)
+            repr(py, &self.inner.domain),
+            if self.inner.client_cert_pem.is_some() {
+                "<pem>"
+            } else {
+                "None"
+            },
+            // Never shown, even in part.
+            if self.inner.client_key_pem.is_some() {
+                "<secret>"
+            } else {
+                "None"
+            }
         )
     }
 }

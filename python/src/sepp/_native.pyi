@@ -468,7 +468,12 @@ class TlsOptions:
     """TLS settings; an ``https://`` URL turns TLS on too."""
 
     def __new__(
-        cls, *, ca_pem: Union[bytes, bytearray, str, None] = None, domain: Optional[str] = None
+        cls,
+        *,
+        ca_pem: Union[bytes, bytearray, str, None] = None,
+        domain: Optional[str] = None,
+        client_cert_pem: Union[bytes, bytearray, str, None] = None,
+        client_key_pem: Union[bytes, bytearray, str, None] = None,
     ) -> TlsOptions:
         """Creates TLS settings.
 
@@ -476,6 +481,11 @@ class TlsOptions:
             ca_pem: PEM of the CA that signed the server's certificate. None: the public web
                 roots.
             domain: The name to verify the certificate against. None: the URL's host.
+            client_cert_pem: PEM certificate chain this client presents, for a server that
+                asks for client certificates (mutual TLS). Set together with
+                ``client_key_pem``; one without the other raises `InvalidConfigError` at
+                connect.
+            client_key_pem: PEM private key of ``client_cert_pem``.
 
         Raises:
             TypeError: An argument has the wrong type.
@@ -484,6 +494,10 @@ class TlsOptions:
     @property
     def ca_pem(self) -> Optional[bytes]:
         """The CA's PEM, if set."""
+
+    @property
+    def client_cert_pem(self) -> Optional[bytes]:
+        """The client certificate's PEM, if set (the key is never read back)."""
 
     @property
     def domain(self) -> Optional[str]:

@@ -7,6 +7,7 @@ call may succeed later. The hierarchy::
     SeppError
     ├── TransportError                   TRANSPORT                 (retryable)
     ├── UnauthenticatedError             UNAUTHENTICATED
+    ├── PermissionDeniedError            PERMISSION_DENIED
     ├── OverloadedError                  OVERLOADED                (retryable)
     ├── InvalidArgumentError             INVALID_ARGUMENT          (also a ValueError)
     ├── FailedPreconditionError          FAILED_PRECONDITION
@@ -59,6 +60,7 @@ __all__ = [
     "SeppError",
     "TransportError",
     "UnauthenticatedError",
+    "PermissionDeniedError",
     "OverloadedError",
     "InvalidArgumentError",
     "FailedPreconditionError",
@@ -130,6 +132,12 @@ class UnauthenticatedError(SeppError):
     """The API key is missing or wrong. Not retryable: fix `api_key`."""
 
     code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(SeppError):
+    """The API key lacks the role the call needs; the message names it. Not retryable."""
+
+    code = "PERMISSION_DENIED"
 
 
 class OverloadedError(SeppError):
@@ -429,6 +437,7 @@ _CLASSES: dict[str, type[SeppError]] = {
     for cls in (
         TransportError,
         UnauthenticatedError,
+        PermissionDeniedError,
         OverloadedError,
         InvalidArgumentError,
         FailedPreconditionError,

@@ -186,6 +186,25 @@ impl AdminService for AdminApi {
         }))
     }
 
+    #[tracing::instrument(name = "sepp.admin.backup", skip_all)]
+    async fn backup(
+        &self,
+        req: Request<pb::BackupRequest>,
+    ) -> Result<Response<pb::BackupResponse>, Status> {
+        let dir = req.into_inner().dir;
+        let report = self.queue.backup(&dir).await?;
+        tracing::info!(
+            dir,
+            records = report.records,
+            bytes = report.bytes,
+            "backup written"
+        );
+        Ok(Response::new(pb::BackupResponse {
+            records: report.records,
+            bytes: report.bytes,
+        }))
+    }
+
     #[tracing::instrument(name = "sepp.admin.pause_queue", skip_all)]
     async fn pause_queue(
         &self,

@@ -11,13 +11,13 @@
 //! gets a byte of its request buffered.
 
 mod admin_service;
-mod auth;
+pub mod auth;
 mod convert;
 mod decode_check;
 mod queue_service;
 mod status;
 
-use crate::config::{Config, ServerConfig};
+use crate::config::{Config, Role, ServerConfig};
 use crate::queue::Queue;
 use decode_check::DecodeChecked;
 use sepp_proto::admin::v1::admin_service_server::AdminServiceServer;
@@ -35,6 +35,9 @@ pub enum ApiError {
     /// The reflection service could not be built.
     #[error("reflection: {0}")]
     Reflection(String),
+    /// The API keys could not be loaded.
+    #[error("{0}")]
+    Auth(#[from] crate::config::ConfigError),
 }
 
 /// The assembled routes, TLS and health reporter; [`crate::net`] serves them.
@@ -47,6 +50,8 @@ pub struct Edge {
     pub health: HealthReporter,
     /// The API-key check and request shape of each call, for [`crate::net`].
     pub admit: crate::net::AdmitFn,
+    /// The API keys in force ([`auth::ApiKeyAuth::reload`] on SIGHUP).
+    pub auth: auth::ApiKeyAuth,
 }
 
 /// Largest request message the health service reads, in bytes: its requests name a service
@@ -97,14 +102,37 @@ pub(crate) fn check_reply_budget(what: &str, items: usize, len: usize, budget: u
     }
 }
 
+/// The role a call needs, from its path: enqueues need `producer`; Reserve, Ack, Nack and
+/// Extend need `worker`; DrainDeadLetters and the admin service need `admin`; anything else
+/// (GetServerInfo, reflection) needs only a known key. Returns the role and the call's name.
+pub fn required_role(path: &str) -> (Option<Role>, &str) {
+    const QUEUE: &str = "/sepp.v1.QueueService/";
+    const ADMIN: &str = "/sepp.admin.v1.AdminService/";
+    if let Some(m) = path.strip_prefix(QUEUE) {
+        let role = match m {
+            "Enqueue" | "EnqueueBatch" | "EnqueueAtomic" => Some(Role::Producer),
+            "Reserve" | "Ack" | "Nack" | "Extend" => Some(Role::Worker),
+            "DrainDeadLetters" => Some(Role::Admin),
+            _ => None,
+        };
+        (role, m)
+    } else if let Some(m) = path.strip_prefix(ADMIN) {
+        (Some(Role::Admin), m)
+    } else {
+        (None, path)
+    }
+}
+
 /// Admits a call from its headers, before any of its body is read: every path but the health
-/// service's needs the API key when `[auth] api_keys` is set (`UNAUTHENTICATED` otherwise);
-/// the request is then read as [`request_shape`] says.
+/// service's needs an API key when auth is on (`UNAUTHENTICATED` otherwise) with the role
+/// [`required_role`] names (`PERMISSION_DENIED` otherwise); the request is then read as
+/// [`request_shape`] says.
 fn admission(auth: auth::ApiKeyAuth, max_message: usize) -> crate::net::AdmitFn {
     Arc::new(move |parts: &http::request::Parts| {
         let path = parts.uri.path();
         if !path.starts_with(HEALTH) {
-            auth.check(&parts.headers)?;
+            let (role, call) = required_role(path);
+            auth.check(&parts.headers, role, call)?;
         }
         Ok(request_shape(path, max_message))
     })
@@ -129,14 +157,40 @@ fn tls_config(s: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, Api
         })?;
     let private = PrivateKeyDer::from_pem_slice(&read(key)?)
         .map_err(|e| ApiError::Tls(format!("{}: not a PEM private key: {e}", key.display())))?;
-    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| ApiError::Tls(e.to_string()))?
-    .with_no_client_auth()
-    .with_single_cert(certs, private)
-    .map_err(|e| ApiError::Tls(e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ApiError::Tls(e.to_string()))?;
+    let builder = match &s.tls_client_ca_path {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(&read(ca)?) {
+                let c = c.map_err(|e| {
+                    ApiError::Tls(format!("{}: not a PEM certificate: {e}", ca.display()))
+                })?;
+                roots
+                    .add(c)
+                    .map_err(|e| ApiError::Tls(format!("{}: {e}", ca.display())))?;
+            }
+            if roots.is_empty() {
+                return Err(ApiError::Tls(format!(
+                    "{}: no certificate in server.tls_client_ca_path",
+                    ca.display()
+                )));
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| ApiError::Tls(format!("{}: {e}", ca.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut tls = builder
+        .with_single_cert(certs, private)
+        .map_err(|e| ApiError::Tls(e.to_string()))?;
     tls.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Some(tokio_rustls::TlsAcceptor::from(Arc::new(tls))))
 }
@@ -147,7 +201,7 @@ fn tls_config(s: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, Api
 /// [`ApiError`] when TLS files are unreadable or invalid.
 pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError> {
     let max_message = usize::try_from(config.limits.max_message_bytes).unwrap_or(usize::MAX);
-    let auth = auth::ApiKeyAuth::new(config.auth.api_keys.clone());
+    let auth = auth::ApiKeyAuth::from_config(&config.auth)?;
 
     let admin_svc = AdminServiceServer::new(admin_service::AdminApi {
         queue: queue.clone(),
@@ -197,7 +251,8 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
         routes,
         tls,
         health,
-        admit: admission(auth, max_message),
+        admit: admission(auth.clone(), max_message),
+        auth,
     })
 }
 

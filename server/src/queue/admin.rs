@@ -351,6 +351,40 @@ fn job_info(j: StoredJob) -> JobInfo {
     }
 }
 
+impl Queue {
+    /// Writes a consistent copy of the store into `dir` ([`crate::storage::Store::backup`]):
+    /// `dir` must be an absolute path that does not exist or is an empty directory.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] naming `dir` and what is wrong with it; storage
+    /// failures.
+    pub async fn backup(&self, dir: &str) -> Result<crate::storage::BackupReport, QueueError> {
+        let path = std::path::Path::new(dir);
+        if dir.is_empty() || !path.is_absolute() {
+            return Err(QueueError::InvalidArgument(format!(
+                "dir {dir:?} is not an absolute path: the backup is written on the server's \
+                 host, so name the directory in full"
+            )));
+        }
+        match std::fs::read_dir(path) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    return Err(QueueError::InvalidArgument(format!(
+                        "dir {dir:?} exists and is not empty: back up into a new directory"
+                    )));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(QueueError::InvalidArgument(format!(
+                    "dir {dir:?} cannot be used: {e}"
+                )));
+            }
+        }
+        Ok(self.store.backup(path).await?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -321,4 +321,19 @@ pub trait Store: Send + Sync + 'static {
     /// Flushes everything and makes it durable; called once at shutdown. Writes after it are
     /// refused.
     async fn close(&self) -> Result<(), StorageError>;
+
+    /// Writes a consistent copy of everything stored, as of one instant (every write
+    /// acknowledged before the call is in it), into `dir`, a new data directory this backend
+    /// opens as it opens its own, made durable before returning. `dir` does not exist or is an
+    /// empty directory (the caller checks). Writes go on meanwhile.
+    async fn backup(&self, dir: &std::path::Path) -> Result<BackupReport, StorageError>;
+}
+
+/// What [`Store::backup`] copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackupReport {
+    /// Records copied.
+    pub records: u64,
+    /// Bytes of keys and values copied.
+    pub bytes: u64,
 }

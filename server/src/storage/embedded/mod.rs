@@ -1088,6 +1088,14 @@ impl Store for EmbeddedStore {
         self.shared.commit.health()
     }
 
+    async fn backup(&self, dir: &std::path::Path) -> Result<super::BackupReport, StorageError> {
+        let ks = self.shared.ks()?;
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || recovery::backup(&ks.db, &dir))
+            .await
+            .map_err(|e| StorageError::Io(format!("backup task: {e}")))?
+    }
+
     async fn close(&self) -> Result<(), StorageError> {
         {
             // Under the state lock, so that no transition is between its check and its

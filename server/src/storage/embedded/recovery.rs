@@ -181,3 +181,61 @@ pub(super) fn load_state(
     report.dedup_records = dedup.len();
     Ok((State { jobs, dedup }, report))
 }
+
+/// The keyspaces a data directory holds, in the order a backup copies them.
+const KEYSPACES: [&str; 5] = ["info", "jobs", "meta", "dedup", "queues"];
+
+/// Copies what `db` holds as of one snapshot into a new fjall database at `dir`, keyspace by
+/// keyspace, and makes it durable. The snapshot is one sequence number: every batch (each
+/// transition is one batch over every keyspace it touches) is wholly in it or wholly out.
+pub(super) fn backup(
+    db: &fjall::Database,
+    dir: &Path,
+) -> Result<crate::storage::BackupReport, StorageError> {
+    use fjall::Readable as _;
+    let snapshot = db.snapshot();
+    let out = fjall::Database::builder(dir)
+        .manual_journal_persist(true)
+        .max_journaling_size(MAX_JOURNAL)
+        .open()
+        .map_err(|e| StorageError::Io(format!("backup: cannot create {}: {e}", dir.display())))?;
+    let mut report = crate::storage::BackupReport::default();
+    for name in KEYSPACES {
+        let memtable = if name == "jobs" {
+            JOBS_MEMTABLE
+        } else {
+            INDEX_MEMTABLE
+        };
+        let opts = || KeyspaceCreateOptions::default().max_memtable_size(memtable);
+        let from = db.keyspace(name, opts).map_err(io)?;
+        let to = out.keyspace(name, opts).map_err(io)?;
+        let mut batch = out.batch();
+        let mut in_batch = 0u64;
+        for guard in snapshot.iter(&from) {
+            let (k, v) = guard.into_inner().map_err(io)?;
+            report.records += 1;
+            report.bytes += (k.len() + v.len()) as u64;
+            in_batch += (k.len() + v.len()) as u64;
+            batch.insert(&to, k, v);
+            if in_batch >= 8 * 1024 * 1024 {
+                batch.commit().map_err(io)?;
+                batch = out.batch();
+                in_batch = 0;
+            }
+        }
+        batch.commit().map_err(io)?;
+        to.rotate_memtable_and_wait().map_err(io)?;
+    }
+    out.persist(PersistMode::SyncAll).map_err(io)?;
+    drop(out);
+    super::sync_dirs(dir)
+        .map_err(|e| StorageError::Io(format!("backup: cannot sync {}: {e}", dir.display())))?;
+    if let Some(parent) = dir.parent() {
+        std::fs::File::open(parent)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| {
+                StorageError::Io(format!("backup: cannot sync {}: {e}", parent.display()))
+            })?;
+    }
+    Ok(report)
+}

@@ -30,9 +30,9 @@ pub(crate) mod schema;
 use self::group_commit::GroupCommit;
 use super::embedded::codec::Body;
 use super::{
-    Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance, ReadyJobs,
-    ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth,
-    Store, SweepPass,
+    BackupReport, Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance,
+    ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError,
+    StorageHealth, Store, SweepPass,
 };
 use crate::domain::{
     DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry, Fingerprint, Finish,
@@ -1284,6 +1284,18 @@ impl Store for PostgresStore {
             idempotency_key: key,
             worker_id: row.worker_id,
         }))
+    }
+
+    async fn backup(&self, _dir: &std::path::Path) -> Result<BackupReport, StorageError> {
+        // The data lives in PostgreSQL, whose own tools make a consistent copy while servers
+        // run; a copy written by a sepp server would be neither consistent with the other
+        // servers' writes nor restorable by PostgreSQL (docs/postgres.md, "Backups").
+        Err(StorageError::Io(format!(
+            "backup: the PostgreSQL backend ({}) is backed up with PostgreSQL's tools \
+             (pg_dump for a logical copy; pg_basebackup with WAL archiving for a point in time), \
+             not with sepp backup",
+            self.shared.place
+        )))
     }
 
     async fn release_leases(

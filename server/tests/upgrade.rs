@@ -1,0 +1,372 @@
+//! Upgrades: a data directory written by each released on-disk format of the embedded store
+//! opens, and every record in it reads back; a newer format is refused.
+//!
+//! The fixture `tests/fixtures/embedded-v1/` (format version 1) was written by
+//! `write_the_v1_fixture` below, through a real server: `data/` is the data directory, and
+//! `manifest.toml` lists what the server acknowledged. To write it again (only when a new
+//! format is introduced: each released format keeps its own directory):
+//! `SEPP_WRITE_FIXTURE=1 cargo nextest run -p sepp-server --test upgrade --run-ignored only`.
+
+mod common;
+
+use common::TestServer;
+use sepp_proto::admin::v1 as admin;
+use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
+use sepp_proto::v1 as pb;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+const TEN_YEARS_MS: u64 = 3650 * 86_400_000;
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/embedded-v1")
+}
+
+/// What the fixture holds: every job the server acknowledged, as the test expects to find it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Manifest {
+    format_version: u32,
+    jobs: Vec<FixtureJob>,
+    paused_queues: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct FixtureJob {
+    id: String,
+    queue: String,
+    job_type: String,
+    payload: String,
+    priority: u32,
+    idempotency_key: Option<String>,
+    /// `ready`, `scheduled`, `in_flight`, `dead_lettered` or `acked`.
+    state: String,
+    attempt: u32,
+    max_attempts: u32,
+}
+
+fn config(c: &mut sepp_server::config::Config) {
+    c.storage.dead_letter_retention_ms = TEN_YEARS_MS;
+    c.storage.dedup_window_ms = TEN_YEARS_MS;
+    c.storage.persist_mode = sepp_server::config::PersistMode::SyncAll;
+    c.limits.max_schedule_horizon_ms = TEN_YEARS_MS;
+}
+
+fn job(queue: &str, job_type: &str, payload: &str) -> pb::EnqueueRequest {
+    pb::EnqueueRequest {
+        queue: queue.into(),
+        job_type: job_type.into(),
+        payload: Some(pb::Payload {
+            data: payload.as_bytes().to_vec(),
+            encoding: "text/plain".into(),
+        }),
+        ..Default::default()
+    }
+}
+
+async fn enqueue(
+    q: &mut pb::queue_service_client::QueueServiceClient<tonic::transport::Channel>,
+    r: pb::EnqueueRequest,
+) -> String {
+    let res = q
+        .enqueue_batch(pb::EnqueueBatchRequest { jobs: vec![r] })
+        .await
+        .unwrap()
+        .into_inner();
+    match res.results[0].outcome.clone().unwrap() {
+        pb::job_result::Outcome::Success(s) => s.job_id,
+        other => panic!("rejected: {other:?}"),
+    }
+}
+
+fn reserve(queue: &str) -> pb::ReserveRequest {
+    pb::ReserveRequest {
+        queues: vec![queue.into()],
+        max_jobs: Some(10),
+        lease_duration: Some(prost_types::Duration {
+            seconds: 300,
+            nanos: 0,
+        }),
+        wait_timeout: Some(prost_types::Duration::default()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+#[ignore = "writes the committed fixture; run with SEPP_WRITE_FIXTURE=1"]
+async fn write_the_v1_fixture() {
+    if std::env::var_os("SEPP_WRITE_FIXTURE").is_none() {
+        return;
+    }
+    let server = TestServer::start(config).await;
+    let mut q = common::Clients::raw(&server).await;
+    let mut adm = AdminServiceClient::connect(server.url()).await.unwrap();
+    let mut jobs = Vec::new();
+    let mut push = |id: String, r: &pb::EnqueueRequest, state: &str, attempt: u32| {
+        jobs.push(FixtureJob {
+            id,
+            queue: r.queue.clone(),
+            job_type: r.job_type.clone(),
+            payload: String::from_utf8(r.payload.clone().unwrap().data).unwrap(),
+            priority: r.priority.unwrap_or(0),
+            idempotency_key: r.idempotency_key.clone(),
+            state: state.into(),
+            attempt,
+            max_attempts: r.max_attempts.unwrap_or(3),
+        });
+    };
+
+    // Ready: keyed with a priority and a custom entry, and unkeyed.
+    let mut a = job("fx-ready", "email", "alpha");
+    a.idempotency_key = Some("key-a".into());
+    a.priority = Some(5);
+    a.custom.insert(
+        "tenant".into(),
+        pb::PrimitiveValue {
+            value: Some(pb::primitive_value::Value::StringValue("acme".into())),
+        },
+    );
+    let id = enqueue(&mut q, a.clone()).await;
+    push(id, &a, "ready", 0);
+    let b = job("fx-ready", "email", "beta");
+    let id = enqueue(&mut q, b.clone()).await;
+    push(id, &b, "ready", 0);
+    // Scheduled far in the future.
+    let mut c = job("fx-scheduled", "report", "gamma");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    c.scheduled_at = Some(prost_types::Timestamp {
+        seconds: i64::try_from(now + 3000 * 86_400).unwrap(), // about 8 years on
+        nanos: 0,
+    });
+    let id = enqueue(&mut q, c.clone()).await;
+    push(id, &c, "scheduled", 0);
+    // Dead-lettered after its only attempt.
+    let mut d = job("fx-dead", "charge", "delta");
+    d.max_attempts = Some(1);
+    let id = enqueue(&mut q, d.clone()).await;
+    let got = q
+        .reserve(reserve("fx-dead"))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    q.nack(pb::NackRequest {
+        job_id: got[0].id.clone(),
+        attempt: got[0].attempt,
+        reason: Some("card declined".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    push(id, &d, "dead_lettered", 1);
+    // In flight (its lease will have expired when the fixture is read).
+    let e = job("fx-leased", "resize", "epsilon");
+    let id = enqueue(&mut q, e.clone()).await;
+    q.reserve(reserve("fx-leased")).await.unwrap();
+    push(id, &e, "in_flight", 1);
+    // Acked, keyed: the job is gone, its dedup record stays.
+    let mut f = job("fx-acked", "sync", "zeta");
+    f.idempotency_key = Some("key-f".into());
+    let id = enqueue(&mut q, f.clone()).await;
+    let got = q
+        .reserve(reserve("fx-acked"))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    q.ack(pb::AckRequest {
+        job_id: got[0].id.clone(),
+        attempt: got[0].attempt,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    push(id, &f, "acked", 1);
+    // A paused queue with a job.
+    let g = job("fx-paused", "email", "eta");
+    let id = enqueue(&mut q, g.clone()).await;
+    push(id, &g, "ready", 0);
+    adm.pause_queue(admin::PauseQueueRequest {
+        queue: "fx-paused".into(),
+    })
+    .await
+    .unwrap();
+
+    let dir = server.stop().await;
+    let data = dir.path().join("data");
+    let out = fixture_dir();
+    let _ = std::fs::remove_dir_all(&out);
+    copy_dir(&data, &out.join("data"));
+    trim_journals(&out.join("data"));
+    let manifest = Manifest {
+        format_version: 1,
+        jobs,
+        paused_queues: vec!["fx-paused".into()],
+    };
+    std::fs::write(
+        out.join("manifest.toml"),
+        toml::to_string(&manifest).unwrap(),
+    )
+    .unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// fjall preallocates its journal (64 MiB of zeros past the last entry); the committed copy
+/// keeps only up to the last non-zero byte, which recovery reads the same way.
+fn trim_journals(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "jnl") {
+            let bytes = std::fs::read(&p).unwrap();
+            let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+            std::fs::write(&p, &bytes[..end]).unwrap();
+        }
+    }
+}
+
+fn manifest() -> Manifest {
+    toml::from_str(&std::fs::read_to_string(fixture_dir().join("manifest.toml")).unwrap()).unwrap()
+}
+
+/// A copy of the fixture's data directory (opening it writes), under a fresh test directory.
+fn fixture_copy() -> common::TempDir {
+    let dir = common::TempDir::new();
+    copy_dir(&fixture_dir().join("data"), &dir.path().join("data"));
+    dir
+}
+
+#[tokio::test]
+async fn a_format_1_directory_opens_and_every_record_reads_back() {
+    let m = manifest();
+    assert_eq!(m.format_version, 1);
+    let server = TestServer::start_in(fixture_copy(), config).await;
+    let mut q = common::Clients::raw(&server).await;
+    let mut adm = AdminServiceClient::connect(server.url()).await.unwrap();
+
+    for j in &m.jobs {
+        let info = adm
+            .get_job(admin::GetJobRequest {
+                job_id: j.id.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("job {} ({}): {e}", j.id, j.payload))
+            .into_inner()
+            .job
+            .unwrap();
+        let state = admin::JobState::try_from(info.state).unwrap();
+        let expected: &[admin::JobState] = match j.state.as_str() {
+            "ready" => &[admin::JobState::Ready],
+            "scheduled" => &[admin::JobState::Scheduled],
+            "dead_lettered" => &[admin::JobState::DeadLettered],
+            // Its lease ran out while the fixture sat in the repository.
+            "in_flight" => &[admin::JobState::InFlight, admin::JobState::Ready],
+            "acked" => &[admin::JobState::Completed, admin::JobState::Unknown],
+            s => panic!("unknown state {s}"),
+        };
+        assert!(expected.contains(&state), "{}: {state:?}", j.payload);
+        if j.state != "acked" {
+            assert_eq!(info.queue, j.queue);
+            assert_eq!(info.job_type, j.job_type);
+            assert_eq!(info.priority, j.priority);
+            assert_eq!(info.max_attempts, j.max_attempts);
+            assert_eq!(info.attempt, j.attempt, "{}", j.payload);
+            assert_eq!(info.idempotency_key, j.idempotency_key);
+        }
+        if let Some(key) = &j.idempotency_key {
+            let found = adm
+                .lookup_idempotency_key(admin::LookupIdempotencyKeyRequest {
+                    queue: j.queue.clone(),
+                    idempotency_key: key.clone(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(found.found, "dedup record of {key}");
+            assert_eq!(found.job_id, j.id);
+        }
+    }
+    for p in &m.paused_queues {
+        let stats = adm
+            .get_queue_stats(admin::GetQueueStatsRequest { queue: p.clone() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(stats.paused, "{p} is still paused");
+    }
+    // Payloads and custom entries read back through Reserve.
+    let got = q
+        .reserve(reserve("fx-ready"))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    let mut payloads: Vec<_> = got
+        .iter()
+        .map(|j| String::from_utf8(j.payload.clone().unwrap().data).unwrap())
+        .collect();
+    payloads.sort();
+    assert_eq!(payloads, ["alpha", "beta"]);
+    let alpha = got
+        .iter()
+        .find(|j| j.payload.as_ref().unwrap().data == b"alpha")
+        .unwrap();
+    assert_eq!(
+        alpha.custom["tenant"].value,
+        Some(pb::primitive_value::Value::StringValue("acme".into()))
+    );
+    assert_eq!(alpha.payload.as_ref().unwrap().encoding, "text/plain");
+    // A keyed enqueue of a fixture key is deduplicated to the fixture's job.
+    let mut again = job("fx-acked", "sync", "zeta");
+    again.idempotency_key = Some("key-f".into());
+    let res = q
+        .enqueue_batch(pb::EnqueueBatchRequest { jobs: vec![again] })
+        .await
+        .unwrap()
+        .into_inner();
+    let pb::job_result::Outcome::Success(s) = res.results[0].outcome.clone().unwrap() else {
+        panic!("rejected");
+    };
+    assert!(s.deduplicated);
+    let f = m.jobs.iter().find(|j| j.payload == "zeta").unwrap();
+    assert_eq!(s.job_id, f.id);
+}
+
+#[tokio::test]
+async fn a_newer_format_is_refused_with_the_existing_message() {
+    let dir = fixture_copy();
+    let data = dir.path().join("data");
+    {
+        let db = fjall::Database::builder(&data).open().unwrap();
+        let info = db
+            .keyspace("info", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        info.insert("format_version", 2u32.to_le_bytes()).unwrap();
+        db.persist(fjall::PersistMode::SyncAll).unwrap();
+    }
+    let opts = sepp_server::storage::embedded::EmbeddedOptions {
+        path: data,
+        persist_mode: sepp_server::config::PersistMode::SyncAll,
+        min_free_bytes: 0,
+    };
+    let e = sepp_server::storage::embedded::EmbeddedStore::open(opts, 0)
+        .err()
+        .expect("a newer format is refused");
+    assert_eq!(
+        e.to_string(),
+        "data directory format version 2 is not supported (this sepp reads up to 1)"
+    );
+}
