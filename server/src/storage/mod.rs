@@ -23,6 +23,8 @@ pub mod embedded;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+#[cfg(test)]
+pub(crate) mod model;
 
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, EnqueuePlan, Expiry, Finish, Fit, Job,
