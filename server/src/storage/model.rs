@@ -449,16 +449,33 @@ impl System {
         )
     }
 
-    async fn restart(&mut self) {
+    async fn restart(self) -> Self {
         self.store.close().await.expect("close");
-        self.store = self.backend.open(self.clock.now()).await;
-        self.queue = Self::queue(&self.store, &self.limits, &self.clock);
+        let System {
+            backend,
+            clock,
+            limits,
+            store,
+            queue,
+        } = self;
+        // The old store lets go of its data directory once the last handle is dropped.
+        drop(queue);
+        drop(store);
+        let store = backend.open(clock.now()).await;
+        let queue = Self::queue(&store, &limits, &clock);
+        System {
+            backend,
+            clock,
+            limits,
+            store,
+            queue,
+        }
     }
 
     async fn sweep_all(&self) {
         loop {
             let r = self.queue.sweep(1_000).await.expect("sweep");
-            if !r.more {
+            if !r.done.more {
                 return;
             }
         }
@@ -490,7 +507,7 @@ fn fenced(r: Result<impl std::fmt::Debug, QueueError>, want: Fenced, what: &str)
 }
 
 /// Applies `op` to the system and the model and compares the answers.
-async fn step(sys: &mut System, m: &mut Model, op: &Op) {
+async fn step(sys: System, m: &mut Model, op: &Op) -> System {
     let unknown = JobId(0x0123_4567_89ab_4def_8123_4567_89ab_cdef);
     match op {
         Op::Enqueue(jobs, atomic) => {
@@ -515,7 +532,7 @@ async fn step(sys: &mut System, m: &mut Model, op: &Op) {
                             !writes,
                             "atomic batch refused: {failures:?}; model: {plan:?}"
                         );
-                        let invalid = plan.iter().any(|o| *o == Outcome::Invalid);
+                        let invalid = plan.contains(&Outcome::Invalid);
                         let want: Vec<u32> = plan
                             .iter()
                             .enumerate()
@@ -540,7 +557,7 @@ async fn step(sys: &mut System, m: &mut Model, op: &Op) {
                                 "{r:?}"
                             );
                         }
-                        return;
+                        return sys;
                     }
                 }
             } else {
@@ -738,8 +755,9 @@ async fn step(sys: &mut System, m: &mut Model, op: &Op) {
             sys.sweep_all().await;
             m.sweep();
         }
-        Op::Restart => sys.restart().await,
+        Op::Restart => return sys.restart().await,
     }
+    sys
 }
 
 fn remove_dead(m: &mut Model, id: JobId) {
@@ -851,7 +869,7 @@ pub(crate) fn run(backend: Box<dyn Backend>, retention_ms: u64, ops: &[Op]) {
             deliveries: Vec::new(),
         };
         for op in ops {
-            step(&mut sys, &mut m, op).await;
+            sys = step(sys, &mut m, op).await;
             compare(&sys, &m).await;
         }
         sys.store.close().await.expect("close");
