@@ -5,7 +5,7 @@ export CARGO_TERM_COLOR ?= never
 
 CI_TARGETS := lint test-rust test-rust-postgres check-example-errors crash-short
 # Checks longer than a minute (not in CI); each owner adds its target to SOAK_TARGETS.
-SOAK_TARGETS := soak-streams soak-crash soak-long-poll
+SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-fuzz soak-model
 .DEFAULT_GOAL := ci
 
 -include python/python.mk
@@ -13,6 +13,7 @@ SOAK_TARGETS := soak-streams soak-crash soak-long-poll
 -include tests/interop/interop.mk
 -include tests/behaviour/behaviour.mk
 
+.PHONY: fuzz-build fuzz-short soak-fuzz soak-model
 .PHONY: ci lint test-rust test-rust-postgres build release fmt no-tonic-in-core check-example-errors soak soak-streams crash-short soak-crash soak-long-poll
 
 ci: $(CI_TARGETS)
@@ -29,6 +30,7 @@ fmt:
 
 lint: no-tonic-in-core
 	cargo fmt --all -- --check
+	cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
@@ -39,7 +41,7 @@ no-tonic-in-core:
 	@if grep -rnE '\b(tonic|prost|prost_types|tonic_health|tonic_reflection|sepp_proto)::' \
 		server/src/domain server/src/queue server/src/storage server/src/config.rs server/src/error.rs; then \
 		echo "gRPC types referenced below server/src/api"; exit 1; fi
-	@if grep -rnE 'crate::(queue|api)\b' server/src/storage --exclude=conformance.rs --exclude=tests.rs; then \
+	@if grep -rnE 'crate::(queue|api)\b' server/src/storage --exclude=conformance.rs --exclude=model.rs --exclude=tests.rs; then \
 		echo "storage/ imports queue/ or api/"; exit 1; fi
 	@if grep -rnE 'crate::(queue|storage|api|config)\b' server/src/domain; then \
 		echo "domain/ imports a module above it"; exit 1; fi
@@ -114,3 +116,40 @@ soak-crash:
 	PROFILE=release tests/crash/run disk-full --rounds 10
 	PROFILE=release tests/crash/run disk-full --rounds 10 --min-free-mib 0
 	PROFILE=release tests/crash/run io-errors --rounds 10
+
+# Fuzzing (fuzz/, cargo-fuzz with libFuzzer; docs/reliability.md). The targets build with the
+# nightly toolchain and AddressSanitizer into fuzz/target, apart from the main build. Each run
+# starts from the committed corpus (fuzz/corpus/TARGET) and writes what it finds to a scratch
+# directory, so the committed corpus changes only by hand. A crash stops the run, saves the
+# input under fuzz/artifacts/TARGET and fails the make target.
+FUZZ_TARGETS := request config codec recovery
+FUZZ_SECS ?= 20
+FUZZ_RUNS ?= 10000000
+FUZZ_RECOVERY_RUNS ?= 100000
+fuzz-build:
+	cd fuzz && cargo +nightly fuzz build
+
+fuzz-short: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		scratch=$$(mktemp -d); \
+		echo "fuzz $$t: $(FUZZ_SECS) s"; \
+		(cd fuzz && cargo +nightly fuzz run $$t $$scratch corpus/$$t -- -max_total_time=$(FUZZ_SECS) -print_final_stats=1) 2>&1 | grep -E '^(stat::number_of_executed_units|==|SUMMARY|thread)|panicked' ; \
+		rc=$${PIPESTATUS[0]}; rm -rf $$scratch; [ $$rc -eq 0 ] || exit $$rc; \
+	done
+
+# The long runs: the pure targets to $(FUZZ_RUNS) executions each, recovery (a store opened per
+# input) to $(FUZZ_RECOVERY_RUNS).
+soak-fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		runs=$(FUZZ_RUNS); [ $$t = recovery ] && runs=$(FUZZ_RECOVERY_RUNS); \
+		scratch=$$(mktemp -d); \
+		echo "fuzz $$t: $$runs runs"; \
+		(cd fuzz && nice -n 10 cargo +nightly fuzz run $$t $$scratch corpus/$$t -- -runs=$$runs -print_final_stats=1) 2>&1 | grep -E '^(stat::number_of_executed_units|==|SUMMARY|thread)|panicked|Done' ; \
+		rc=$${PIPESTATUS[0]}; rm -rf $$scratch; [ $$rc -eq 0 ] || exit $$rc; \
+	done
+
+# The model test (server/src/storage/model.rs) with many random sequences; CI runs 16 as part
+# of test-rust.
+SEPP_MODEL_CASES ?= 1000
+soak-model:
+	SEPP_MODEL_CASES=$(SEPP_MODEL_CASES) cargo test --release -p sepp-server --lib the_model_agrees -- --nocapture

@@ -1,6 +1,7 @@
 //! Test support: a server running inside the test process, and the real binary as a child
 //! process. Used by this crate's tests, the client core's tests and the benchmarks.
 
+pub mod fuzz;
 pub mod postgres;
 pub mod stalled;
 

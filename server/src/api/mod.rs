@@ -10,11 +10,11 @@
 //! admitted (its API key) and how its request is read, so that a caller without a key never
 //! gets a byte of its request buffered.
 
-mod admin_service;
+pub(crate) mod admin_service;
 pub mod auth;
 mod convert;
 mod decode_check;
-mod queue_service;
+pub(crate) mod queue_service;
 mod status;
 
 use crate::config::{Config, Role, ServerConfig};

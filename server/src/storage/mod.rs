@@ -25,6 +25,8 @@ pub mod postgres;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+#[cfg(test)]
+pub(crate) mod model;
 
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, EnqueuePlan, Expiry, Finish, Fit, Job,

@@ -34,6 +34,7 @@
 
 pub(crate) mod codec;
 pub(crate) mod dedup_index;
+pub mod fuzz;
 pub(crate) mod group_commit;
 pub(crate) mod job_index;
 mod recovery;

@@ -46,6 +46,7 @@ impl Backend for Embedded {
 }
 
 crate::storage::conformance::conformance_suite!(Embedded::new());
+crate::storage::model::model_test!(Embedded::new());
 
 /// Everything the index holds, in a comparable order (a dedup entry's batch number is left
 /// out: recovered entries are durable, batch 0).

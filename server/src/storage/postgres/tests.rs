@@ -40,3 +40,4 @@ impl Backend for Postgres {
 }
 
 crate::storage::conformance::conformance_suite!(Postgres::new());
+crate::storage::model::model_test!(Postgres::new());
