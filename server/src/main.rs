@@ -108,6 +108,12 @@ fn main() -> ExitCode {
             "config sections not implemented by this server are ignored"
         );
     }
+    if !loaded.ignored_keys.is_empty() {
+        tracing::warn!(
+            keys = loaded.ignored_keys.join(", "),
+            "config keys not implemented by this server are ignored"
+        );
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
