@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod net;
 pub mod queue;
 pub mod storage;
+pub mod telemetry;
 pub mod testing;
 
 use crate::config::Config;
