@@ -20,7 +20,19 @@ use std::path::{Path, PathBuf};
 
 /// Sections of the public sepp's config that this server accepts but does not implement yet.
 /// They are ignored with one warning so that the public sepp's config files still start sepp.
-pub const IGNORED_SECTIONS: &[&str] = &["logging", "tracing", "metrics", "admin", "cluster"];
+pub const IGNORED_SECTIONS: &[&str] = &["admin", "cluster"];
+
+/// The operations sections and the keys this server gives a meaning. Any other key in them (one
+/// the public sepp's config files may carry) is accepted and ignored with one warning, so that
+/// those files still start sepp.
+const OPERATIONS_KEYS: &[(&str, &[&str])] = &[
+    ("metrics", &["enabled", "listen_addr", "max_queue_labels"]),
+    ("logging", &["level", "format"]),
+    (
+        "tracing",
+        &["enabled", "otlp_endpoint", "service_name", "sample_ratio"],
+    ),
+];
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -36,6 +48,107 @@ pub struct Config {
     pub storage: StorageConfig,
     /// `[[queues]]`: declared queues and their overrides.
     pub queues: Vec<QueueConfig>,
+    /// `[metrics]`: the Prometheus endpoint.
+    pub metrics: MetricsConfig,
+    /// `[logging]`: log level and format.
+    pub logging: LoggingConfig,
+    /// `[tracing]`: OpenTelemetry trace export.
+    pub tracing: TracingConfig,
+}
+
+/// `[metrics]`: a Prometheus scrape endpoint (`docs/operations.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve `GET /metrics` on `listen_addr`. Default false.
+    pub enabled: bool,
+    /// Address of the metrics endpoint; port 0 lets the OS pick one. Default `127.0.0.1:9464`
+    /// (loopback: expose it on purpose).
+    pub listen_addr: SocketAddr,
+    /// Most distinct values of the `queue` label: declared `[[queues]]` always get their own,
+    /// then the first queues seen, until this many; the rest are counted under
+    /// `queue="_other"`. 1–10 000, default 100.
+    pub max_queue_labels: u32,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            max_queue_labels: 100,
+        }
+    }
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object a line, with the fields of the current spans (and so `trace_id`).
+    Json,
+}
+
+/// `[logging]`. Logs go to standard error; `SEPP_LOG` (a filter) wins over `level`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoggingConfig {
+    /// A level (`error`, `warn`, `info`, `debug`, `trace`) or a filter such as
+    /// `info,sepp_server=debug`. Default `info`.
+    pub level: String,
+    /// `text` or `json`. Default `text`.
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// `[tracing]`: OpenTelemetry spans exported over OTLP/gRPC (`docs/operations.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracingConfig {
+    /// Export spans. Default false; setting `otlp_endpoint` turns it on too.
+    pub enabled: bool,
+    /// The OTLP/gRPC collector, e.g. `http://127.0.0.1:4317`. Unset: `http://127.0.0.1:4317`
+    /// when `enabled`, no export otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans. Default `sepp`.
+    pub service_name: String,
+    /// Share of new traces sampled, 0.0–1.0; a call that carries a sampled parent (a job's
+    /// trace context) follows its parent's decision. Default 1.0.
+    pub sample_ratio: f64,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            otlp_endpoint: None,
+            service_name: "sepp".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
+impl TracingConfig {
+    /// Where spans are exported, if anywhere.
+    pub fn endpoint(&self) -> Option<String> {
+        match &self.otlp_endpoint {
+            Some(e) => Some(e.clone()),
+            None if self.enabled => Some("http://127.0.0.1:4317".into()),
+            None => None,
+        }
+    }
 }
 
 /// `[server]`.
@@ -602,6 +715,9 @@ pub struct Loaded {
     pub path: Option<PathBuf>,
     /// Sections that were present but are not implemented (logged once as a warning).
     pub ignored_sections: Vec<String>,
+    /// Keys of `[metrics]`, `[logging]` and `[tracing]` that this server does not implement,
+    /// as `section.key` (logged once as a warning).
+    pub ignored_keys: Vec<String>,
 }
 
 /// A day in milliseconds, for the ranges of time keys.
@@ -657,6 +773,20 @@ impl Config {
                 ignored_sections.push((*section).to_string());
             }
         }
+        let mut ignored_keys = Vec::new();
+        for (section, known) in OPERATIONS_KEYS {
+            if let Some(toml::Value::Table(t)) = table.get_mut(*section) {
+                let unknown: Vec<String> = t
+                    .keys()
+                    .filter(|k| !known.contains(&k.as_str()))
+                    .cloned()
+                    .collect();
+                for k in unknown {
+                    t.remove(&k);
+                    ignored_keys.push(format!("{section}.{k}"));
+                }
+            }
+        }
         apply_env(&mut table, env)?;
         let config: Config =
             serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
@@ -668,6 +798,7 @@ impl Config {
             config,
             path: None,
             ignored_sections,
+            ignored_keys,
         })
     }
 
@@ -799,6 +930,30 @@ impl Config {
             }
             _ => {}
         }
+        check_range(
+            "metrics.max_queue_labels",
+            self.metrics.max_queue_labels,
+            1,
+            10_000,
+        )?;
+        if self.logging.level.trim().is_empty() {
+            return Err(ConfigError(
+                "config key logging.level is empty: expected a level such as info or a filter such as info,sepp_server=debug".into(),
+            ));
+        }
+        let ratio = self.tracing.sample_ratio;
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(ConfigError(format!(
+                "config key tracing.sample_ratio = {ratio} is out of range: allowed 0.0 to 1.0"
+            )));
+        }
+        if let Some(e) = &self.tracing.otlp_endpoint
+            && !(e.starts_with("http://") || e.starts_with("https://"))
+        {
+            return Err(ConfigError(format!(
+                "config key tracing.otlp_endpoint = {e:?} is not a URL: expected http://HOST:PORT or https://HOST:PORT"
+            )));
+        }
 
         Ok(())
     }
@@ -834,7 +989,9 @@ pub fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
 /// parses as one (numbers, booleans, quoted strings), otherwise as a bare string. Only scalar keys
 /// of the fixed sections can be overridden.
 fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
-    const SECTIONS: &[&str] = &["server", "auth", "limits", "storage"];
+    const SECTIONS: &[&str] = &[
+        "server", "auth", "limits", "storage", "metrics", "logging", "tracing",
+    ];
     for (name, raw) in env {
         let Some(rest) = name.strip_prefix("SEPP_") else {
             continue;
@@ -941,15 +1098,45 @@ mod tests {
 
     #[test]
     fn ignored_sections_are_reported() {
-        let l = Config::from_toml_with_env(
-            "[metrics]\nenabled = true\n[logging]\nlevel = \"info\"\n",
-            &[],
-        )
-        .expect("accepted");
+        let l = Config::from_toml_with_env("[admin]\nenabled = true\n[cluster]\nx = 1\n", &[])
+            .expect("accepted");
         assert_eq!(
             l.ignored_sections,
-            vec!["logging".to_string(), "metrics".to_string()]
+            vec!["admin".to_string(), "cluster".to_string()]
         );
+    }
+
+    /// `[metrics]`, `[logging]` and `[tracing]` take our keys, ignore (and report) any other
+    /// key a public sepp config may carry, and take `SEPP_*` overrides.
+    #[test]
+    fn operations_sections_take_their_keys_and_ignore_others() {
+        let text = "[metrics]\nenabled = true\nlisten_addr = \"127.0.0.1:0\"\nfoo = 1\n\
+                    [logging]\nlevel = \"debug\"\nformat = \"json\"\n\
+                    [tracing]\notlp_endpoint = \"http://127.0.0.1:4317\"\nbar = \"x\"\n";
+        let env = vec![(
+            "SEPP_METRICS__MAX_QUEUE_LABELS".to_string(),
+            "7".to_string(),
+        )];
+        let l = Config::from_toml_with_env(text, &env).expect("accepted");
+        assert!(l.ignored_sections.is_empty());
+        assert_eq!(
+            l.ignored_keys,
+            vec!["metrics.foo".to_string(), "tracing.bar".to_string()]
+        );
+        let c = l.config;
+        assert!(c.metrics.enabled);
+        assert_eq!(c.metrics.listen_addr.port(), 0);
+        assert_eq!(c.metrics.max_queue_labels, 7);
+        assert_eq!(c.logging.level, "debug");
+        assert_eq!(c.logging.format, LogFormat::Json);
+        assert_eq!(
+            c.tracing.endpoint().as_deref(),
+            Some("http://127.0.0.1:4317")
+        );
+        let err = load("[tracing]\nsample_ratio = 1.5\n").unwrap_err();
+        assert!(err.contains("tracing.sample_ratio"), "{err}");
+        let err = load("[metrics]\nmax_queue_labels = 0\n").unwrap_err();
+        assert!(err.contains("metrics.max_queue_labels"), "{err}");
     }
 
     #[test]

@@ -25,9 +25,11 @@ pub mod api;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod metrics;
 pub mod net;
 pub mod queue;
 pub mod storage;
+pub mod telemetry;
 pub mod testing;
 
 use crate::config::Config;
@@ -147,6 +149,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The queue layer it serves (tests wait on its ready signals, or run a sweeper pass).
     pub queue: Arc<Queue>,
+    /// Where `GET /metrics` is served, when `[metrics] enabled`.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// [`serve`] with the clock every transition reads (a [`queue::clock::ManualClock`] in tests)
@@ -167,7 +171,40 @@ pub async fn serve_with(
     let limits = Arc::new(Limits::from_config(&config)?);
     let store = open_store(&config, clock.now()).await?;
     let stopping = CancellationToken::new();
-    let queue = Arc::new(Queue::new(store.clone(), limits, clock, stopping.clone()));
+    let metrics = Arc::new(metrics::Metrics::new(
+        config.metrics.enabled,
+        config.queues.iter().map(|q| q.name.clone()),
+        config.metrics.max_queue_labels as usize,
+    ));
+    store.observe_commits(metrics.clone());
+    let queue = Arc::new(
+        Queue::new(store.clone(), limits, clock, stopping.clone()).with_metrics(metrics.clone()),
+    );
+    let metrics_addr = if config.metrics.enabled {
+        let at = config.metrics.listen_addr;
+        let listener = TcpListener::bind(at).await.map_err(|e| {
+            ServeError::Transport(format!(
+                "cannot listen for metrics on {at} (metrics.listen_addr): {e}"
+            ))
+        })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| ServeError::Transport(e.to_string()))?;
+        let q = queue.clone();
+        tokio::spawn(metrics::serve(
+            listener,
+            metrics,
+            move || {
+                let q = q.clone();
+                async move { q.store_gauges().await.map_err(|e| e.to_string()) }
+            },
+            stopping.clone(),
+        ));
+        tracing::info!(addr = %bound, "metrics on http://{bound}/metrics");
+        Some(bound)
+    } else {
+        None
+    };
     let sweeper = tokio::spawn(queue::sweeper::run(
         queue.clone(),
         config.storage.sweep_interval_ms,
@@ -202,7 +239,11 @@ pub async fn serve_with(
             net_stop.cancel();
         });
     }
-    on_ready(&Running { addr, queue });
+    on_ready(&Running {
+        addr,
+        queue,
+        metrics_addr,
+    });
     net::serve(
         listener,
         edge.tls,

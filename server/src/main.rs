@@ -21,7 +21,7 @@ Environment:
   SEPP_<SECTION>__<KEY>=V   overrides one config key, e.g. SEPP_SERVER__LISTEN_ADDR=0.0.0.0:50051
                             or SEPP_STORAGE__PERSIST_MODE=buffer (`sepp config example` lists keys)
   SEPP_LOG=FILTER           log level and filter, e.g. debug or info,sepp_server=debug
-                            (default: info; logs go to standard error)";
+                            (default: [logging] level, info; logs go to standard error)";
 
 /// sepp: a durable job queue with idempotent enqueue.
 #[derive(Parser)]
@@ -100,18 +100,26 @@ fn main() -> ExitCode {
         None => {}
     }
 
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SEPP_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,lsm_tree=warn,fjall=warn")
-            }),
-        )
-        .init();
-
     let loaded = match sepp_server::load_config(cli.config.as_deref(), env) {
         Ok(l) => l,
+        Err(e) => {
+            eprintln!("sepp: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sepp: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Logs and traces ([logging], [tracing]); the trace exporter runs on the runtime.
+    let telemetry = match rt.block_on(async { sepp_server::telemetry::init(&loaded.config) }) {
+        Ok(t) => t,
         Err(e) => {
             eprintln!("sepp: {e}");
             return ExitCode::FAILURE;
@@ -123,16 +131,12 @@ fn main() -> ExitCode {
             "config sections not implemented by this server are ignored"
         );
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sepp: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    if !loaded.ignored_keys.is_empty() {
+        tracing::warn!(
+            keys = loaded.ignored_keys.join(", "),
+            "config keys not implemented by this server are ignored"
+        );
+    }
     let code = rt.block_on(async move {
         let config = loaded.config;
         let listener = match sepp_server::bind(&config).await {
@@ -165,6 +169,9 @@ fn main() -> ExitCode {
             }
         }
     });
+    // Spans still buffered go to the collector before the runtime stops.
+    rt.block_on(async move { tokio::task::spawn_blocking(move || telemetry.shutdown()).await })
+        .ok();
     // Storage is flushed and every connection closed. What the runtime still holds (measured:
     // 1–7 ms to shut down) is not waited for past 100 ms: a handler still running after the
     // grace period, or a blocking task, must not hold the exit.

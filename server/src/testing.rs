@@ -109,6 +109,8 @@ pub struct TestServer {
     pub dir: TempDir,
     queue: Arc<Queue>,
     clock: Option<Arc<ManualClock>>,
+    /// Where `GET /metrics` is served, when the test turned `[metrics] enabled` on.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl TestServer {
@@ -160,7 +162,7 @@ impl TestServer {
             None => Arc::new(SystemClock),
         };
         let (tx, rx) = oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = oneshot::channel::<Arc<Queue>>();
+        let (ready_tx, ready_rx) = oneshot::channel::<(Arc<Queue>, Option<SocketAddr>)>();
         let handle = tokio::spawn(async move {
             let stopped = crate::serve_with(
                 listener,
@@ -170,7 +172,7 @@ impl TestServer {
                     let _ = rx.await;
                 },
                 |r| {
-                    let _ = ready_tx.send(r.queue.clone());
+                    let _ = ready_tx.send((r.queue.clone(), r.metrics_addr));
                 },
             )
             .await
@@ -179,7 +181,7 @@ impl TestServer {
             // restart a server on the same directory once `stop` returns.
             drop(stopped);
         });
-        let queue = tokio::time::timeout(Duration::from_secs(30), ready_rx)
+        let (queue, metrics_addr) = tokio::time::timeout(Duration::from_secs(30), ready_rx)
             .await
             .expect("the server started within 30 s")
             .expect("the server started");
@@ -190,6 +192,7 @@ impl TestServer {
             dir,
             queue,
             clock: manual,
+            metrics_addr,
         }
     }
 

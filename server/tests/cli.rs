@@ -168,7 +168,7 @@ fn terminate(p: &sepp_server::testing::ServerProcess) {
 async fn sigterm_answers_waiting_reserves_empty_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
-        "[server]\ndb_path = \"{}\"\n[metrics]\nenabled = true\n",
+        "[server]\ndb_path = \"{}\"\n[metrics]\nenabled = true\nlisten_addr = \"127.0.0.1:0\"\n",
         dir.path().join("data").display()
     );
     // The server logs when a Reserve starts waiting: the signal that it waits.

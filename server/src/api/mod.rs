@@ -16,6 +16,7 @@ mod convert;
 mod decode_check;
 pub(crate) mod queue_service;
 mod status;
+mod timed;
 
 use crate::config::{Config, Role, ServerConfig};
 use crate::queue::Queue;
@@ -203,14 +204,17 @@ pub async fn build(config: &Config, queue: Arc<Queue>) -> Result<Edge, ApiError>
     let max_message = usize::try_from(config.limits.max_message_bytes).unwrap_or(usize::MAX);
     let auth = auth::ApiKeyAuth::from_config(&config.auth)?;
 
+    let metrics = queue.metrics().clone();
     let admin_svc = AdminServiceServer::new(admin_service::AdminApi {
         queue: queue.clone(),
         auth: auth.clone(),
     })
     .max_decoding_message_size(max_message);
+    let admin_svc = timed::Timed::new(admin_svc, metrics.clone());
     let queue_svc = QueueServiceServer::new(queue_service::QueueApi { queue })
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(usize::MAX);
+    let queue_svc = timed::Timed::new(queue_svc, metrics);
     let (health, health_svc) = tonic_health::server::health_reporter();
     let health_svc = DecodeChecked::<_, tonic_health::pb::HealthCheckRequest>::new(
         health_svc.max_decoding_message_size(HEALTH_MAX_MESSAGE_BYTES),

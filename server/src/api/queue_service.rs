@@ -6,15 +6,53 @@ use super::convert::{
     dead_letter_out, duration_arg, enqueue_in, job_out, ms_duration, ms_timestamp, rejection_out,
 };
 use crate::queue::{NackStrategy, Queue, ReserveInput};
+use crate::telemetry::{adopt_trace_context, link_trace_context};
 use prost::Message;
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::queue_service_server::QueueService;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 /// The gRPC face of a [`Queue`].
 pub(crate) struct QueueApi {
     pub(crate) queue: Arc<Queue>,
+}
+
+/// The span of an enqueue (`name`), named after its first job's queue and, before it is
+/// entered, put under the trace of its first job that carries one.
+fn enqueue_span(name: &'static str, jobs: &[pb::EnqueueRequest]) -> tracing::Span {
+    let span = if name == "sepp.enqueue" {
+        tracing::info_span!(
+            "sepp.enqueue",
+            jobs = jobs.len(),
+            queue = tracing::field::Empty,
+            job_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
+        )
+    } else {
+        tracing::info_span!(
+            "sepp.enqueue_atomic",
+            jobs = jobs.len(),
+            queue = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
+        )
+    };
+    if let Some(first) = jobs.first() {
+        span.record("queue", first.queue.as_str());
+    }
+    if let Some(t) = jobs.iter().find_map(|j| j.trace_context.as_ref()) {
+        adopt_trace_context(&span, &t.traceparent, t.tracestate.as_deref());
+    }
+    span
+}
+
+/// Records a single job's id and outcome on the current span.
+fn record_one(job_id: &str, outcome: &str) {
+    let span = tracing::Span::current();
+    span.record("job_id", job_id);
+    span.record("outcome", outcome);
 }
 
 fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
@@ -29,13 +67,25 @@ fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
 
 #[tonic::async_trait]
 impl QueueService for QueueApi {
-    #[tracing::instrument(name = "sepp.enqueue_batch", skip_all, fields(jobs = req.get_ref().jobs.len()))]
     async fn enqueue_batch(
         &self,
         req: Request<pb::EnqueueBatchRequest>,
     ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
+        let span = enqueue_span("sepp.enqueue", &req.get_ref().jobs);
         let inputs = req.into_inner().jobs.into_iter().map(enqueue_in).collect();
-        let outcomes = self.queue.enqueue_batch(inputs).await?;
+        let outcomes = self
+            .queue
+            .enqueue_batch(inputs)
+            .instrument(span.clone())
+            .await?;
+        let _entered = span.enter();
+        if let [one] = outcomes.as_slice() {
+            match one {
+                Ok(a) if a.deduplicated => record_one(&a.job_id.to_string(), "deduplicated"),
+                Ok(a) => record_one(&a.job_id.to_string(), "created"),
+                Err(r) => record_one("", r.kind()),
+            }
+        }
         let results = outcomes
             .into_iter()
             .map(|o| pb::JobResult {
@@ -48,13 +98,13 @@ impl QueueService for QueueApi {
         Ok(Response::new(pb::EnqueueBatchResponse { results }))
     }
 
-    #[tracing::instrument(name = "sepp.enqueue_atomic", skip_all, fields(jobs = req.get_ref().jobs.len()))]
     async fn enqueue_atomic(
         &self,
         req: Request<pb::EnqueueBatchRequest>,
     ) -> Result<Response<pb::EnqueueAtomicResponse>, Status> {
+        let span = enqueue_span("sepp.enqueue_atomic", &req.get_ref().jobs);
         let inputs = req.into_inner().jobs.into_iter().map(enqueue_in).collect();
-        let outcome = match self.queue.enqueue_atomic(inputs).await? {
+        let outcome = match self.queue.enqueue_atomic(inputs).instrument(span).await? {
             Ok(acks) => pb::enqueue_atomic_response::Outcome::Success(pb::EnqueueAtomicSuccess {
                 responses: acks.into_iter().map(ack_out).collect(),
             }),
@@ -75,7 +125,12 @@ impl QueueService for QueueApi {
         }))
     }
 
-    #[tracing::instrument(name = "sepp.reserve", skip_all)]
+    #[tracing::instrument(name = "sepp.reserve", skip_all, fields(
+        queue = req.get_ref().queues.first().map(String::as_str).unwrap_or_default(),
+        jobs = tracing::field::Empty,
+        job_id = tracing::field::Empty,
+        attempt = tracing::field::Empty,
+    ))]
     async fn reserve(
         &self,
         req: Request<pb::ReserveRequest>,
@@ -89,6 +144,17 @@ impl QueueService for QueueApi {
             max_jobs: r.max_jobs,
         };
         let jobs = self.queue.reserve(input).await?;
+        let span = tracing::Span::current();
+        span.record("jobs", jobs.len());
+        if let [one] = jobs.as_slice() {
+            span.record("job_id", one.id.to_string());
+            span.record("attempt", one.attempt);
+        }
+        for j in &jobs {
+            if let Some(t) = &j.trace_context {
+                link_trace_context(&t.traceparent);
+            }
+        }
         let reply = pb::ReserveResponse {
             jobs: jobs.into_iter().map(job_out).collect(),
         };
@@ -101,14 +167,23 @@ impl QueueService for QueueApi {
         Ok(Response::new(reply))
     }
 
-    #[tracing::instrument(name = "sepp.ack", skip_all)]
+    #[tracing::instrument(name = "sepp.ack", skip_all, fields(
+        job_id = req.get_ref().job_id.as_str(),
+        attempt = req.get_ref().attempt,
+        outcome = tracing::field::Empty,
+    ))]
     async fn ack(&self, req: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
         let r = req.into_inner();
         self.queue.ack(&r.job_id, r.attempt).await?;
+        tracing::Span::current().record("outcome", "acked");
         Ok(Response::new(pb::AckResponse { job_id: r.job_id }))
     }
 
-    #[tracing::instrument(name = "sepp.nack", skip_all)]
+    #[tracing::instrument(name = "sepp.nack", skip_all, fields(
+        job_id = req.get_ref().job_id.as_str(),
+        attempt = req.get_ref().attempt,
+        outcome = tracing::field::Empty,
+    ))]
     async fn nack(
         &self,
         req: Request<pb::NackRequest>,
@@ -126,13 +201,24 @@ impl QueueService for QueueApi {
             .queue
             .nack(&r.job_id, r.attempt, strategy, r.reason)
             .await?;
+        tracing::Span::current().record(
+            "outcome",
+            if dead_lettered {
+                "dead_lettered"
+            } else {
+                "retried"
+            },
+        );
         Ok(Response::new(pb::NackResponse {
             job_id: r.job_id,
             dead_lettered,
         }))
     }
 
-    #[tracing::instrument(name = "sepp.extend", skip_all)]
+    #[tracing::instrument(name = "sepp.extend", skip_all, fields(
+        job_id = req.get_ref().job_id.as_str(),
+        attempt = req.get_ref().attempt,
+    ))]
     async fn extend(
         &self,
         req: Request<pb::ExtendRequest>,

@@ -300,6 +300,18 @@ impl Queue {
         self.check_queue_name("queue", queue, NameUse::Read)?;
         Ok(self.store.queue_stats(queue).await?)
     }
+
+    /// The store-wide gauges of a metrics scrape ([`crate::storage::Store::gauges`]) and the
+    /// time they were read at.
+    ///
+    /// # Errors
+    /// [`QueueError::Storage`].
+    pub async fn store_gauges(
+        &self,
+    ) -> Result<(crate::storage::StoreGauges, crate::domain::UnixMs), QueueError> {
+        let g = self.store.gauges().await?;
+        Ok((g, self.clock.now()))
+    }
 }
 
 /// What job inspection reports, from what the store holds.

@@ -40,20 +40,10 @@ pub fn nack(
 ) -> Settle {
     let delay_ms = match strategy {
         NackStrategy::DeadLetter => {
-            return Settle::Finish(finish(
-                job,
-                Some(DeadLetterCause::Rejected),
-                retention_ms,
-                now,
-            ));
+            return Settle::Finish(finish(job, Some(nack_cause(strategy)), retention_ms, now));
         }
         _ if job.attempt >= job.max_attempts => {
-            return Settle::Finish(finish(
-                job,
-                Some(DeadLetterCause::AttemptsExhausted),
-                retention_ms,
-                now,
-            ));
+            return Settle::Finish(finish(job, Some(nack_cause(strategy)), retention_ms, now));
         }
         NackStrategy::Default => backoff::retry_delay_ms(policy, job.id, job.attempt),
         // A negative delay is refused before the plan (`Queue::nack`); none reaches here.
@@ -63,6 +53,15 @@ pub fn nack(
     };
     let at = now.saturating_add(i64::try_from(delay_ms).unwrap_or(i64::MAX));
     Settle::Retry(placement(at, now))
+}
+
+/// Why a nack with `strategy` that finishes its job dead-letters it: `REJECTED` for the
+/// `dead_letter` strategy, `ATTEMPTS_EXHAUSTED` for a retry on the last attempt.
+pub fn nack_cause(strategy: NackStrategy) -> DeadLetterCause {
+    match strategy {
+        NackStrategy::DeadLetter => DeadLetterCause::Rejected,
+        NackStrategy::Default | NackStrategy::Delay(_) => DeadLetterCause::AttemptsExhausted,
+    }
 }
 
 /// What stays of `job` as it leaves the live set at `now`: acked (`dead` unset) or

@@ -33,6 +33,7 @@ use crate::domain::{
     Placement, ReserveSpec, Settle, SettleRefusal, UnixMs,
 };
 use crate::error::QueueError;
+use crate::metrics::Metrics;
 use crate::storage::{EnqueueFacts, SettleRule, Settled, StorageError, Store};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -89,6 +90,8 @@ pub struct Queue {
     clock: Arc<dyn Clock>,
     /// Cancelled at shutdown: waiting Reserves return empty.
     shutdown: CancellationToken,
+    /// The process counters ([`crate::metrics`]); off unless set with [`Queue::with_metrics`].
+    metrics: Arc<Metrics>,
 }
 
 impl Queue {
@@ -109,7 +112,20 @@ impl Queue {
             sweep_wake: SweepWake::default(),
             clock,
             shutdown,
+            metrics: Metrics::disabled(),
         }
+    }
+
+    /// Counts this queue's transitions in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The metrics this queue counts in.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The clock every transition reads.
@@ -216,13 +232,18 @@ impl Queue {
                     valid.push(job);
                     outcomes.push(None);
                 }
-                Err(r) => outcomes.push(Some(Err(r))),
+                Err(r) => {
+                    self.metrics.rejected(r.kind());
+                    outcomes.push(Some(Err(r)));
+                }
             }
         }
         if !valid.is_empty() {
             let (inserted, placed) = self.commit(valid, false, now).await?;
             for ((slot, outcome), (queue, _)) in slots.into_iter().zip(inserted).zip(placed) {
-                outcomes[slot] = Some(insert_outcome(outcome, &queue));
+                let outcome = insert_outcome(outcome, &queue);
+                self.count_enqueue(&queue, &outcome);
+                outcomes[slot] = Some(outcome);
             }
         }
         Ok(outcomes.into_iter().flatten().collect())
@@ -250,19 +271,28 @@ impl Queue {
             }
         }
         if !failures.is_empty() {
+            for (_, r) in &failures {
+                self.metrics.rejected(r.kind());
+            }
             return Ok(Err(failures));
         }
         let (inserted, placed) = self.commit(valid, true, now).await?;
         let mut acks = Vec::with_capacity(inserted.len());
-        for (i, (outcome, (queue, _))) in inserted.into_iter().zip(placed).enumerate() {
-            match insert_outcome(outcome, &queue) {
+        for (i, (outcome, (queue, _))) in inserted.into_iter().zip(placed.iter()).enumerate() {
+            match insert_outcome(outcome, queue) {
                 Ok(a) => acks.push(a),
                 Err(r) => failures.push((i as u32, r)),
             }
         }
         if failures.is_empty() {
+            for (a, (queue, _)) in acks.iter().zip(&placed) {
+                self.metrics.enqueued(queue, a.deduplicated);
+            }
             Ok(Ok(acks))
         } else {
+            for (_, r) in &failures {
+                self.metrics.rejected(r.kind());
+            }
             Ok(Err(failures))
         }
     }
@@ -356,6 +386,15 @@ impl Queue {
         if let Some(expires) = jobs.first().and_then(|j| j.lease_expires_at) {
             self.sweep_wake.deadline_at(expires);
         }
+        if self.metrics.enabled() {
+            let mut i = 0;
+            while i < jobs.len() {
+                let queue = &jobs[i].queue;
+                let n = jobs[i..].iter().take_while(|j| &j.queue == queue).count();
+                self.metrics.reserved(queue, n as u64);
+                i += n;
+            }
+        }
         Ok(jobs)
     }
 
@@ -391,14 +430,16 @@ impl Queue {
         rule: &SettleRule<'_>,
         reason: LastReason,
         now: UnixMs,
-    ) -> Result<Settle, QueueError> {
-        let Settled { plan, queue } = self
+    ) -> Result<Settled, QueueError> {
+        let settled = self
             .store
             .settle(id, rule, reason, now)
             .await?
             .map_err(|r| Self::refusal(job_id, attempt, r))?;
+        let Settled { plan, queue } = &settled;
+        let plan = *plan;
         match plan {
-            Settle::Retry(Placement::Ready) => self.signals.job_ready(&queue, 1),
+            Settle::Retry(Placement::Ready) => self.signals.job_ready(queue, 1),
             Settle::Retry(Placement::Scheduled { due }) => self.sweep_wake.deadline_at(due),
             Settle::Finish(Finish::DeadLetter { failed_at, .. }) => {
                 let keep = i64::try_from(self.limits.dead_letter_retention_ms).unwrap_or(i64::MAX);
@@ -407,7 +448,14 @@ impl Queue {
             Settle::Extend { expires } => self.sweep_wake.deadline_at(expires),
             Settle::Finish(Finish::Tombstone { .. } | Finish::Delete) => {}
         }
-        Ok(plan)
+        Ok(settled)
+    }
+
+    fn count_enqueue(&self, queue: &str, outcome: &JobOutcome) {
+        match outcome {
+            Ok(a) => self.metrics.enqueued(queue, a.deduplicated),
+            Err(r) => self.metrics.rejected(r.kind()),
+        }
     }
 
     /// Acks delivery `attempt` of `job_id`.
@@ -425,8 +473,10 @@ impl Queue {
             let job = lease::fence(job, attempt, now)?;
             Ok(Settle::Finish(lifecycle::finish(job, None, retention, now)))
         };
-        self.settle(job_id, attempt, id, &rule, LastReason::Unchanged, now)
+        let settled = self
+            .settle(job_id, attempt, id, &rule, LastReason::Unchanged, now)
             .await?;
+        self.metrics.acked(&settled.queue);
         Ok(())
     }
 
@@ -463,10 +513,16 @@ impl Queue {
             Ok(lifecycle::nack(job, strategy, policy, retention, now))
         };
         let reason = reason.map(|r| validate::truncate_utf8(r, self.limits.max_reason_bytes));
-        let plan = self
+        let settled = self
             .settle(job_id, attempt, id, &rule, LastReason::Set(reason), now)
             .await?;
-        Ok(matches!(plan, Settle::Finish(_)))
+        self.metrics.nacked(&settled.queue);
+        let dead = matches!(settled.plan, Settle::Finish(_));
+        if dead {
+            self.metrics
+                .dead_lettered(lifecycle::nack_cause(strategy), 1);
+        }
+        Ok(dead)
     }
 
     /// Sets the lease of delivery `attempt` of `job_id` to now + `lease_ms` (clamped to the
@@ -508,6 +564,7 @@ impl Queue {
         match self
             .settle(job_id, attempt, id, &rule, LastReason::Unchanged, now)
             .await?
+            .plan
         {
             Settle::Extend { expires } => Ok(expires),
             // The rule above plans nothing else.

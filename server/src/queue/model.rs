@@ -134,6 +134,27 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// The variant's name in snake case (the metrics' `reason` label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Rejection::UnknownQueue { .. } => "unknown_queue",
+            Rejection::PayloadTooLarge { .. } => "payload_too_large",
+            Rejection::EncodingNotAllowed { .. } => "encoding_not_allowed",
+            Rejection::JobTypeNotAllowed { .. } => "job_type_not_allowed",
+            Rejection::CustomEntriesTooMany { .. } => "custom_entries_too_many",
+            Rejection::CustomMapTooLarge { .. } => "custom_map_too_large",
+            Rejection::CustomKeyTooLong { .. } => "custom_key_too_long",
+            Rejection::QueueNameTooLong { .. } => "queue_name_too_long",
+            Rejection::JobTypeNameTooLong { .. } => "job_type_name_too_long",
+            Rejection::IdempotencyKeyTooLong { .. } => "idempotency_key_too_long",
+            Rejection::ScheduledTooFar { .. } => "scheduled_too_far",
+            Rejection::InvalidRequest { .. } => "invalid_request",
+            Rejection::QueueFull { .. } => "queue_full",
+            Rejection::QueueClosing { .. } => "queue_closing",
+            Rejection::IdempotencyKeyConflict { .. } => "idempotency_key_conflict",
+        }
+    }
+
     /// Shorthand for [`Rejection::InvalidRequest`].
     pub fn invalid(message: impl Into<String>) -> Self {
         Rejection::InvalidRequest {

@@ -76,6 +76,7 @@ impl Queue {
     /// # Errors
     /// [`StorageError`] from the store (`Unavailable` while it refuses writes).
     pub async fn sweep(&self, budget: usize) -> Result<SweepReport, StorageError> {
+        let started = std::time::Instant::now();
         let now = self.clock.now();
         let retention = self.limits.dead_letter_retention_ms;
         let expired = |job: JobFacts<'_>| lifecycle::lease_expired(job, retention, now);
@@ -107,6 +108,18 @@ impl Queue {
         .flatten()
         .min();
         self.sweep_wake.sleeping_toward(next_deadline);
+        let lag_ms = next_deadline.map_or(0, |at| now.saturating_sub(at));
+        self.metrics.swept(
+            started.elapsed(),
+            done.redelivered,
+            done.promoted,
+            lag_ms,
+            done.more,
+        );
+        self.metrics.dead_lettered(
+            crate::domain::DeadLetterCause::LeaseExpired,
+            done.dead_lettered,
+        );
         Ok(SweepReport {
             done,
             next_deadline,

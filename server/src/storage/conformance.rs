@@ -68,6 +68,7 @@ macro_rules! conformance_suite {
             drain_and_list_stop_before_their_reply_budget,
             admin_lists_pages_requeues_and_deletes_dead_letters,
             queue_stats_count_each_state,
+            gauges_report_every_queue_its_oldest_ready_job_and_the_dedup_records,
             a_waiting_reserve_gets_a_job_enqueued_later,
             recovery_brings_back_everything_durable_and_nothing_settled,
             a_closed_store_refuses_writes_and_a_serving_one_says_so,
@@ -1312,6 +1313,62 @@ pub(crate) mod cases {
         h.sweep().await;
         let s = h.stats("q").await;
         assert_eq!((s.ready, s.scheduled, s.dedup_records), (3, 0, 0));
+    }
+
+    /// The store-wide gauges of a metrics scrape: every queue by name with its counts (as
+    /// `queue_stats`), the `enqueued_at` of its oldest ready job across priorities, and the
+    /// dedup records with the creation time of the one that expires next.
+    pub(crate) async fn gauges_report_every_queue_its_oldest_ready_job_and_the_dedup_records(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.storage.dead_letter_retention_ms = 60_000;
+            c.storage.dedup_window_ms = 10_000;
+        })
+        .await;
+        let g = h.store.gauges().await.expect("gauges");
+        assert_eq!(g, crate::storage::StoreGauges::default());
+        // b: a low-priority job first, then a high-priority one 100 ms later: the oldest
+        // ready job is the low-priority one, though Reserve would take the other first.
+        h.put(EnqueueInput {
+            priority: Some(1),
+            ..keyed("b", "k1")
+        })
+        .await;
+        h.advance(100);
+        h.put(EnqueueInput {
+            priority: Some(9),
+            ..job("b")
+        })
+        .await;
+        h.put(keyed("a", "k2")).await;
+        // z: only a dead letter.
+        h.put(job("z")).await;
+        let j = h.reserve_one("z", 30_000).await.unwrap();
+        h.queue
+            .nack(&j.id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        let g = h.store.gauges().await.expect("gauges");
+        let names: Vec<&str> = g.queues.iter().map(|q| q.queue.as_str()).collect();
+        assert_eq!(names, vec!["a", "b", "z"]);
+        for q in &g.queues {
+            assert_eq!(q.stats, h.stats(&q.queue).await, "{}", q.queue);
+        }
+        assert_eq!(g.queues[1].oldest_ready_at, Some(T0));
+        assert_eq!(g.queues[0].oldest_ready_at, Some(T0 + 100));
+        assert_eq!(g.queues[2].oldest_ready_at, None);
+        assert_eq!(g.queues[2].stats.dead_lettered, 1);
+        assert_eq!(g.dedup_records, 2);
+        assert_eq!(g.next_expiring_dedup_created_at, Some(T0));
+        // The oldest ready job of b is reserved: the next one counts.
+        let first = h.reserve_one("b", 30_000).await.unwrap();
+        assert_eq!(first.priority, 9);
+        let g = h.store.gauges().await.expect("gauges");
+        assert_eq!(g.queues[1].oldest_ready_at, Some(T0));
+        h.reserve_one("b", 30_000).await.unwrap();
+        let g = h.store.gauges().await.expect("gauges");
+        assert_eq!(g.queues[1].oldest_ready_at, None);
     }
 
     pub(crate) async fn a_waiting_reserve_gets_a_job_enqueued_later(b: Box<dyn Backend>) {

@@ -198,6 +198,37 @@ pub trait ReadyListener: Send + Sync {
     fn all_may_be_ready(&self);
 }
 
+/// One queue's gauges, read from the store at a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueGauges {
+    /// The queue's name.
+    pub queue: String,
+    /// Its jobs by state and its dedup records.
+    pub stats: QueueStats,
+    /// The `enqueued_at` of its oldest ready job (the back of the line after a requeue or a
+    /// retry counts from then), if any is ready.
+    pub oldest_ready_at: Option<UnixMs>,
+}
+
+/// Store-wide gauges: what every server on the store would report alike.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreGauges {
+    /// Every queue the store holds jobs, dead letters or dedup records of, by name.
+    pub queues: Vec<QueueGauges>,
+    /// Dedup records, live or expired and not yet swept.
+    pub dedup_records: u64,
+    /// The `created_at` of the dedup record that expires next (the oldest one when every
+    /// queue has the same window).
+    pub next_expiring_dedup_created_at: Option<UnixMs>,
+}
+
+/// Told of each durable commit, for the metrics (`crate::metrics`): how many writes the batch
+/// held and how long making it durable took.
+pub trait CommitObserver: Send + Sync {
+    /// A batch of `writes` writes became durable in `took`.
+    fn committed(&self, writes: usize, took: std::time::Duration);
+}
+
 /// The persistence contract every backend implements. Object-safe: the server holds an
 /// `Arc<dyn Store>`.
 #[async_trait::async_trait]
@@ -311,6 +342,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counts of a queue's jobs by state.
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError>;
+
+    /// Every queue's counts, the age of its oldest ready job, and the dedup records: what a
+    /// metrics scrape reports. Queues are sorted by name.
+    async fn gauges(&self) -> Result<StoreGauges, StorageError>;
+
+    /// Registers who is told of each durable commit ([`CommitObserver`]); a backend without
+    /// group commits may ignore it.
+    fn observe_commits(&self, _observer: Arc<dyn CommitObserver>) {}
 
     /// Registers where to report jobs made ready elsewhere ([`ReadyListener`]). Called once,
     /// when the queue layer is built over the store.

@@ -62,6 +62,9 @@ impl EnqueueFacts for NoFacts {
     fn depth(&self, _: &str) -> u64 {
         0
     }
+    fn stage(&self, _: JobId) -> Option<crate::domain::Stage> {
+        None
+    }
 }
 
 #[async_trait::async_trait]
@@ -76,8 +79,35 @@ impl Store for EmptyStore {
         assert_eq!(plan.outcomes.len(), jobs.len(), "one outcome per job");
         Ok(plan.outcomes)
     }
-    async fn reserve(&self, _: &ReserveSpec, _: UnixMs) -> Result<Vec<Job>, StorageError> {
+    async fn reserve(
+        &self,
+        _: &ReserveSpec,
+        _: &crate::storage::ReserveFitRule<'_>,
+        _: UnixMs,
+    ) -> Result<Vec<Job>, StorageError> {
         Ok(Vec::new())
+    }
+    async fn release_leases(
+        &self,
+        _: &str,
+        _: &crate::storage::ExpiryRule<'_>,
+        _: UnixMs,
+    ) -> Result<(Vec<JobId>, ReadyJobs), StorageError> {
+        Ok((Vec::new(), Vec::new()))
+    }
+    async fn forget_key(&self, _: &str, _: &str) -> Result<Option<KeyRecord>, StorageError> {
+        Ok(None)
+    }
+    async fn gauges(&self) -> Result<crate::storage::StoreGauges, StorageError> {
+        Ok(crate::storage::StoreGauges::default())
+    }
+    async fn backup(
+        &self,
+        _: &std::path::Path,
+    ) -> Result<crate::storage::BackupReport, StorageError> {
+        Err(StorageError::Io(
+            "the fuzz store holds nothing to back up".into(),
+        ))
     }
     async fn settle(
         &self,
@@ -216,7 +246,11 @@ fn edge() -> &'static Edge {
                 QueueApi {
                     queue: queue.clone(),
                 },
-                AdminApi { queue },
+                AdminApi {
+                    queue,
+                    auth: crate::api::auth::ApiKeyAuth::from_config(&config.auth)
+                        .expect("valid auth"),
+                },
             )
         });
         Edge { runtime, apis }

@@ -96,6 +96,16 @@ impl DedupIndex {
         self.by_expiry.first().map(|(e, _)| *e)
     }
 
+    /// The record that expires next, if any.
+    pub(crate) fn next_expiring(&self) -> Option<&DedupEntry> {
+        self.by_expiry.first().and_then(|(_, k)| self.map.get(k))
+    }
+
+    /// Queues with records, and how many each has.
+    pub(crate) fn queue_counts(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.per_queue.iter().map(|(q, n)| (&**q, *n))
+    }
+
     /// Records (live or awaiting the sweep) of one queue.
     pub(crate) fn count_for_queue(&self, queue: &str) -> u64 {
         self.per_queue.get(queue).copied().unwrap_or(0)

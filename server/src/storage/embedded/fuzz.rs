@@ -209,6 +209,7 @@ pub fn codec_values(data: &[u8]) {
                 job_id: JobId(u128::from(s.u64()) << 64 | u128::from(s.u64())),
                 created_at: s.i64(),
                 expires_at: s.i64(),
+                fingerprint: crate::domain::Fingerprint::new(s.u64()),
             };
             assert_eq!(DedupRecord::decode(&d.encode()).expect("decodes"), d);
         }

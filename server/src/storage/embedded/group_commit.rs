@@ -196,6 +196,8 @@ pub(crate) struct GroupCommit {
     mode: PersistMode,
     space: SpaceMark,
     health: watch::Sender<StorageHealth>,
+    /// Told of each durable commit (the metrics), when set.
+    observer: std::sync::OnceLock<std::sync::Arc<dyn crate::storage::CommitObserver>>,
     /// Test-only fault hook: the next commit fails as if the disk had refused it.
     #[cfg(test)]
     pub(crate) fail_next_commit: std::sync::atomic::AtomicBool,
@@ -222,9 +224,15 @@ impl GroupCommit {
             mode,
             space,
             health: watch::Sender::new(StorageHealth::Serving),
+            observer: std::sync::OnceLock::new(),
             #[cfg(test)]
             fail_next_commit: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Registers who is told of each durable commit (once; later calls are ignored).
+    pub(crate) fn observe(&self, observer: std::sync::Arc<dyn crate::storage::CommitObserver>) {
+        let _ = self.observer.set(observer);
     }
 
     fn lock(&self) -> MutexGuard<'_, Filling> {
@@ -573,6 +581,7 @@ impl GroupCommit {
             let mut batch = ks.db.batch().durability(Some(mode));
             // The keys of the batch, to undo it should it fail and still reach the disk.
             let mut touched = Vec::with_capacity(ops.len());
+            let writes = ops.len();
             for op in ops {
                 touched.push((op.ks, op.key.clone()));
                 let keyspace = ks.get(op.ks);
@@ -608,6 +617,9 @@ impl GroupCommit {
             match result {
                 Ok(()) => {
                     drop(ks);
+                    if let Some(o) = self.observer.get() {
+                        o.committed(writes, took);
+                    }
                     self.durable_batch.store(id, Ordering::Release);
                     self.durable.send_modify(|d| d.batch = id);
                     if probed.elapsed() >= SPACE_PROBE_AFTER_COMMITS {

@@ -51,6 +51,23 @@ pub(crate) struct QueueIndex {
 }
 
 impl QueueIndex {
+    /// The id of the ready job enqueued earliest: the first of each priority band, the
+    /// earliest of those (at most ten look-ups).
+    pub(crate) fn oldest_ready(&self) -> Option<JobId> {
+        let mut best: Option<ReadyKey> = None;
+        let mut next = self.ready.first().copied();
+        while let Some(k) = next {
+            if best.is_none_or(|b| k.1 < b.1) {
+                best = Some(k);
+            }
+            next = match k.0.checked_add(1) {
+                Some(band) => self.ready.range((band, 0, JobId(0))..).next().copied(),
+                None => None,
+            };
+        }
+        best.map(|k| k.2)
+    }
+
     /// Jobs counted against `max_queue_depth`: ready + scheduled + in flight.
     pub(crate) fn depth(&self) -> u64 {
         self.ready.len() as u64 + self.scheduled + self.in_flight
@@ -75,6 +92,11 @@ pub(crate) struct JobIndex {
 impl JobIndex {
     pub(crate) fn get(&self, id: JobId) -> Option<&Meta> {
         self.jobs.get(&id)
+    }
+
+    /// Every queue's share of the index, in no order.
+    pub(crate) fn queues(&self) -> impl Iterator<Item = (&Arc<str>, &QueueIndex)> {
+        self.queues.iter()
     }
 
     pub(crate) fn queue(&self, name: &str) -> Option<&QueueIndex> {

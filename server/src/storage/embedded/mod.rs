@@ -45,9 +45,9 @@ use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::JobIndex;
 use super::{
-    Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance, ReadyJobs,
-    ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth,
-    Store, SweepPass,
+    CommitObserver, Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance,
+    QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled,
+    StorageError, StorageHealth, Store, StoreGauges, SweepPass,
 };
 use crate::domain::{
     DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit, InsertOutcome, Job,
@@ -1079,6 +1079,50 @@ impl Store for EmbeddedStore {
             dedup_records: st.dedup.count_for_queue(queue),
             paused: q.is_some_and(|q| q.paused),
         })
+    }
+
+    async fn gauges(&self) -> Result<StoreGauges, StorageError> {
+        let st = self.shared.lock();
+        let mut queues: std::collections::BTreeMap<&str, QueueGauges> = Default::default();
+        for (name, q) in st.jobs.queues() {
+            queues.insert(
+                name,
+                QueueGauges {
+                    queue: name.to_string(),
+                    stats: QueueStats {
+                        ready: q.ready.len() as u64,
+                        scheduled: q.scheduled,
+                        in_flight: q.in_flight,
+                        dead_lettered: q.dead.len() as u64,
+                        dedup_records: 0,
+                        paused: q.paused,
+                    },
+                    oldest_ready_at: q
+                        .oldest_ready()
+                        .and_then(|id| st.jobs.get(id))
+                        .map(|m| m.enqueued_at),
+                },
+            );
+        }
+        for (name, n) in st.dedup.queue_counts() {
+            queues
+                .entry(name)
+                .or_insert_with(|| QueueGauges {
+                    queue: name.to_string(),
+                    ..Default::default()
+                })
+                .stats
+                .dedup_records = n;
+        }
+        Ok(StoreGauges {
+            queues: queues.into_values().collect(),
+            dedup_records: st.dedup.len() as u64,
+            next_expiring_dedup_created_at: st.dedup.next_expiring().map(|e| e.created_at),
+        })
+    }
+
+    fn observe_commits(&self, observer: Arc<dyn CommitObserver>) {
+        self.shared.commit.observe(observer);
     }
 
     fn listen(&self, listener: Arc<dyn ReadyListener>) {

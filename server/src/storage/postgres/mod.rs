@@ -31,8 +31,8 @@ use self::group_commit::GroupCommit;
 use super::embedded::codec::Body;
 use super::{
     BackupReport, Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance,
-    ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError,
-    StorageHealth, Store, SweepPass,
+    QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled,
+    StorageError, StorageHealth, Store, StoreGauges, SweepPass,
 };
 use crate::domain::{
     DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry, Fingerprint, Finish,
@@ -1543,6 +1543,96 @@ impl Store for PostgresStore {
         }
         tx.commit().await.map_err(pg_err)?;
         Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn gauges(&self) -> Result<StoreGauges, StorageError> {
+        // One snapshot for all of it, so the figures agree with one another. The counts scan
+        // the (queue, stage) index: a scrape costs O(jobs), as GetQueueStats does per queue.
+        let mut client = self.shared.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg_err)?;
+        let mut queues: std::collections::BTreeMap<String, QueueGauges> = Default::default();
+        fn gauge(
+            queues: &mut std::collections::BTreeMap<String, QueueGauges>,
+            q: String,
+        ) -> &mut QueueGauges {
+            queues.entry(q.clone()).or_insert_with(|| QueueGauges {
+                queue: q,
+                ..Default::default()
+            })
+        }
+        for r in tx
+            .query(
+                "SELECT queue, stage, count(*) FROM sepp_jobs WHERE stage IN (0, 1, 2, 3) \
+                 GROUP BY queue, stage",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?
+        {
+            let q: String = r.get(0);
+            let n = u64::try_from(r.get::<_, i64>(2)).unwrap_or(0);
+            let g = gauge(&mut queues, q);
+            match r.get::<_, i16>(1) {
+                READY => g.stats.ready = n,
+                SCHEDULED => g.stats.scheduled = n,
+                IN_FLIGHT => g.stats.in_flight = n,
+                DEAD => g.stats.dead_lettered = n,
+                _ => {}
+            }
+        }
+        // The oldest ready job: first in enqueue order, whatever its priority.
+        for r in tx
+            .query(
+                "SELECT DISTINCT ON (queue) queue, enqueued_at FROM sepp_jobs WHERE stage = 0 \
+                 ORDER BY queue, seq",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?
+        {
+            let q: String = r.get(0);
+            gauge(&mut queues, q).oldest_ready_at = Some(r.get(1));
+        }
+        let mut dedup_records = 0u64;
+        for r in tx
+            .query("SELECT queue, count(*) FROM sepp_dedup GROUP BY queue", &[])
+            .await
+            .map_err(pg_err)?
+        {
+            let q: String = r.get(0);
+            let n = u64::try_from(r.get::<_, i64>(1)).unwrap_or(0);
+            dedup_records += n;
+            gauge(&mut queues, q).stats.dedup_records = n;
+        }
+        for r in tx
+            .query("SELECT name FROM sepp_queues WHERE paused", &[])
+            .await
+            .map_err(pg_err)?
+        {
+            if let Some(g) = queues.get_mut(r.get::<_, &str>(0)) {
+                g.stats.paused = true;
+            }
+        }
+        let next_expiring_dedup_created_at: Option<UnixMs> = tx
+            .query_opt(
+                "SELECT created_at FROM sepp_dedup ORDER BY expires_at LIMIT 1",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| r.get(0));
+        tx.commit().await.map_err(pg_err)?;
+        Ok(StoreGauges {
+            queues: queues.into_values().collect(),
+            dedup_records,
+            next_expiring_dedup_created_at,
+        })
     }
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
