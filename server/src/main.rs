@@ -3,6 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod cli;
+
 /// mimalloc: much less time in the allocator than glibc's under many small, short-lived
 /// allocations across threads (measured with `perf record` under `bench/run`), and less
 /// fragmentation as indexes grow and shrink.
@@ -21,7 +23,11 @@ Environment:
   SEPP_<SECTION>__<KEY>=V   overrides one config key, e.g. SEPP_SERVER__LISTEN_ADDR=0.0.0.0:50051
                             or SEPP_STORAGE__PERSIST_MODE=buffer (`sepp config example` lists keys)
   SEPP_LOG=FILTER           log level and filter, e.g. debug or info,sepp_server=debug
-                            (default: info; logs go to standard error)";
+                            (default: info; logs go to standard error)
+
+Without a subcommand, sepp runs the server. The operator subcommands (queues, jobs, job, key,
+cancel, dlq, pause, resume, purge) talk to a running server: --server / SEPP_SERVER,
+--api-key / SEPP_API_KEY, --ca-cert / SEPP_CA_CERT, --output table|json.";
 
 /// sepp: a durable job queue with idempotent enqueue.
 #[derive(Parser)]
@@ -33,6 +39,8 @@ struct Cli {
     config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
+    #[command(flatten)]
+    conn: cli::Conn,
 }
 
 #[derive(Subcommand)]
@@ -42,6 +50,8 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    #[command(flatten)]
+    Op(cli::Op),
 }
 
 #[derive(Subcommand)]
@@ -82,6 +92,7 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Some(Command::Op(op)) => return cli::run(cli.conn, op),
         None => {}
     }
 
