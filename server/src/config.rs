@@ -36,6 +36,28 @@ pub struct Config {
     pub storage: StorageConfig,
     /// `[[queues]]`: declared queues and their overrides.
     pub queues: Vec<QueueConfig>,
+    /// `[admin_ui]`: the admin web UI.
+    pub admin_ui: AdminUiConfig,
+}
+
+/// `[admin_ui]`: the admin web UI (docs/operations.md, "Admin web UI").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminUiConfig {
+    /// Serve the UI. Default false.
+    pub enabled: bool,
+    /// Its own HTTP address (port 0: the OS picks one). Default `127.0.0.1:50052`: loopback,
+    /// put a TLS proxy in front to reach it from elsewhere.
+    pub listen_addr: SocketAddr,
+}
+
+impl Default for AdminUiConfig {
+    fn default() -> Self {
+        AdminUiConfig {
+            enabled: false,
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], 50052)),
+        }
+    }
 }
 
 /// `[server]`.

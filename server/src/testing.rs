@@ -64,6 +64,8 @@ pub struct TestServer {
     pub dir: TempDir,
     queue: Arc<Queue>,
     clock: Option<Arc<ManualClock>>,
+    /// Where the admin web UI listens, when the test turned `[admin_ui]` on.
+    pub admin_ui_addr: Option<SocketAddr>,
 }
 
 impl TestServer {
@@ -109,7 +111,7 @@ impl TestServer {
             None => Arc::new(SystemClock),
         };
         let (tx, rx) = oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = oneshot::channel::<Arc<Queue>>();
+        let (ready_tx, ready_rx) = oneshot::channel::<(Arc<Queue>, Option<SocketAddr>)>();
         let handle = tokio::spawn(async move {
             let stopped = crate::serve_with(
                 listener,
@@ -119,7 +121,7 @@ impl TestServer {
                     let _ = rx.await;
                 },
                 |r| {
-                    let _ = ready_tx.send(r.queue.clone());
+                    let _ = ready_tx.send((r.queue.clone(), r.admin_ui_addr));
                 },
             )
             .await
@@ -128,7 +130,7 @@ impl TestServer {
             // restart a server on the same directory once `stop` returns.
             drop(stopped);
         });
-        let queue = tokio::time::timeout(Duration::from_secs(30), ready_rx)
+        let (queue, admin_ui_addr) = tokio::time::timeout(Duration::from_secs(30), ready_rx)
             .await
             .expect("the server started within 30 s")
             .expect("the server started");
@@ -139,6 +141,7 @@ impl TestServer {
             dir,
             queue,
             clock: manual,
+            admin_ui_addr,
         }
     }
 
