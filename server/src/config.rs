@@ -549,7 +549,7 @@ pub fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
 /// parses as one (numbers, booleans, quoted strings), otherwise as a bare string. Only scalar keys
 /// of the fixed sections can be overridden.
 fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
-    const SECTIONS: &[&str] = &["server", "auth", "limits", "storage"];
+    const SECTIONS: &[&str] = &["server", "auth", "limits", "storage", "admin_ui"];
     for (name, raw) in env {
         let Some(rest) = name.strip_prefix("SEPP_") else {
             continue;
