@@ -12,6 +12,7 @@ SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-fuzz soak-model
 -include js/js.mk
 -include tests/interop/interop.mk
 -include tests/behaviour/behaviour.mk
+-include tests/admin_ui/admin_ui.mk
 
 .PHONY: fuzz-build fuzz-short soak-fuzz soak-model
 .PHONY: ci lint test-rust test-rust-postgres build release fmt no-tonic-in-core check-example-errors soak soak-streams crash-short soak-crash soak-long-poll

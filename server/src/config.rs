@@ -54,6 +54,8 @@ pub struct Config {
     pub logging: LoggingConfig,
     /// `[tracing]`: OpenTelemetry trace export.
     pub tracing: TracingConfig,
+    /// `[admin_ui]`: the admin web UI.
+    pub admin_ui: AdminUiConfig,
 }
 
 /// `[metrics]`: a Prometheus scrape endpoint (`docs/operations.md`).
@@ -147,6 +149,26 @@ impl TracingConfig {
             Some(e) => Some(e.clone()),
             None if self.enabled => Some("http://127.0.0.1:4317".into()),
             None => None,
+        }
+    }
+}
+
+/// `[admin_ui]`: the admin web UI (docs/operations.md, "Admin web UI").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminUiConfig {
+    /// Serve the UI. Default false.
+    pub enabled: bool,
+    /// Its own HTTP address (port 0: the OS picks one). Default `127.0.0.1:50052`: loopback,
+    /// put a TLS proxy in front to reach it from elsewhere.
+    pub listen_addr: SocketAddr,
+}
+
+impl Default for AdminUiConfig {
+    fn default() -> Self {
+        AdminUiConfig {
+            enabled: false,
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], 50052)),
         }
     }
 }
@@ -990,7 +1012,7 @@ pub fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
 /// of the fixed sections can be overridden.
 fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
     const SECTIONS: &[&str] = &[
-        "server", "auth", "limits", "storage", "metrics", "logging", "tracing",
+        "server", "auth", "limits", "storage", "metrics", "logging", "tracing", "admin_ui",
     ];
     for (name, raw) in env {
         let Some(rest) = name.strip_prefix("SEPP_") else {

@@ -21,6 +21,7 @@
 //! | [`storage::embedded`] | the fjall backend: job index, dedup index, group commit, recovery |
 //! | [`domain`] | jobs, facts, plans, refusals, inspection records |
 
+pub mod admin_ui;
 pub mod api;
 pub mod config;
 pub mod domain;
@@ -31,6 +32,7 @@ pub mod queue;
 pub mod storage;
 pub mod telemetry;
 pub mod testing;
+pub mod time_fmt;
 
 use crate::config::Config;
 use crate::queue::Queue;
@@ -151,6 +153,8 @@ pub struct Running {
     pub queue: Arc<Queue>,
     /// Where `GET /metrics` is served, when `[metrics] enabled`.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the admin web UI listens, when `[admin_ui] enabled`.
+    pub admin_ui_addr: Option<SocketAddr>,
 }
 
 /// [`serve`] with the clock every transition reads (a [`queue::clock::ManualClock`] in tests)
@@ -239,10 +243,39 @@ pub async fn serve_with(
             net_stop.cancel();
         });
     }
+    let admin_ui_addr = if config.admin_ui.enabled {
+        let l = TcpListener::bind(config.admin_ui.listen_addr)
+            .await
+            .map_err(|e| {
+                ServeError::Transport(format!(
+                    "cannot listen on {} for the admin UI (admin_ui.listen_addr, \
+                     SEPP_ADMIN_UI__LISTEN_ADDR): {e}",
+                    config.admin_ui.listen_addr
+                ))
+            })?;
+        let ui_addr = l
+            .local_addr()
+            .map_err(|e| ServeError::Transport(e.to_string()))?;
+        let app = admin_ui::router(queue.clone(), config.auth.api_keys.clone());
+        let stop = stopping.clone();
+        tokio::spawn(async move {
+            let r = axum::serve(l, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "admin UI stopped");
+            }
+        });
+        tracing::info!(addr = %ui_addr, "admin UI listening");
+        Some(ui_addr)
+    } else {
+        None
+    };
     on_ready(&Running {
         addr,
         queue,
         metrics_addr,
+        admin_ui_addr,
     });
     net::serve(
         listener,

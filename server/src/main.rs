@@ -3,6 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod cli;
+
 /// mimalloc: much less time in the allocator than glibc's under many small, short-lived
 /// allocations across threads (measured with `perf record` under `bench/run`), and less
 /// fragmentation as indexes grow and shrink.
@@ -21,7 +23,11 @@ Environment:
   SEPP_<SECTION>__<KEY>=V   overrides one config key, e.g. SEPP_SERVER__LISTEN_ADDR=0.0.0.0:50051
                             or SEPP_STORAGE__PERSIST_MODE=buffer (`sepp config example` lists keys)
   SEPP_LOG=FILTER           log level and filter, e.g. debug or info,sepp_server=debug
-                            (default: [logging] level, info; logs go to standard error)";
+                            (default: [logging] level, info; logs go to standard error)
+
+Without a subcommand, sepp runs the server. The operator subcommands (queues, jobs, job, key,
+cancel, dlq, pause, resume, purge, backup) talk to a running server: --server / SEPP_SERVER,
+--api-key / SEPP_API_KEY, --ca-cert / SEPP_CA_CERT, --output table|json.";
 
 /// sepp: a durable job queue with idempotent enqueue.
 #[derive(Parser)]
@@ -33,6 +39,8 @@ struct Cli {
     config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
+    #[command(flatten)]
+    conn: cli::Conn,
 }
 
 #[derive(Subcommand)]
@@ -56,6 +64,8 @@ enum Command {
         #[arg(long, env = "SEPP_API_KEY", hide_env_values = true)]
         api_key: Option<String>,
     },
+    #[command(flatten)]
+    Op(cli::Op),
 }
 
 #[derive(Subcommand)]
@@ -97,6 +107,7 @@ fn main() -> ExitCode {
             };
         }
         Some(Command::Backup { dir, addr, api_key }) => return backup(&dir, addr, api_key),
+        Some(Command::Op(op)) => return cli::run(cli.conn, op),
         None => {}
     }
 

@@ -111,6 +111,8 @@ pub struct TestServer {
     clock: Option<Arc<ManualClock>>,
     /// Where `GET /metrics` is served, when the test turned `[metrics] enabled` on.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the admin web UI listens, when the test turned `[admin_ui]` on.
+    pub admin_ui_addr: Option<SocketAddr>,
 }
 
 impl TestServer {
@@ -162,7 +164,8 @@ impl TestServer {
             None => Arc::new(SystemClock),
         };
         let (tx, rx) = oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = oneshot::channel::<(Arc<Queue>, Option<SocketAddr>)>();
+        let (ready_tx, ready_rx) =
+            oneshot::channel::<(Arc<Queue>, Option<SocketAddr>, Option<SocketAddr>)>();
         let handle = tokio::spawn(async move {
             let stopped = crate::serve_with(
                 listener,
@@ -172,7 +175,7 @@ impl TestServer {
                     let _ = rx.await;
                 },
                 |r| {
-                    let _ = ready_tx.send((r.queue.clone(), r.metrics_addr));
+                    let _ = ready_tx.send((r.queue.clone(), r.metrics_addr, r.admin_ui_addr));
                 },
             )
             .await
@@ -181,10 +184,11 @@ impl TestServer {
             // restart a server on the same directory once `stop` returns.
             drop(stopped);
         });
-        let (queue, metrics_addr) = tokio::time::timeout(Duration::from_secs(30), ready_rx)
-            .await
-            .expect("the server started within 30 s")
-            .expect("the server started");
+        let (queue, metrics_addr, admin_ui_addr) =
+            tokio::time::timeout(Duration::from_secs(30), ready_rx)
+                .await
+                .expect("the server started within 30 s")
+                .expect("the server started");
         TestServer {
             addr,
             stop: Some(tx),
@@ -193,6 +197,7 @@ impl TestServer {
             queue,
             clock: manual,
             metrics_addr,
+            admin_ui_addr,
         }
     }
 

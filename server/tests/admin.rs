@@ -470,3 +470,140 @@ async fn releasing_a_dead_workers_leases_redelivers_its_jobs_at_once() {
     let err = c.release_leases("").await.unwrap_err();
     assert_eq!(err.code().as_str(), "INVALID_ARGUMENT");
 }
+
+#[tokio::test]
+async fn list_queues_list_jobs_cancel_and_purge_over_grpc() {
+    let server = TestServer::start(|_| {}).await;
+    let c = server.client().await;
+    let mut admin = server.admin().await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(
+            c.enqueue(
+                EnqueueRequest::new("jobs", "email")
+                    .unwrap()
+                    .with_idempotency_key(format!("k{i}")),
+            )
+            .await
+            .unwrap()
+            .job_id,
+        );
+    }
+    c.enqueue(EnqueueRequest::new("another", "t").unwrap())
+        .await
+        .unwrap();
+
+    let queues = admin
+        .list_queues(apb::ListQueuesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let names: Vec<(&str, u64)> = queues
+        .queues
+        .iter()
+        .map(|q| (q.queue.as_str(), q.ready))
+        .collect();
+    assert_eq!(names, [("another", 1), ("jobs", 3)]);
+    assert!(queues.next_page_token.is_empty());
+
+    // Two pages of ready jobs, in enqueue order.
+    let p1 = admin
+        .list_jobs(apb::ListJobsRequest {
+            queue: "jobs".into(),
+            state: st(apb::JobState::Ready),
+            page_size: Some(2),
+            page_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        p1.jobs.iter().map(|j| j.job_id.clone()).collect::<Vec<_>>(),
+        ids[..2]
+    );
+    assert_eq!(p1.jobs[0].idempotency_key.as_deref(), Some("k0"));
+    let p2 = admin
+        .list_jobs(apb::ListJobsRequest {
+            queue: "jobs".into(),
+            state: st(apb::JobState::Ready),
+            page_size: Some(2),
+            page_token: p1.next_page_token,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(p2.jobs.len(), 1);
+    assert!(p2.next_page_token.is_empty());
+    // A state that cannot be listed is refused, naming the field.
+    let err = admin
+        .list_jobs(apb::ListJobsRequest {
+            queue: "jobs".into(),
+            state: st(apb::JobState::Completed),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("state"), "{}", err.message());
+
+    // Cancel by key: the key still answers the same id.
+    let cancel = admin
+        .cancel_job(apb::CancelJobRequest {
+            queue: "jobs".into(),
+            idempotency_key: "k1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancel.cancelled);
+    let job = cancel.job.unwrap();
+    assert_eq!(job.job_id, ids[1]);
+    assert_eq!(job.state, st(apb::JobState::Completed));
+    assert_eq!(job.last_reason.as_deref(), Some("cancelled by an operator"));
+    let again = c
+        .enqueue(
+            EnqueueRequest::new("jobs", "email")
+                .unwrap()
+                .with_idempotency_key("k1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.job_id, ids[1]);
+    assert!(again.deduplicated);
+    // Cancelling it again answers "not cancelled", with its state.
+    let twice = admin
+        .cancel_job(apb::CancelJobRequest {
+            job_id: ids[1].clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!twice.cancelled);
+    // Neither id nor key.
+    let err = admin
+        .cancel_job(apb::CancelJobRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    // Purge the rest.
+    let purged = admin
+        .purge_queue(apb::PurgeQueueRequest {
+            queue: "jobs".into(),
+            max: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((purged.purged, purged.more), (2, false));
+    let stats = admin
+        .get_queue_stats(apb::GetQueueStatsRequest {
+            queue: "jobs".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((stats.ready, stats.scheduled), (0, 0));
+}

@@ -2,7 +2,7 @@
 //! queue stats. One short method per RPC.
 
 use super::convert::{cause_out, dead_letter_out, job_state_out, ms_timestamp};
-use crate::domain::JobInfo;
+use crate::domain::{JobInfo, ListState, QueueStats};
 use crate::queue::Queue;
 use crate::queue::admin::SelectorInput;
 use sepp_proto::admin::v1 as pb;
@@ -37,6 +37,38 @@ fn info_out(j: JobInfo) -> pb::JobInfo {
     }
 }
 
+fn stats_out(queue: String, s: QueueStats) -> pb::GetQueueStatsResponse {
+    pb::GetQueueStatsResponse {
+        queue,
+        ready: s.ready,
+        scheduled: s.scheduled,
+        in_flight: s.in_flight,
+        dead_lettered: s.dead_lettered,
+        dedup_records: s.dedup_records,
+        paused: s.paused,
+    }
+}
+
+fn list_state_in(state: i32) -> Result<ListState, Status> {
+    match pb::JobState::try_from(state) {
+        Ok(pb::JobState::Ready) => Ok(ListState::Ready),
+        Ok(pb::JobState::Scheduled) => Ok(ListState::Scheduled),
+        Ok(pb::JobState::InFlight) => Ok(ListState::InFlight),
+        Ok(pb::JobState::DeadLettered) => Ok(ListState::DeadLettered),
+        _ => Err(Status::invalid_argument(format!(
+            "state {state} cannot be listed: use READY, SCHEDULED, IN_FLIGHT or DEAD_LETTERED"
+        ))),
+    }
+}
+
+fn unknown_job(id: String) -> pb::JobInfo {
+    pb::JobInfo {
+        job_id: id,
+        state: pb::JobState::Unknown as i32,
+        ..Default::default()
+    }
+}
+
 fn selector_in(s: Option<pb::DeadLetterSelector>) -> SelectorInput {
     let s = s.unwrap_or_default();
     SelectorInput {
@@ -56,11 +88,7 @@ impl AdminService for AdminApi {
         let id = req.into_inner().job_id;
         let job = match self.queue.get_job(&id).await? {
             Some(info) => info_out(info),
-            None => pb::JobInfo {
-                job_id: id,
-                state: sepp_proto::v1::JobState::Unknown as i32,
-                ..Default::default()
-            },
+            None => unknown_job(id),
         };
         Ok(Response::new(pb::GetJobResponse { job: Some(job) }))
     }
@@ -232,14 +260,83 @@ impl AdminService for AdminApi {
     ) -> Result<Response<pb::GetQueueStatsResponse>, Status> {
         let queue = req.into_inner().queue;
         let s = self.queue.queue_stats(&queue).await?;
-        Ok(Response::new(pb::GetQueueStatsResponse {
-            queue,
-            ready: s.ready,
-            scheduled: s.scheduled,
-            in_flight: s.in_flight,
-            dead_lettered: s.dead_lettered,
-            dedup_records: s.dedup_records,
-            paused: s.paused,
+        Ok(Response::new(stats_out(queue, s)))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.list_queues", skip_all)]
+    async fn list_queues(
+        &self,
+        req: Request<pb::ListQueuesRequest>,
+    ) -> Result<Response<pb::ListQueuesResponse>, Status> {
+        let r = req.into_inner();
+        let page = self.queue.list_queues(r.page_size, &r.page_token).await?;
+        let reply = pb::ListQueuesResponse {
+            queues: page
+                .queues
+                .into_iter()
+                .map(|(q, s)| stats_out(q, s))
+                .collect(),
+            next_page_token: page.next_page_token,
+        };
+        super::check_reply_budget(
+            "list_queues",
+            reply.queues.len(),
+            prost::Message::encoded_len(&reply),
+            self.queue.limits().max_reserve_reply_bytes,
+        );
+        Ok(Response::new(reply))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.list_jobs", skip_all)]
+    async fn list_jobs(
+        &self,
+        req: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let r = req.into_inner();
+        let state = list_state_in(r.state)?;
+        let page = self
+            .queue
+            .list_jobs(&r.queue, state, r.page_size, &r.page_token)
+            .await?;
+        let reply = pb::ListJobsResponse {
+            jobs: page.jobs.into_iter().map(info_out).collect(),
+            next_page_token: page.next_page_token,
+        };
+        super::check_reply_budget(
+            "list_jobs",
+            reply.jobs.len(),
+            prost::Message::encoded_len(&reply),
+            self.queue.limits().max_reserve_reply_bytes,
+        );
+        Ok(Response::new(reply))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.cancel_job", skip_all)]
+    async fn cancel_job(
+        &self,
+        req: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::CancelJobResponse>, Status> {
+        let r = req.into_inner();
+        let by_id = (!r.job_id.is_empty()).then_some(r.job_id.as_str());
+        let by_key = (!r.queue.is_empty() || !r.idempotency_key.is_empty())
+            .then_some((r.queue.as_str(), r.idempotency_key.as_str()));
+        let (cancelled, info) = self.queue.cancel_job(by_id, by_key).await?;
+        Ok(Response::new(pb::CancelJobResponse {
+            cancelled,
+            job: Some(info.map_or_else(|| unknown_job(r.job_id.clone()), info_out)),
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.purge_queue", skip_all)]
+    async fn purge_queue(
+        &self,
+        req: Request<pb::PurgeQueueRequest>,
+    ) -> Result<Response<pb::PurgeQueueResponse>, Status> {
+        let r = req.into_inner();
+        let (ids, more) = self.queue.purge_queue(&r.queue, r.max).await?;
+        Ok(Response::new(pb::PurgeQueueResponse {
+            purged: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+            more,
         }))
     }
 }

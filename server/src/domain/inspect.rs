@@ -143,3 +143,35 @@ pub enum DeadLetterSelector {
 
 /// A position in the dead-letter order, for paging: (failed_at, job id).
 pub type DeadLetterCursor = (UnixMs, JobId);
+
+/// The states a job listing covers (the live states and dead letters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListState {
+    /// Ready jobs, in reserve order (priority, then enqueue order).
+    Ready,
+    /// Scheduled jobs, soonest first.
+    Scheduled,
+    /// Leased jobs, the lease ending soonest first.
+    InFlight,
+    /// Dead letters, oldest first.
+    DeadLettered,
+}
+
+/// A position in a job listing, for paging: the job's place in the order of its state
+/// (`(9 - priority, enqueue sequence)` for ready jobs; `(time, 0)` for the others, the time
+/// being the scheduled time, the lease end or `failed_at`) and its id.
+pub type JobCursor = (i64, u64, JobId);
+
+/// Which jobs a cancel or purge applies to (only ready and scheduled jobs are cancelled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelSelector {
+    /// Exactly these jobs (ids of jobs that are not ready or scheduled are skipped).
+    Ids(Vec<JobId>),
+    /// Up to `max` of a queue's jobs: ready ones first (reserve order), then scheduled ones.
+    Queue {
+        /// The queue.
+        queue: String,
+        /// How many.
+        max: u32,
+    },
+}

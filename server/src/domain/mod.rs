@@ -13,8 +13,8 @@ mod job;
 mod transition;
 
 pub use inspect::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, JobInfo, JobState, KeyRecord, QueueStats,
-    StoredJob,
+    CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, JobCursor, JobInfo, JobState,
+    KeyRecord, ListState, QueueStats, StoredJob,
 };
 pub use job::{DedupClaim, Fingerprint, Job, JobId, NewJob, Payload, TraceContext, Value};
 pub use transition::{

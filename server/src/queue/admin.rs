@@ -6,8 +6,8 @@ use super::Queue;
 use super::validate::{NameUse, check_length, check_queue_name};
 use super::{dedup, lifecycle, reply};
 use crate::domain::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, JobFacts, JobId, JobInfo, JobState,
-    KeyRecord, QueueStats, Stage, StoredJob,
+    CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, JobCursor, JobFacts, JobId,
+    JobInfo, JobState, KeyRecord, ListState, QueueStats, Stage, StoredJob,
 };
 use crate::error::QueueError;
 
@@ -15,6 +15,29 @@ use crate::error::QueueError;
 pub const DEFAULT_PAGE: u32 = 100;
 /// Largest page of `list_dead_letters`, and most jobs one selector may name.
 pub const MAX_PAGE: u32 = 1000;
+
+/// Default page of `list_jobs` and `list_queues`.
+pub const DEFAULT_LISTING_PAGE: u32 = 50;
+/// Most jobs `purge_queue` cancels in one call (the caller repeats while `more`).
+pub const MAX_PURGE: u32 = 1000;
+
+/// A page of queues, by name, and the token of the next one (empty on the last page).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuePage {
+    /// Each queue's name and counts.
+    pub queues: Vec<(String, QueueStats)>,
+    /// Pass back to get the next page; empty when this is the last.
+    pub next_page_token: String,
+}
+
+/// A page of jobs in one state, and the token of the next one (empty on the last page).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobPage {
+    /// The jobs, in the state's order.
+    pub jobs: Vec<JobInfo>,
+    /// Pass back to get the next page; empty when this is the last.
+    pub next_page_token: String,
+}
 
 /// A page of dead letters and the token of the next one (empty on the last page).
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +83,59 @@ fn decode_cursor(token: &str) -> Result<Option<DeadLetterCursor>, QueueError> {
     let at = u64::from_str_radix(&token[..16], 16).map_err(|_| bad())?;
     let id = u128::from_str_radix(&token[16..], 16).map_err(|_| bad())?;
     Ok(Some((at as i64, JobId(id))))
+}
+
+fn state_letter(s: ListState) -> char {
+    match s {
+        ListState::Ready => 'r',
+        ListState::Scheduled => 's',
+        ListState::InFlight => 'f',
+        ListState::DeadLettered => 'd',
+    }
+}
+
+/// A job listing's token: the state's letter, then the cursor in hex (65 characters).
+fn encode_job_cursor(state: ListState, c: JobCursor) -> String {
+    format!(
+        "{}{:016x}{:016x}{:032x}",
+        state_letter(state),
+        c.0 as u64,
+        c.1,
+        c.2.0
+    )
+}
+
+fn decode_job_cursor(state: ListState, token: &str) -> Result<Option<JobCursor>, QueueError> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        QueueError::InvalidArgument(if token.len() <= 80 {
+            format!("page_token {token:?} is not a token of this listing (queue and state)")
+        } else {
+            format!(
+                "page_token ({} bytes) is not a token of this listing (queue and state)",
+                token.len()
+            )
+        })
+    };
+    if token.len() != 65 || !token.is_ascii() || !token.starts_with(state_letter(state)) {
+        return Err(bad());
+    }
+    let a = u64::from_str_radix(&token[1..17], 16).map_err(|_| bad())?;
+    let b = u64::from_str_radix(&token[17..33], 16).map_err(|_| bad())?;
+    let id = u128::from_str_radix(&token[33..], 16).map_err(|_| bad())?;
+    Ok(Some((a as i64, b, JobId(id))))
+}
+
+fn page_limit(page_size: Option<u32>, default: u32) -> Result<u32, QueueError> {
+    match page_size {
+        Some(0) => Err(QueueError::InvalidArgument(
+            "page_size is 0: ask for at least 1 record".into(),
+        )),
+        Some(n) => Ok(n.min(MAX_PAGE)),
+        None => Ok(default),
+    }
 }
 
 impl Queue {
@@ -314,6 +390,172 @@ impl Queue {
     }
 }
 
+impl Queue {
+    /// One page of the queues the store knows, by name, with their counts; the token is the
+    /// last name of the page. Shorter than `page_size` when more would pass the reply budget.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for `page_size = 0` or a token longer than a queue
+    /// name may be; [`QueueError::Storage`].
+    pub async fn list_queues(
+        &self,
+        page_size: Option<u32>,
+        page_token: &str,
+    ) -> Result<QueuePage, QueueError> {
+        let limit = page_limit(page_size, DEFAULT_LISTING_PAGE)?;
+        if page_token.len() > self.limits.max_queue_name_bytes as usize {
+            return Err(QueueError::InvalidArgument(format!(
+                "page_token ({} bytes) is not a token this server issued (a queue name of at most \
+                 max_queue_name_bytes = {})",
+                page_token.len(),
+                self.limits.max_queue_name_bytes
+            )));
+        }
+        let after = (!page_token.is_empty()).then_some(page_token);
+        let (mut queues, mut more) = self.store.list_queues(after, limit).await?;
+        let budget = self.limits.max_reserve_reply_bytes;
+        let token_bytes = u64::from(self.limits.max_queue_name_bytes);
+        let fit = reply::listing_fit(
+            queues
+                .iter()
+                .map(|(n, _)| reply::QUEUE_SUMMARY_FIXED + n.len() as u64),
+            token_bytes,
+            budget,
+        );
+        if fit < queues.len() {
+            queues.truncate(fit);
+            more = true;
+        }
+        let next_page_token = match (more, queues.last()) {
+            (true, Some((n, _))) => n.clone(),
+            _ => String::new(),
+        };
+        Ok(QueuePage {
+            queues,
+            next_page_token,
+        })
+    }
+
+    /// One page of `queue`'s jobs in `state`, in that state's order, without payloads.
+    /// Shorter than `page_size` when more would pass the reply budget
+    /// (`max_reserve_reply_bytes`).
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a bad queue name, `page_size = 0` or a token of
+    /// another listing; [`QueueError::Storage`].
+    pub async fn list_jobs(
+        &self,
+        queue: &str,
+        state: ListState,
+        page_size: Option<u32>,
+        page_token: &str,
+    ) -> Result<JobPage, QueueError> {
+        self.check_queue_name("queue", queue, NameUse::Read)?;
+        let limit = page_limit(page_size, DEFAULT_LISTING_PAGE)?;
+        let after = decode_job_cursor(state, page_token)?;
+        let (page, mut more) = self.store.list_jobs(queue, state, after, limit).await?;
+        let mut page: Vec<(JobCursor, JobInfo)> =
+            page.into_iter().map(|(c, j)| (c, job_info(j))).collect();
+        let fit = reply::listing_fit(
+            page.iter().map(|(_, j)| reply::job_info_bytes(j)),
+            65,
+            self.limits.max_reserve_reply_bytes,
+        );
+        if fit < page.len() {
+            page.truncate(fit);
+            more = true;
+        }
+        let next_page_token = match (more, page.last()) {
+            (true, Some((c, _))) => encode_job_cursor(state, *c),
+            _ => String::new(),
+        };
+        Ok(JobPage {
+            jobs: page.into_iter().map(|(_, j)| j).collect(),
+            next_page_token,
+        })
+    }
+
+    /// Cancels one ready or scheduled job, named by id or by `(queue, idempotency key)`. Its
+    /// dedup record stays, so a retried enqueue of the key still answers the job's id. Returns
+    /// whether it was cancelled and the job as it is after the call (`None`: not known).
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for neither or both of id and key, a bad queue or key;
+    /// [`QueueError::Storage`].
+    pub async fn cancel_job(
+        &self,
+        job_id: Option<&str>,
+        by_key: Option<(&str, &str)>,
+    ) -> Result<(bool, Option<JobInfo>), QueueError> {
+        let id = match (job_id, by_key) {
+            (Some(id), None) => JobId::parse(id),
+            (None, Some((queue, key))) => self
+                .lookup_idempotency_key(queue, key)
+                .await?
+                .map(|r| r.job_id),
+            _ => {
+                return Err(QueueError::InvalidArgument(
+                    "name the job by job_id or by queue and idempotency_key, not both or neither"
+                        .into(),
+                ));
+            }
+        };
+        let Some(id) = id else {
+            return Ok((false, None));
+        };
+        let now = self.clock.now();
+        let rule = |job: JobFacts<'_>| lifecycle::cancelled(job, now);
+        let done = self
+            .store
+            .cancel_jobs(
+                &CancelSelector::Ids(vec![id]),
+                &rule,
+                lifecycle::CANCELLED_REASON,
+                now,
+            )
+            .await?;
+        let info = self.store.get_job(id).await?.map(job_info);
+        Ok((!done.is_empty(), info))
+    }
+
+    /// Cancels up to `max` (default and at most [`MAX_PURGE`]) of `queue`'s ready and
+    /// scheduled jobs, ready ones first, as [`Queue::cancel_job`] does one. In-flight jobs and
+    /// dead letters are untouched. Returns the ids cancelled and whether any ready or
+    /// scheduled job is left (call again).
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a bad queue name or `max = 0`;
+    /// [`QueueError::Storage`].
+    pub async fn purge_queue(
+        &self,
+        queue: &str,
+        max: Option<u32>,
+    ) -> Result<(Vec<JobId>, bool), QueueError> {
+        self.check_queue_name("queue", queue, NameUse::Read)?;
+        let max = match max {
+            Some(0) => {
+                return Err(QueueError::InvalidArgument(
+                    "max is 0: purge at least 1 job".into(),
+                ));
+            }
+            Some(n) => n.min(MAX_PURGE),
+            None => MAX_PURGE,
+        };
+        let now = self.clock.now();
+        let rule = |job: JobFacts<'_>| lifecycle::cancelled(job, now);
+        let sel = CancelSelector::Queue {
+            queue: queue.to_string(),
+            max,
+        };
+        let ids = self
+            .store
+            .cancel_jobs(&sel, &rule, lifecycle::CANCELLED_REASON, now)
+            .await?;
+        let left = self.store.queue_stats(queue).await?;
+        Ok((ids, left.ready + left.scheduled > 0))
+    }
+}
+
 /// What job inspection reports, from what the store holds.
 fn job_info(j: StoredJob) -> JobInfo {
     let (state, scheduled_at, lease_expires_at, finished_at, cause) = match j.stage {
@@ -407,5 +649,19 @@ mod tests {
         assert_eq!(decode_cursor(&encode_cursor(c)).unwrap(), Some(c));
         assert_eq!(decode_cursor("").unwrap(), None);
         assert!(decode_cursor("zz").is_err());
+    }
+
+    #[test]
+    fn job_cursors_round_trip_and_belong_to_their_state() {
+        let c = (-3, u64::MAX, JobId(7));
+        let t = encode_job_cursor(ListState::Scheduled, c);
+        assert_eq!(t.len(), 65);
+        assert_eq!(
+            decode_job_cursor(ListState::Scheduled, &t).unwrap(),
+            Some(c)
+        );
+        assert!(decode_job_cursor(ListState::Ready, &t).is_err());
+        assert!(decode_job_cursor(ListState::Ready, "r").is_err());
+        assert_eq!(decode_job_cursor(ListState::Ready, "").unwrap(), None);
     }
 }

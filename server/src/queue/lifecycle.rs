@@ -110,6 +110,16 @@ pub fn dead_letter_removed(job: JobFacts<'_>, now: UnixMs) -> Finish {
     leave(job, finished_at, cause, now)
 }
 
+/// The last reason a cancelled job keeps, so that job inspection tells it from an acked one.
+pub const CANCELLED_REASON: &str = "cancelled by an operator";
+
+/// What stays of a ready or scheduled job an operator cancels (or purges) at `now`: as an
+/// acked job, a tombstone while its dedup record lives (a retried enqueue of its key still
+/// answers its id), nothing otherwise.
+pub fn cancelled(job: JobFacts<'_>, now: UnixMs) -> Finish {
+    leave(job, now, None, now)
+}
+
 /// What an expired lease does: redeliver with the next attempt, or on the last attempt
 /// (attempt ≥ max_attempts) dead-letter with `LEASE_EXPIRED`.
 pub fn lease_expired(job: JobFacts<'_>, retention_ms: u64, now: UnixMs) -> Expiry {

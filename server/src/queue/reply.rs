@@ -9,7 +9,7 @@
 //! varint, and every timestamp as present. `api/convert.rs` tests it against prost's
 //! `encoded_len` for extreme jobs, and the Reserve handler checks each reply against it.
 
-use crate::domain::{DeadLetter, Fit, Job, NewJob, Payload, TraceContext, Value};
+use crate::domain::{DeadLetter, Fit, Job, JobInfo, NewJob, Payload, TraceContext, Value};
 
 /// A length-delimited field's header: tag (field numbers below 16 take 1 byte) + length.
 const FIELD: u64 = 1 + 5;
@@ -111,6 +111,41 @@ pub fn reserve_fit(size: u32, used: u64, taken: usize, max: u64) -> Fit {
     } else {
         Fit::Take(u64::from(size))
     }
+}
+
+/// What a `sepp.admin.v1.JobInfo` carries whatever its content: its own header in the reply,
+/// the id, the headers of queue, job type, reason, key and worker id, state, attempt,
+/// max_attempts, priority, cause, and four timestamps.
+const JOB_INFO_FIXED: u64 = FIELD + (FIELD + 36) + 5 * FIELD + 5 * SCALAR + 4 * TIMESTAMP;
+
+/// What a ListQueues reply's entry carries besides its name: its header, the name's header,
+/// five counts and the paused flag.
+pub const QUEUE_SUMMARY_FIXED: u64 = 2 * FIELD + 6 * SCALAR;
+
+/// The bytes `j` takes in a ListJobs reply, at most.
+pub fn job_info_bytes(j: &JobInfo) -> u64 {
+    JOB_INFO_FIXED
+        + j.queue.len() as u64
+        + j.job_type.len() as u64
+        + j.last_reason.as_ref().map_or(0, |r| r.len() as u64)
+        + j.idempotency_key.as_ref().map_or(0, |k| k.len() as u64)
+        + j.worker_id.as_ref().map_or(0, |w| w.len() as u64)
+}
+
+/// How many of `sizes` (in page order) go into a ListJobs or ListQueues page under the budget
+/// `max`, its page token taking `token_bytes`: the first always goes (a page is never empty
+/// while records remain), later ones while the page and its token fit.
+pub fn listing_fit(sizes: impl IntoIterator<Item = u64>, token_bytes: u64, max: u64) -> usize {
+    let mut used = FIELD + token_bytes;
+    let mut taken = 0;
+    for size in sizes {
+        if taken > 0 && used + size > max {
+            break;
+        }
+        used += size;
+        taken += 1;
+    }
+    taken
 }
 
 /// The bytes a validated job will take in a Reserve reply, at most: [`job_bytes`] of the job

@@ -15,7 +15,7 @@
 //! `health`).
 
 use crate::config::{Config, KeyConflict, QueueConfig, RetryBackoff};
-use crate::domain::{DeadLetterCause, Job, JobId, JobState, Payload, UnixMs, Value};
+use crate::domain::{DeadLetterCause, Job, JobId, JobState, ListState, Payload, UnixMs, Value};
 use crate::error::QueueError;
 use crate::queue::admin::SelectorInput;
 use crate::queue::clock::{Clock, ManualClock};
@@ -69,6 +69,9 @@ macro_rules! conformance_suite {
             admin_lists_pages_requeues_and_deletes_dead_letters,
             queue_stats_count_each_state,
             gauges_report_every_queue_its_oldest_ready_job_and_the_dedup_records,
+            list_queues_pages_by_name_with_counts,
+            list_jobs_pages_each_state_in_its_order,
+            cancel_and_purge_take_ready_and_scheduled_jobs_and_keep_the_key,
             a_waiting_reserve_gets_a_job_enqueued_later,
             recovery_brings_back_everything_durable_and_nothing_settled,
             a_closed_store_refuses_writes_and_a_serving_one_says_so,
@@ -1369,6 +1372,202 @@ pub(crate) mod cases {
         h.reserve_one("b", 30_000).await.unwrap();
         let g = h.store.gauges().await.expect("gauges");
         assert_eq!(g.queues[1].oldest_ready_at, None);
+    }
+
+    pub(crate) async fn list_queues_pages_by_name_with_counts(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |_| {}).await;
+        for q in ["c", "a", "b", "d"] {
+            h.put(job(q)).await;
+        }
+        h.put(job("a")).await;
+        h.queue.set_paused("e", true).await.unwrap();
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = h.queue.list_queues(Some(2), &token).await.unwrap();
+            assert!(page.queues.len() <= 2);
+            seen.extend(page.queues);
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+        let names: Vec<&str> = seen.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d", "e"]);
+        assert_eq!(seen[0].1.ready, 2);
+        assert!(seen[4].1.paused);
+        assert_eq!(seen[4].1.ready, 0);
+        // The counts are queue_stats' counts.
+        assert_eq!(seen[2].1, h.stats("c").await);
+        assert!(h.queue.list_queues(Some(0), "").await.is_err());
+        // Survives a restart.
+        let h = h.reopen().await;
+        let page = h.queue.list_queues(None, "").await.unwrap();
+        assert_eq!(page.queues.len(), 5);
+        assert!(page.next_page_token.is_empty());
+    }
+
+    pub(crate) async fn list_jobs_pages_each_state_in_its_order(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 600_000).await;
+        let low = h.put(job("q")).await;
+        let high = h
+            .put(EnqueueInput {
+                priority: Some(7),
+                ..keyed("q", "k-high")
+            })
+            .await;
+        let low2 = h.put(job("q")).await;
+        let late = h
+            .put(EnqueueInput {
+                scheduled_at: Some(Ok(T0 + 9_000)),
+                ..job("q")
+            })
+            .await;
+        let soon = h
+            .put(EnqueueInput {
+                scheduled_at: Some(Ok(T0 + 5_000)),
+                ..job("q")
+            })
+            .await;
+        h.put(job("other")).await;
+        let list = |state, size, token: String| {
+            let q = h.queue.clone();
+            async move { q.list_jobs("q", state, size, &token).await.unwrap() }
+        };
+        // Ready: reserve order, in pages of two.
+        let p1 = list(ListState::Ready, Some(2), String::new()).await;
+        assert_eq!(
+            p1.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+            vec![high, low]
+        );
+        assert_eq!(p1.jobs[0].idempotency_key.as_deref(), Some("k-high"));
+        assert_eq!(p1.jobs[0].state, JobState::Ready);
+        let p2 = list(ListState::Ready, Some(2), p1.next_page_token.clone()).await;
+        assert_eq!(p2.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![low2]);
+        assert!(p2.next_page_token.is_empty());
+        // A token belongs to its state.
+        assert!(
+            h.queue
+                .list_jobs("q", ListState::Scheduled, None, &p1.next_page_token)
+                .await
+                .is_err()
+        );
+        let sched = list(ListState::Scheduled, None, String::new()).await;
+        assert_eq!(
+            sched.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+            vec![soon, late]
+        );
+        assert_eq!(sched.jobs[0].scheduled_at, Some(T0 + 5_000));
+        // In flight, and a dead letter.
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(j.id, high);
+        let inflight = list(ListState::InFlight, None, String::new()).await;
+        assert_eq!(inflight.jobs.len(), 1);
+        assert_eq!(inflight.jobs[0].worker_id.as_deref(), Some("w"));
+        h.queue
+            .nack(
+                &high.to_string(),
+                1,
+                NackStrategy::DeadLetter,
+                Some("bad".into()),
+            )
+            .await
+            .unwrap();
+        let dead = list(ListState::DeadLettered, None, String::new()).await;
+        assert_eq!(dead.jobs.len(), 1);
+        assert_eq!(dead.jobs[0].id, high);
+        assert_eq!(dead.jobs[0].last_reason.as_deref(), Some("bad"));
+        assert!(
+            list(ListState::InFlight, None, String::new())
+                .await
+                .jobs
+                .is_empty()
+        );
+        // An unknown queue lists nothing.
+        assert!(
+            h.queue
+                .list_jobs("nope", ListState::Ready, None, "")
+                .await
+                .unwrap()
+                .jobs
+                .is_empty()
+        );
+        // Survives a restart, in the same order.
+        let h = h.reopen().await;
+        let again = h
+            .queue
+            .list_jobs("q", ListState::Ready, None, "")
+            .await
+            .unwrap();
+        assert_eq!(
+            again.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+            vec![low, low2]
+        );
+    }
+
+    pub(crate) async fn cancel_and_purge_take_ready_and_scheduled_jobs_and_keep_the_key(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dedup_window_ms = 60_000).await;
+        let busy = h.put(job("q")).await;
+        assert_eq!(h.reserve_one("q", 30_000).await.unwrap().id, busy);
+        let keyed_id = h
+            .put(EnqueueInput {
+                scheduled_at: Some(Ok(T0 + 10_000)),
+                ..keyed("q", "k")
+            })
+            .await;
+        // An in-flight job is not cancelled.
+        let (done, info) = h
+            .queue
+            .cancel_job(Some(&busy.to_string()), None)
+            .await
+            .unwrap();
+        assert!(!done);
+        assert_eq!(info.unwrap().state, JobState::InFlight);
+        // By key: cancelled, a tombstone that says so, the key still answers its id.
+        let (done, info) = h.queue.cancel_job(None, Some(("q", "k"))).await.unwrap();
+        assert!(done);
+        let info = info.unwrap();
+        assert_eq!(info.id, keyed_id);
+        assert_eq!(info.state, JobState::Acked);
+        assert_eq!(
+            info.last_reason.as_deref(),
+            Some(crate::queue::lifecycle::CANCELLED_REASON)
+        );
+        let again = h.enqueue(vec![keyed("q", "k")]).await;
+        assert_eq!(accepted(&again[0]), (keyed_id, true));
+        assert_eq!(h.stats("q").await.ready, 0);
+        // Unknown ids and both-or-neither are answered plainly.
+        let (done, info) = h
+            .queue
+            .cancel_job(Some("00000000-0000-4000-8000-000000000000"), None)
+            .await
+            .unwrap();
+        assert!(!done && info.is_none());
+        assert!(h.queue.cancel_job(None, None).await.is_err());
+        // Purge: ready first, then scheduled, up to max per call; in flight stays.
+        for _ in 0..3 {
+            h.put(job("q")).await;
+        }
+        h.put(EnqueueInput {
+            scheduled_at: Some(Ok(h.now() + 10_000)),
+            ..job("q")
+        })
+        .await;
+        let (ids, more) = h.queue.purge_queue("q", Some(2)).await.unwrap();
+        assert_eq!((ids.len(), more), (2, true));
+        let (ids, more) = h.queue.purge_queue("q", None).await.unwrap();
+        assert_eq!((ids.len(), more), (2, false));
+        let s = h.stats("q").await;
+        assert_eq!((s.ready, s.scheduled, s.in_flight), (0, 0, 1));
+        assert!(h.queue.purge_queue("q", Some(0)).await.is_err());
+        // Durable: after a restart the purged jobs stay gone and the key still answers.
+        let h = h.reopen().await;
+        let s = h.stats("q").await;
+        assert_eq!((s.ready, s.scheduled, s.in_flight), (0, 0, 1));
+        let again = h.enqueue(vec![keyed("q", "k")]).await;
+        assert_eq!(accepted(&again[0]), (keyed_id, true));
     }
 
     pub(crate) async fn a_waiting_reserve_gets_a_job_enqueued_later(b: Box<dyn Backend>) {

@@ -29,9 +29,9 @@ pub(crate) mod conformance;
 pub(crate) mod model;
 
 use crate::domain::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, EnqueuePlan, Expiry, Finish, Fit, Job,
-    JobFacts, JobId, KeyRecord, LastReason, NewJob, QueueStats, Requeue, ReserveSpec, Settle,
-    SettleRefusal, Stage, StoredJob, UnixMs,
+    CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, EnqueuePlan, Expiry, Finish,
+    Fit, Job, JobCursor, JobFacts, JobId, KeyRecord, LastReason, ListState, NewJob, QueueStats,
+    Requeue, ReserveSpec, Settle, SettleRefusal, Stage, StoredJob, UnixMs,
 };
 use std::sync::Arc;
 
@@ -350,6 +350,38 @@ pub trait Store: Send + Sync + 'static {
     /// Registers who is told of each durable commit ([`CommitObserver`]); a backend without
     /// group commits may ignore it.
     fn observe_commits(&self, _observer: Arc<dyn CommitObserver>) {}
+    /// Up to `limit` queues the store knows (that hold or held a job, or were paused), by name
+    /// in byte order, after the name `after` when given, each with its counts. Returns the
+    /// page and whether more queues follow it.
+    async fn list_queues(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<(String, QueueStats)>, bool), StorageError>;
+
+    /// Up to `limit` jobs of `queue` in `state`, in that state's order (ready: priority then
+    /// enqueue order; scheduled: scheduled time; in flight: lease end; dead letters: oldest
+    /// first; ties by id), after the cursor `after` when given, without their payloads.
+    /// Returns each job with its cursor, and whether more jobs follow the page.
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: ListState,
+        after: Option<JobCursor>,
+        limit: u32,
+    ) -> Result<(Vec<(JobCursor, StoredJob)>, bool), StorageError>;
+
+    /// Cancels the selected jobs that are ready or scheduled (others are skipped): each takes
+    /// `reason` as its last reason, and what stays of it is `rule`'s answer (a tombstone while
+    /// its dedup record lives, or nothing); the dedup index is untouched, so a retried enqueue
+    /// of its key still answers its id. Returns the ids cancelled.
+    async fn cancel_jobs(
+        &self,
+        selector: &CancelSelector,
+        rule: &RemovalRule<'_>,
+        reason: &str,
+        now: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError>;
 
     /// Registers where to report jobs made ready elsewhere ([`ReadyListener`]). Called once,
     /// when the queue layer is built over the store.

@@ -98,6 +98,31 @@ impl Store for EmptyStore {
     async fn forget_key(&self, _: &str, _: &str) -> Result<Option<KeyRecord>, StorageError> {
         Ok(None)
     }
+    async fn list_queues(
+        &self,
+        _: Option<&str>,
+        _: u32,
+    ) -> Result<(Vec<(String, QueueStats)>, bool), StorageError> {
+        Ok((Vec::new(), false))
+    }
+    async fn list_jobs(
+        &self,
+        _: &str,
+        _: crate::domain::ListState,
+        _: Option<crate::domain::JobCursor>,
+        _: u32,
+    ) -> Result<(Vec<(crate::domain::JobCursor, StoredJob)>, bool), StorageError> {
+        Ok((Vec::new(), false))
+    }
+    async fn cancel_jobs(
+        &self,
+        _: &crate::domain::CancelSelector,
+        _: &RemovalRule<'_>,
+        _: &str,
+        _: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError> {
+        Ok(Vec::new())
+    }
     async fn gauges(&self) -> Result<crate::storage::StoreGauges, StorageError> {
         Ok(crate::storage::StoreGauges::default())
     }

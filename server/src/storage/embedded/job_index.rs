@@ -4,7 +4,7 @@
 //! Payloads are not held here; they stay on disk.
 
 use super::codec::{Meta, Stage};
-use crate::domain::{JobId, UnixMs};
+use crate::domain::{JobCursor, JobId, ListState, UnixMs};
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -43,8 +43,10 @@ fn ready_key(id: JobId, m: &Meta) -> ReadyKey {
 #[derive(Debug, Default)]
 pub(crate) struct QueueIndex {
     pub(crate) ready: BTreeSet<ReadyKey>,
-    pub(crate) scheduled: u64,
-    pub(crate) in_flight: u64,
+    /// Scheduled jobs of this queue, soonest first (for listing).
+    pub(crate) scheduled: BTreeSet<(UnixMs, JobId)>,
+    /// Leased jobs of this queue, the lease ending soonest first (for listing).
+    pub(crate) in_flight: BTreeSet<(UnixMs, JobId)>,
     /// Dead letters of this queue, oldest first.
     pub(crate) dead: BTreeSet<(UnixMs, JobId)>,
     pub(crate) paused: bool,
@@ -70,7 +72,7 @@ impl QueueIndex {
 
     /// Jobs counted against `max_queue_depth`: ready + scheduled + in flight.
     pub(crate) fn depth(&self) -> u64 {
-        self.ready.len() as u64 + self.scheduled + self.in_flight
+        (self.ready.len() + self.scheduled.len() + self.in_flight.len()) as u64
     }
 }
 
@@ -211,6 +213,47 @@ impl JobIndex {
         self.dead.first().copied()
     }
 
+    /// Every queue name the index holds (any job, or a pause record), in no order.
+    pub(crate) fn queue_names(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.queues.keys()
+    }
+
+    /// The jobs of `queue` in `state`, in that state's order, after `after` when given.
+    pub(crate) fn listing<'a>(
+        &'a self,
+        queue: &str,
+        state: ListState,
+        after: Option<JobCursor>,
+    ) -> Box<dyn Iterator<Item = JobCursor> + 'a> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let Some(q) = self.queues.get(queue) else {
+            return Box::new(std::iter::empty());
+        };
+        let timed =
+            |set: &'a BTreeSet<(UnixMs, JobId)>| -> Box<dyn Iterator<Item = JobCursor> + 'a> {
+                let it = match after {
+                    Some((t, _, id)) => set.range((Excluded((t, id)), Unbounded)),
+                    None => set.range(..),
+                };
+                Box::new(it.map(|&(t, id)| (t, 0, id)))
+            };
+        match state {
+            ListState::Ready => {
+                let it = match after {
+                    Some((p, seq, id)) => q.ready.range((
+                        Excluded((u8::try_from(p).unwrap_or(u8::MAX), seq, id)),
+                        Unbounded,
+                    )),
+                    None => q.ready.range(..),
+                };
+                Box::new(it.map(|&(p, seq, id)| (i64::from(p), seq, id)))
+            }
+            ListState::Scheduled => timed(&q.scheduled),
+            ListState::InFlight => timed(&q.in_flight),
+            ListState::DeadLettered => timed(&q.dead),
+        }
+    }
+
     /// Shrinks the maps after a large purge so that memory comes back. Called once a sweep has
     /// caught up, not per removal: rehashing a large table holds the store's lock.
     pub(crate) fn shrink_if_sparse(&mut self) {
@@ -242,11 +285,11 @@ impl JobIndex {
                 q.ready.insert(ready_key(id, m));
             }
             Stage::Scheduled { due } => {
-                q.scheduled += 1;
+                q.scheduled.insert((due, id));
                 self.scheduled.insert((due, id));
             }
             Stage::InFlight { expires } => {
-                q.in_flight += 1;
+                q.in_flight.insert((expires, id));
                 self.leases.insert((expires, id));
             }
             Stage::Dead { failed_at, .. } => {
@@ -268,11 +311,11 @@ impl JobIndex {
                 q.ready.remove(&ready_key(id, m));
             }
             Stage::Scheduled { due } => {
-                q.scheduled = q.scheduled.saturating_sub(1);
+                q.scheduled.remove(&(due, id));
                 self.scheduled.remove(&(due, id));
             }
             Stage::InFlight { expires } => {
-                q.in_flight = q.in_flight.saturating_sub(1);
+                q.in_flight.remove(&(expires, id));
                 self.leases.remove(&(expires, id));
             }
             Stage::Dead { failed_at, .. } => {

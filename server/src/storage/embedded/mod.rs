@@ -50,9 +50,10 @@ use super::{
     StorageError, StorageHealth, Store, StoreGauges, SweepPass,
 };
 use crate::domain::{
-    DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit, InsertOutcome, Job,
-    JobFacts, JobId, KeyRecord, LastReason, NewJob, PersistMode, Placement, QueueStats, Requeue,
-    ReserveSpec, Settle, SettleRefusal, StoredJob, UnixMs, reached,
+    CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit,
+    InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord, LastReason, ListState, NewJob,
+    PersistMode, Placement, QueueStats, Requeue, ReserveSpec, Settle, SettleRefusal, StoredJob,
+    UnixMs, reached,
 };
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -282,6 +283,28 @@ impl Shared {
         }))
     }
 
+    /// Job `id` for inspection, from its meta (read under the lock) and its body (for the
+    /// idempotency key; a tombstone has none).
+    fn stored(&self, id: JobId, meta: Meta) -> Result<StoredJob, StorageError> {
+        let body = match meta.stage {
+            Stage::Tombstone { .. } => None,
+            _ => self.body(id)?,
+        };
+        Ok(StoredJob {
+            id,
+            queue: meta.queue.to_string(),
+            job_type: meta.job_type.to_string(),
+            stage: meta.stage,
+            attempt: meta.attempt,
+            max_attempts: meta.max_attempts,
+            priority: meta.priority,
+            enqueued_at: meta.enqueued_at,
+            last_reason: meta.last_reason,
+            idempotency_key: body.and_then(|b| b.idempotency_key),
+            worker_id: meta.worker_id,
+        })
+    }
+
     /// The dead letters a selector names, oldest first for a queue selection.
     fn select_dead(st: &State, selector: &DeadLetterSelector) -> Vec<JobId> {
         match selector {
@@ -432,6 +455,19 @@ fn assemble(id: JobId, meta: &Meta, body: Body) -> Job {
         },
         custom: body.custom,
         scheduled_at: body.scheduled_at,
+    }
+}
+
+/// The counts of `queue`, under the state lock.
+fn stats_of(st: &State, queue: &str) -> QueueStats {
+    let q = st.jobs.queue(queue);
+    QueueStats {
+        ready: q.map_or(0, |q| q.ready.len() as u64),
+        scheduled: q.map_or(0, |q| q.scheduled.len() as u64),
+        in_flight: q.map_or(0, |q| q.in_flight.len() as u64),
+        dead_lettered: q.map_or(0, |q| q.dead.len() as u64),
+        dedup_records: st.dedup.count_for_queue(queue),
+        paused: q.is_some_and(|q| q.paused),
     }
 }
 
@@ -852,23 +888,7 @@ impl Store for EmbeddedStore {
         let Some(meta) = sh.lock().jobs.get(id).cloned() else {
             return Ok(None);
         };
-        let body = match meta.stage {
-            Stage::Tombstone { .. } => None,
-            _ => sh.body(id)?,
-        };
-        Ok(Some(StoredJob {
-            id,
-            queue: meta.queue.to_string(),
-            job_type: meta.job_type.to_string(),
-            stage: meta.stage,
-            attempt: meta.attempt,
-            max_attempts: meta.max_attempts,
-            priority: meta.priority,
-            enqueued_at: meta.enqueued_at,
-            last_reason: meta.last_reason,
-            idempotency_key: body.and_then(|b| b.idempotency_key),
-            worker_id: meta.worker_id,
-        }))
+        Ok(Some(sh.stored(id, meta)?))
     }
 
     async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
@@ -1069,16 +1089,98 @@ impl Store for EmbeddedStore {
     }
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
+        Ok(stats_of(&self.shared.lock(), queue))
+    }
+
+    async fn list_queues(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<(String, QueueStats)>, bool), StorageError> {
         let st = self.shared.lock();
-        let q = st.jobs.queue(queue);
-        Ok(QueueStats {
-            ready: q.map_or(0, |q| q.ready.len() as u64),
-            scheduled: q.map_or(0, |q| q.scheduled),
-            in_flight: q.map_or(0, |q| q.in_flight),
-            dead_lettered: q.map_or(0, |q| q.dead.len() as u64),
-            dedup_records: st.dedup.count_for_queue(queue),
-            paused: q.is_some_and(|q| q.paused),
-        })
+        let mut names: Vec<&Arc<str>> = st
+            .jobs
+            .queue_names()
+            .filter(|n| after.is_none_or(|a| &***n > a))
+            .collect();
+        names.sort_unstable();
+        let more = names.len() > limit as usize;
+        let page = names
+            .into_iter()
+            .take(limit as usize)
+            .map(|n| (n.to_string(), stats_of(&st, n)))
+            .collect();
+        Ok((page, more))
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: ListState,
+        after: Option<JobCursor>,
+        limit: u32,
+    ) -> Result<(Vec<(JobCursor, StoredJob)>, bool), StorageError> {
+        let sh = &*self.shared;
+        let (metas, more) = {
+            let st = sh.lock();
+            let mut it = st.jobs.listing(queue, state, after);
+            let mut metas = Vec::new();
+            for c in it.by_ref().take(limit as usize) {
+                if let Some(m) = st.jobs.get(c.2) {
+                    metas.push((c, m.clone()));
+                }
+            }
+            (metas, it.next().is_some())
+        };
+        // Bodies (for the idempotency key) are read after the lock: a job settled meanwhile
+        // is listed as it was when the page was cut.
+        let mut page = Vec::with_capacity(metas.len());
+        for (c, m) in metas {
+            page.push((c, sh.stored(c.2, m)?));
+        }
+        Ok((page, more))
+    }
+
+    async fn cancel_jobs(
+        &self,
+        selector: &CancelSelector,
+        rule: &RemovalRule<'_>,
+        reason: &str,
+        _now: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError> {
+        let sh = &*self.shared;
+        let cancellable = |m: &Meta| matches!(m.stage, Stage::Ready | Stage::Scheduled { .. });
+        let (ids, batch) = {
+            let mut st = sh.lock();
+            sh.commit.check_writable()?;
+            let ids: Vec<JobId> = match selector {
+                CancelSelector::Ids(ids) => ids
+                    .iter()
+                    .copied()
+                    .filter(|id| st.jobs.get(*id).is_some_and(cancellable))
+                    .collect(),
+                CancelSelector::Queue { queue, max } => st
+                    .jobs
+                    .listing(queue, ListState::Ready, None)
+                    .chain(st.jobs.listing(queue, ListState::Scheduled, None))
+                    .take(*max as usize)
+                    .map(|c| c.2)
+                    .collect(),
+            };
+            let mut ops = Vec::with_capacity(ids.len() * 2);
+            for id in &ids {
+                let Some(m) = st.jobs.update(*id, |m| {
+                    m.last_reason = Some(reason.to_string());
+                }) else {
+                    continue;
+                };
+                let finish = rule(facts(*id, m));
+                Shared::apply_finish(&mut st, *id, finish, &mut ops);
+            }
+            (ids, sh.commit.append(ops))
+        };
+        sh.commit.wait(batch).await?;
+        Ok(ids)
     }
 
     async fn gauges(&self) -> Result<StoreGauges, StorageError> {
@@ -1091,8 +1193,8 @@ impl Store for EmbeddedStore {
                     queue: name.to_string(),
                     stats: QueueStats {
                         ready: q.ready.len() as u64,
-                        scheduled: q.scheduled,
-                        in_flight: q.in_flight,
+                        scheduled: q.scheduled.len() as u64,
+                        in_flight: q.in_flight.len() as u64,
                         dead_lettered: q.dead.len() as u64,
                         dedup_records: 0,
                         paused: q.paused,

@@ -35,9 +35,10 @@ use super::{
     StorageError, StorageHealth, Store, StoreGauges, SweepPass,
 };
 use crate::domain::{
-    DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry, Fingerprint, Finish,
-    Fit, InsertOutcome, Job, JobFacts, JobId, KeyRecord, LastReason, NewJob, Placement, QueueStats,
-    Requeue, ReserveSpec, Settle, SettleRefusal, Stage, StoredJob, UnixMs,
+    CancelSelector, DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry,
+    Fingerprint, Finish, Fit, InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord,
+    LastReason, ListState, NewJob, Placement, QueueStats, Requeue, ReserveSpec, Settle,
+    SettleRefusal, Stage, StoredJob, UnixMs,
 };
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -637,6 +638,46 @@ async fn enqueue_in(
         .await?;
     }
     Ok((plan.outcomes, true))
+}
+
+/// What job inspection reports of a row (the key read from its body, none for a tombstone).
+fn stored_of(row: JobRow) -> Result<StoredJob, StorageError> {
+    let key = match row.stage {
+        Stage::Tombstone { .. } => None,
+        _ => row.body()?.and_then(|b| b.idempotency_key),
+    };
+    Ok(StoredJob {
+        id: row.id,
+        queue: row.queue,
+        job_type: row.job_type,
+        stage: row.stage,
+        attempt: row.attempt,
+        max_attempts: row.max_attempts,
+        priority: row.priority,
+        enqueued_at: row.enqueued_at,
+        last_reason: row.last_reason,
+        idempotency_key: key,
+        worker_id: row.worker_id,
+    })
+}
+
+/// A job's place in the listing of its state ([`JobCursor`]), and the SQL of that listing:
+/// its condition, the position to compare with a cursor, and its order.
+fn listing_sql(state: ListState) -> (&'static str, &'static str, &'static str) {
+    match state {
+        ListState::Ready => (
+            "stage = 0",
+            "(9 - priority)::bigint, seq",
+            "priority DESC, seq, id",
+        ),
+        ListState::Scheduled => ("stage = 1", "due_at, 0::bigint", "due_at, id"),
+        ListState::InFlight => (
+            "stage = 2",
+            "lease_expires_at, 0::bigint",
+            "lease_expires_at, id",
+        ),
+        ListState::DeadLettered => ("stage = 3", "failed_at, 0::bigint", "failed_at, id"),
+    }
 }
 
 /// Tells every server listening (`LISTEN sepp_ready`) which queues got ready jobs, as
@@ -1266,24 +1307,7 @@ impl Store for PostgresStore {
         else {
             return Ok(None);
         };
-        let row = JobRow::from_row(&r)?;
-        let key = match row.stage {
-            Stage::Tombstone { .. } => None,
-            _ => row.body()?.and_then(|b| b.idempotency_key),
-        };
-        Ok(Some(StoredJob {
-            id,
-            queue: row.queue,
-            job_type: row.job_type,
-            stage: row.stage,
-            attempt: row.attempt,
-            max_attempts: row.max_attempts,
-            priority: row.priority,
-            enqueued_at: row.enqueued_at,
-            last_reason: row.last_reason,
-            idempotency_key: key,
-            worker_id: row.worker_id,
-        }))
+        Ok(Some(stored_of(JobRow::from_row(&r)?)?))
     }
 
     async fn backup(&self, _dir: &std::path::Path) -> Result<BackupReport, StorageError> {
@@ -1543,6 +1567,137 @@ impl Store for PostgresStore {
         }
         tx.commit().await.map_err(pg_err)?;
         Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn list_queues(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<(String, QueueStats)>, bool), StorageError> {
+        let names: Vec<String> = {
+            let client = self.shared.client().await?;
+            client
+                .query(
+                    "SELECT name FROM (SELECT DISTINCT queue AS name FROM sepp_jobs \
+                     UNION SELECT name FROM sepp_queues) q \
+                     WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2",
+                    &[&after, &(i64::from(limit) + 1)],
+                )
+                .await
+                .map_err(pg_err)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect()
+        };
+        let more = names.len() > limit as usize;
+        let mut page = Vec::with_capacity(names.len().min(limit as usize));
+        for name in names.into_iter().take(limit as usize) {
+            let stats = self.queue_stats(&name).await?;
+            page.push((name, stats));
+        }
+        Ok((page, more))
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: ListState,
+        after: Option<JobCursor>,
+        limit: u32,
+    ) -> Result<(Vec<(JobCursor, StoredJob)>, bool), StorageError> {
+        let (cond, pos, order) = listing_sql(state);
+        let (a, b, id) = match after {
+            Some((a, b, id)) => (
+                Some(a),
+                Some(i64::try_from(b).unwrap_or(i64::MAX)),
+                Some(uuid(id)),
+            ),
+            None => (None, None, None),
+        };
+        let client = self.shared.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {JOB_COLUMNS}, {pos} FROM sepp_jobs WHERE queue = $1 AND {cond} \
+                     AND ($2::bigint IS NULL OR ({pos}, id) > ($2, $3, $4)) \
+                     ORDER BY {order} LIMIT $5"
+                ),
+                &[&queue, &a, &b, &id, &(i64::from(limit) + 1)],
+            )
+            .await
+            .map_err(pg_err)?;
+        let more = rows.len() > limit as usize;
+        let mut page = Vec::with_capacity(rows.len().min(limit as usize));
+        for r in rows.iter().take(limit as usize) {
+            let first: Option<i64> = r.get(20);
+            let second: i64 = r.get(21);
+            let row = JobRow::from_row(r)?;
+            let cursor = (
+                first.unwrap_or(0),
+                u64::try_from(second).unwrap_or(0),
+                row.id,
+            );
+            page.push((cursor, stored_of(row)?));
+        }
+        Ok((page, more))
+    }
+
+    async fn cancel_jobs(
+        &self,
+        selector: &CancelSelector,
+        rule: &RemovalRule<'_>,
+        reason: &str,
+        _now: UnixMs,
+    ) -> Result<Vec<JobId>, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let rows = match selector {
+            CancelSelector::Ids(ids) => {
+                let ids: Vec<Uuid> = ids.iter().map(|i| uuid(*i)).collect();
+                tx.query(
+                    &format!(
+                        "SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = ANY($1) \
+                         AND stage IN (0, 1) ORDER BY id FOR UPDATE"
+                    ),
+                    &[&ids],
+                )
+                .await
+            }
+            // Ready jobs first (reserve order), then scheduled ones (soonest first).
+            CancelSelector::Queue { queue, max } => {
+                tx.query(
+                    &format!(
+                        "SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE queue = $1 AND stage IN (0, 1) \
+                         ORDER BY stage, CASE WHEN stage = 0 THEN (9 - priority)::bigint ELSE due_at END, \
+                         CASE WHEN stage = 0 THEN seq ELSE 0 END, id LIMIT $2 FOR UPDATE"
+                    ),
+                    &[&&**queue, &i64::from(*max)],
+                )
+                .await
+            }
+        }
+        .map_err(pg_err)?;
+        let mut jobs = rows
+            .iter()
+            .map(JobRow::from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        if let CancelSelector::Ids(asked) = selector {
+            // In the order asked.
+            jobs.sort_by_key(|j| asked.iter().position(|i| *i == j.id));
+        }
+        let mut ids = Vec::with_capacity(jobs.len());
+        let reason = LastReason::Set(Some(reason.to_string()));
+        for row in jobs {
+            let finish = rule(row.facts());
+            apply_finish(&tx, row.id, finish, &reason, "AND stage IN (0, 1)", &[])
+                .await
+                .map_err(pg_err)?;
+            ids.push(row.id);
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(ids)
     }
 
     async fn gauges(&self) -> Result<StoreGauges, StorageError> {

@@ -1,0 +1,745 @@
+//! The operator CLI: `sepp queues`, `sepp jobs`, `sepp job`, `sepp key`, `sepp cancel`,
+//! `sepp dlq list|requeue|delete`, `sepp pause`, `sepp resume`, `sepp purge`. Each is one or a
+//! few calls of `sepp.admin.v1.AdminService` on a running server, printed as a table or, with
+//! `--output json`, as one JSON document on standard output. Errors go to standard error with
+//! exit code 1 (the server's refusal) or 2 (bad flags, from clap).
+
+use clap::{Args, Subcommand, ValueEnum};
+use sepp_proto::admin::v1 as pb;
+use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// How a server is reached (every operator subcommand).
+#[derive(Args, Clone, Debug)]
+pub(crate) struct Conn {
+    /// The server's gRPC address.
+    #[arg(
+        long,
+        global = true,
+        env = "SEPP_SERVER",
+        default_value = "http://127.0.0.1:50051",
+        value_name = "URL"
+    )]
+    server: String,
+    /// An API key (sent as `authorization: Bearer KEY`), when the server has `[auth] api_keys`.
+    #[arg(
+        long,
+        global = true,
+        env = "SEPP_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    api_key: Option<String>,
+    /// A PEM file of the CA that signed the server's certificate (use an https:// URL).
+    #[arg(long, global = true, env = "SEPP_CA_CERT", value_name = "PATH")]
+    ca_cert: Option<PathBuf>,
+    /// `table` for people, `json` for scripts (read commands and results).
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    Table,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum StateArg {
+    Ready,
+    Scheduled,
+    InFlight,
+    Dead,
+}
+
+/// The operator subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Op {
+    /// Every queue with its depth by state and whether it is paused.
+    Queues,
+    /// A queue's jobs in one state, a page at a time.
+    Jobs {
+        /// The queue.
+        queue: String,
+        /// Which state.
+        #[arg(long, value_enum, default_value_t = StateArg::Ready)]
+        state: StateArg,
+        /// Jobs per page (at most 1000).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// The `next page` token a previous call printed.
+        #[arg(long, default_value = "")]
+        page_token: String,
+    },
+    /// Everything known about one job.
+    Job {
+        /// The job id.
+        id: String,
+    },
+    /// What happened to the job an idempotency key created (while its dedup record lives).
+    Key {
+        /// The queue.
+        queue: String,
+        /// The idempotency key.
+        key: String,
+    },
+    /// Cancels a ready or scheduled job (by id, or by --queue and --key). Its dedup record
+    /// stays: a retried enqueue of the key answers the cancelled job's id.
+    Cancel {
+        /// The job id.
+        #[arg(required_unless_present = "key", conflicts_with_all = ["queue", "key"])]
+        id: Option<String>,
+        /// The queue of --key.
+        #[arg(long, requires = "key")]
+        queue: Option<String>,
+        /// An idempotency key instead of an id.
+        #[arg(long, requires = "queue")]
+        key: Option<String>,
+    },
+    /// Dead letters: list, requeue or delete.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+    /// Stops Reserve from handing out a queue's jobs (enqueues are still accepted).
+    Pause {
+        /// The queue.
+        queue: String,
+    },
+    /// Undoes `pause`.
+    Resume {
+        /// The queue.
+        queue: String,
+    },
+    /// Cancels every ready and scheduled job of a queue (in-flight jobs and dead letters stay).
+    Purge {
+        /// The queue.
+        queue: String,
+        /// Confirms the purge (it cannot be undone).
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum DlqCommand {
+    /// Dead letters oldest first, with cause and last reason.
+    List {
+        /// One queue (default: every queue).
+        queue: Option<String>,
+        /// Records per page (at most 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// The `next page` token a previous call printed.
+        #[arg(long, default_value = "")]
+        page_token: String,
+    },
+    /// Puts dead letters back on their queue: same id, attempt 1, enqueued now.
+    Requeue(Selection),
+    /// Deletes dead letters for good.
+    Delete(Selection),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct Selection {
+    /// The queue.
+    queue: String,
+    /// Every dead letter of the queue (in batches of 1000).
+    #[arg(long, conflicts_with = "ids")]
+    all: bool,
+    /// These job ids.
+    #[arg(required_unless_present = "all")]
+    ids: Vec<String>,
+}
+
+/// A failure to report: what went wrong and what to do.
+struct Failure(String);
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Self {
+        let hint = match s.code() {
+            tonic::Code::Unauthenticated => {
+                " (pass --api-key or set SEPP_API_KEY to a key of the server's [auth] api_keys)"
+            }
+            tonic::Code::Unavailable => {
+                " (is the server running at --server / SEPP_SERVER, and is it the right scheme?)"
+            }
+            tonic::Code::Unimplemented => " (the server is older than this CLI)",
+            _ => "",
+        };
+        Failure(format!("{:?}: {}{hint}", s.code(), s.message()))
+    }
+}
+
+/// Adds the API key to every call.
+type AuthFn =
+    Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
+type Admin = AdminServiceClient<tonic::service::interceptor::InterceptedService<Channel, AuthFn>>;
+
+async fn connect(conn: &Conn) -> Result<Admin, Failure> {
+    let mut ep = Endpoint::from_shared(conn.server.clone()).map_err(|e| {
+        Failure(format!(
+            "--server {:?} is not a URL ({e}): use e.g. http://127.0.0.1:50051",
+            conn.server
+        ))
+    })?;
+    if let Some(path) = &conn.ca_cert {
+        let pem = std::fs::read(path)
+            .map_err(|e| Failure(format!("cannot read --ca-cert {}: {e}", path.display())))?;
+        ep = ep
+            .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+            .map_err(|e| Failure(format!("--ca-cert {}: {e}", path.display())))?;
+    }
+    let channel = ep.connect().await.map_err(|e| {
+        Failure(format!(
+            "cannot connect to {} ({e}): is the server running there? (--server / SEPP_SERVER)",
+            conn.server
+        ))
+    })?;
+    let header = match &conn.api_key {
+        Some(k) => Some(
+            MetadataValue::try_from(format!("Bearer {k}"))
+                .map_err(|_| Failure("--api-key holds characters a header cannot carry".into()))?,
+        ),
+        None => None,
+    };
+    let auth: AuthFn = Box::new(move |mut req: tonic::Request<()>| {
+        if let Some(h) = &header {
+            req.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(req)
+    });
+    Ok(AdminServiceClient::with_interceptor(channel, auth))
+}
+
+/// Runs one operator subcommand; returns the process exit code.
+pub(crate) fn run(conn: Conn, op: Op) -> std::process::ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sepp: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(exec(&conn, op)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("sepp: {msg}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Prints `rows` under `header` in aligned columns.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}
+
+/// A timestamp as RFC 3339 UTC with milliseconds.
+pub(crate) fn ts(t: Option<&prost_types::Timestamp>) -> String {
+    let Some(t) = t else {
+        return String::new();
+    };
+    let ms = t.seconds * 1000 + i64::from(t.nanos / 1_000_000);
+    rfc3339(ms)
+}
+
+use sepp_server::time_fmt::rfc3339;
+
+/// The short name of a job state.
+pub(crate) fn state_name(s: i32) -> &'static str {
+    match pb::JobState::try_from(s) {
+        Ok(pb::JobState::Scheduled) => "scheduled",
+        Ok(pb::JobState::Ready) => "ready",
+        Ok(pb::JobState::InFlight) => "in_flight",
+        Ok(pb::JobState::DeadLettered) => "dead_lettered",
+        Ok(pb::JobState::Completed) => "completed",
+        Ok(pb::JobState::Unknown) => "unknown",
+        _ => "unspecified",
+    }
+}
+
+/// The short name of a dead-letter cause.
+pub(crate) fn cause_name(c: i32) -> &'static str {
+    use sepp_proto::v1::DeadLetterCause as C;
+    match C::try_from(c) {
+        Ok(C::AttemptsExhausted) => "attempts_exhausted",
+        Ok(C::Rejected) => "rejected",
+        Ok(C::LeaseExpired) => "lease_expired",
+        Ok(C::Admin) => "admin",
+        _ => "",
+    }
+}
+
+fn job_json(j: &pb::JobInfo) -> Value {
+    json!({
+        "job_id": j.job_id,
+        "state": state_name(j.state),
+        "queue": j.queue,
+        "job_type": j.job_type,
+        "attempt": j.attempt,
+        "max_attempts": j.max_attempts,
+        "priority": j.priority,
+        "enqueued_at": ts(j.enqueued_at.as_ref()),
+        "scheduled_at": j.scheduled_at.as_ref().map(|t| ts(Some(t))),
+        "lease_expires_at": j.lease_expires_at.as_ref().map(|t| ts(Some(t))),
+        "finished_at": j.finished_at.as_ref().map(|t| ts(Some(t))),
+        "dead_letter_cause": (j.dead_letter_cause != 0).then(|| cause_name(j.dead_letter_cause)),
+        "last_reason": j.last_reason,
+        "idempotency_key": j.idempotency_key,
+        "worker_id": j.worker_id,
+    })
+}
+
+fn print_job(conn: &Conn, j: &pb::JobInfo) {
+    let v = job_json(j);
+    if conn.output == Output::Json {
+        print_json(&v);
+        return;
+    }
+    let Value::Object(m) = v else { return };
+    let rows: Vec<Vec<String>> = m
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| {
+            vec![
+                k.clone(),
+                match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                },
+            ]
+        })
+        .collect();
+    print_table(&["field", "value"], &rows);
+}
+
+fn selection(sel: &Selection) -> pb::DeadLetterSelector {
+    if sel.all {
+        pb::DeadLetterSelector {
+            job_ids: vec![],
+            queue: Some(sel.queue.clone()),
+            max: Some(1000),
+        }
+    } else {
+        pb::DeadLetterSelector {
+            job_ids: sel.ids.clone(),
+            queue: None,
+            max: None,
+        }
+    }
+}
+
+/// Prints the result of a write command.
+fn done(conn: &Conn, v: Value, text: String) {
+    if conn.output == Output::Json {
+        print_json(&v);
+    } else {
+        println!("{text}");
+    }
+}
+
+async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
+    let mut admin = connect(conn).await?;
+    match op {
+        Op::Queues => {
+            let mut all = Vec::new();
+            let mut token = String::new();
+            loop {
+                let page = admin
+                    .list_queues(pb::ListQueuesRequest {
+                        page_size: Some(1000),
+                        page_token: token,
+                    })
+                    .await?
+                    .into_inner();
+                all.extend(page.queues);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                token = page.next_page_token;
+            }
+            if conn.output == Output::Json {
+                let qs: Vec<Value> = all
+                    .iter()
+                    .map(|q| {
+                        json!({"queue": q.queue, "ready": q.ready, "scheduled": q.scheduled,
+                        "in_flight": q.in_flight, "dead_lettered": q.dead_lettered,
+                        "dedup_records": q.dedup_records, "paused": q.paused})
+                    })
+                    .collect();
+                print_json(&json!({ "queues": qs }));
+            } else {
+                let rows: Vec<Vec<String>> = all
+                    .iter()
+                    .map(|q| {
+                        vec![
+                            q.queue.clone(),
+                            q.ready.to_string(),
+                            q.scheduled.to_string(),
+                            q.in_flight.to_string(),
+                            q.dead_lettered.to_string(),
+                            q.dedup_records.to_string(),
+                            if q.paused { "paused" } else { "" }.to_string(),
+                        ]
+                    })
+                    .collect();
+                print_table(
+                    &[
+                        "QUEUE",
+                        "READY",
+                        "SCHEDULED",
+                        "IN_FLIGHT",
+                        "DEAD",
+                        "KEYS",
+                        "PAUSED",
+                    ],
+                    &rows,
+                );
+            }
+        }
+        Op::Jobs {
+            queue,
+            state,
+            limit,
+            page_token,
+        } => {
+            let state = match state {
+                StateArg::Ready => pb::JobState::Ready,
+                StateArg::Scheduled => pb::JobState::Scheduled,
+                StateArg::InFlight => pb::JobState::InFlight,
+                StateArg::Dead => pb::JobState::DeadLettered,
+            };
+            let page = admin
+                .list_jobs(pb::ListJobsRequest {
+                    queue,
+                    state: state as i32,
+                    page_size: Some(limit),
+                    page_token,
+                })
+                .await?
+                .into_inner();
+            if conn.output == Output::Json {
+                print_json(&json!({
+                    "jobs": page.jobs.iter().map(job_json).collect::<Vec<_>>(),
+                    "next_page_token": page.next_page_token,
+                }));
+            } else {
+                let rows: Vec<Vec<String>> = page
+                    .jobs
+                    .iter()
+                    .map(|j| {
+                        vec![
+                            j.job_id.clone(),
+                            j.job_type.clone(),
+                            j.priority.to_string(),
+                            format!("{}/{}", j.attempt, j.max_attempts),
+                            ts(j.enqueued_at.as_ref()),
+                            j.idempotency_key.clone().unwrap_or_default(),
+                            j.last_reason.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                print_table(
+                    &[
+                        "JOB_ID", "TYPE", "PRIO", "ATTEMPT", "ENQUEUED", "KEY", "REASON",
+                    ],
+                    &rows,
+                );
+                if !page.next_page_token.is_empty() {
+                    println!("next page: --page-token {}", page.next_page_token);
+                }
+            }
+        }
+        Op::Job { id } => {
+            let j = admin
+                .get_job(pb::GetJobRequest { job_id: id.clone() })
+                .await?
+                .into_inner()
+                .job
+                .unwrap_or_default();
+            if j.state == pb::JobState::Unknown as i32 {
+                return Err(Failure(format!(
+                    "job {id} is not known: it never existed, or it finished and its record is \
+                     gone"
+                )));
+            }
+            print_job(conn, &j);
+        }
+        Op::Key { queue, key } => {
+            let r = admin
+                .lookup_idempotency_key(pb::LookupIdempotencyKeyRequest {
+                    queue: queue.clone(),
+                    idempotency_key: key.clone(),
+                })
+                .await?
+                .into_inner();
+            if !r.found {
+                return Err(Failure(format!(
+                    "no live dedup record for key {key:?} on queue {queue:?}: never used, or its \
+                     dedup window has passed"
+                )));
+            }
+            let j = admin
+                .get_job(pb::GetJobRequest {
+                    job_id: r.job_id.clone(),
+                })
+                .await?
+                .into_inner()
+                .job
+                .unwrap_or_default();
+            if conn.output == Output::Json {
+                print_json(&json!({
+                    "job_id": r.job_id,
+                    "key_created_at": ts(r.created_at.as_ref()),
+                    "key_expires_at": ts(r.expires_at.as_ref()),
+                    "job": job_json(&j),
+                }));
+            } else {
+                println!(
+                    "key {key:?} on {queue:?} names job {} (record written {}, expires {})",
+                    r.job_id,
+                    ts(r.created_at.as_ref()),
+                    ts(r.expires_at.as_ref())
+                );
+                print_job(conn, &j);
+            }
+        }
+        Op::Cancel { id, queue, key } => {
+            let r = admin
+                .cancel_job(pb::CancelJobRequest {
+                    job_id: id.clone().unwrap_or_default(),
+                    queue: queue.unwrap_or_default(),
+                    idempotency_key: key.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            let j = r.job.unwrap_or_default();
+            if !r.cancelled {
+                return Err(Failure(if j.state == pb::JobState::Unknown as i32 {
+                    "no such job (for a key: no live dedup record)".to_string()
+                } else {
+                    format!(
+                        "job {} is {}: only ready or scheduled jobs can be cancelled",
+                        j.job_id,
+                        state_name(j.state)
+                    )
+                }));
+            }
+            done(
+                conn,
+                json!({"cancelled": true, "job": job_json(&j)}),
+                format!("cancelled job {}", j.job_id),
+            );
+        }
+        Op::Dlq { command } => dlq(conn, &mut admin, command).await?,
+        Op::Pause { queue } => {
+            admin
+                .pause_queue(pb::PauseQueueRequest {
+                    queue: queue.clone(),
+                })
+                .await?;
+            done(
+                conn,
+                json!({"queue": queue, "paused": true}),
+                format!("paused {queue}"),
+            );
+        }
+        Op::Resume { queue } => {
+            admin
+                .resume_queue(pb::ResumeQueueRequest {
+                    queue: queue.clone(),
+                })
+                .await?;
+            done(
+                conn,
+                json!({"queue": queue, "paused": false}),
+                format!("resumed {queue}"),
+            );
+        }
+        Op::Purge { queue, yes } => {
+            if !yes {
+                return Err(Failure(format!(
+                    "purge cancels every ready and scheduled job of {queue:?} and cannot be \
+                     undone: add --yes to confirm"
+                )));
+            }
+            let mut total = 0u64;
+            loop {
+                let r = admin
+                    .purge_queue(pb::PurgeQueueRequest {
+                        queue: queue.clone(),
+                        max: None,
+                    })
+                    .await?
+                    .into_inner();
+                total += u64::from(r.purged);
+                // `more` with nothing purged: jobs are being enqueued as fast as we purge.
+                if !r.more || r.purged == 0 {
+                    break;
+                }
+            }
+            done(
+                conn,
+                json!({"queue": queue, "purged": total}),
+                format!("purged {total} jobs from {queue}"),
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn dlq(conn: &Conn, admin: &mut Admin, command: DlqCommand) -> Result<(), Failure> {
+    match command {
+        DlqCommand::List {
+            queue,
+            limit,
+            page_token,
+        } => {
+            let page = admin
+                .list_dead_letters(pb::ListDeadLettersRequest {
+                    queue,
+                    page_size: Some(limit),
+                    page_token,
+                })
+                .await?
+                .into_inner();
+            if conn.output == Output::Json {
+                let recs: Vec<Value> = page
+                    .records
+                    .iter()
+                    .map(|r| {
+                        let j = r.job.clone().unwrap_or_default();
+                        json!({
+                            "job_id": j.id, "queue": j.queue, "job_type": j.job_type,
+                            "cause": cause_name(r.cause), "failed_at": ts(r.failed_at.as_ref()),
+                            "final_attempt": r.final_attempt, "last_reason": r.last_reason,
+                        })
+                    })
+                    .collect();
+                print_json(&json!({"records": recs, "next_page_token": page.next_page_token}));
+            } else {
+                let rows: Vec<Vec<String>> = page
+                    .records
+                    .iter()
+                    .map(|r| {
+                        let j = r.job.clone().unwrap_or_default();
+                        vec![
+                            j.id,
+                            j.queue,
+                            j.job_type,
+                            cause_name(r.cause).to_string(),
+                            ts(r.failed_at.as_ref()),
+                            r.final_attempt.to_string(),
+                            r.last_reason.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                print_table(
+                    &[
+                        "JOB_ID",
+                        "QUEUE",
+                        "TYPE",
+                        "CAUSE",
+                        "FAILED_AT",
+                        "ATTEMPT",
+                        "REASON",
+                    ],
+                    &rows,
+                );
+                if !page.next_page_token.is_empty() {
+                    println!("next page: --page-token {}", page.next_page_token);
+                }
+            }
+        }
+        DlqCommand::Requeue(sel) => {
+            let mut ids = Vec::new();
+            loop {
+                let got = admin
+                    .requeue_dead_letters(pb::RequeueDeadLettersRequest {
+                        selector: Some(selection(&sel)),
+                    })
+                    .await?
+                    .into_inner()
+                    .job_ids;
+                let n = got.len();
+                ids.extend(got);
+                if !sel.all || n == 0 {
+                    break;
+                }
+            }
+            report_ids(conn, "requeued", &sel, &ids)?;
+        }
+        DlqCommand::Delete(sel) => {
+            let mut ids = Vec::new();
+            loop {
+                let got = admin
+                    .delete_dead_letters(pb::DeleteDeadLettersRequest {
+                        selector: Some(selection(&sel)),
+                    })
+                    .await?
+                    .into_inner()
+                    .job_ids;
+                let n = got.len();
+                ids.extend(got);
+                if !sel.all || n == 0 {
+                    break;
+                }
+            }
+            report_ids(conn, "deleted", &sel, &ids)?;
+        }
+    }
+    Ok(())
+}
+
+fn report_ids(conn: &Conn, verb: &str, sel: &Selection, ids: &[String]) -> Result<(), Failure> {
+    let missing: Vec<&String> = sel.ids.iter().filter(|i| !ids.contains(i)).collect();
+    done(
+        conn,
+        json!({ verb: ids, "not_dead_letters": missing }),
+        format!("{verb} {} dead letters of {}", ids.len(), sel.queue),
+    );
+    if !missing.is_empty() {
+        return Err(Failure(format!(
+            "{} of the ids given are not dead letters (already {verb}, another state, or \
+             unknown): {}",
+            missing.len(),
+            missing
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(())
+}
