@@ -2,7 +2,7 @@
 //! service's when `[auth] api_keys` or `auth.api_keys_file` is set. Missing, unknown or without
 //! the `Bearer ` prefix → `UNAUTHENTICATED`; a known key without the role the call needs →
 //! `PERMISSION_DENIED` naming the role. Checked on a call's headers, before any of its request
-//! body is read ([`super::admission`]).
+//! body is read (`api::admission`).
 //!
 //! Keys are compared in constant time, length included: each configured key is kept as its
 //! SHA-256 digest, the presented key is hashed once, and its digest is compared with every
