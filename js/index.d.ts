@@ -520,7 +520,7 @@ export interface EnqueueRequest {
 export type EnqueueResult =
   | { status: 'enqueued'; /** As `EnqueueAck.jobId`. */
     jobId: string; /** As `EnqueueAck.deduplicated`. */
-  deduplicated: boolean; /** As `EnqueueAck.originalState`. */
+    deduplicated: boolean; /** As `EnqueueAck.originalState`. */
   originalState?: JobState }
   | { status: 'rejected'; /** Why. */
   error: SeppError }

@@ -854,7 +854,7 @@ async fn compare(sys: &System, m: &Model) {
 /// Runs `ops` against a fresh store of `backend` and the model; panics at the first difference.
 pub(crate) fn run(backend: Box<dyn Backend>, retention_ms: u64, ops: &[Op]) {
     let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {

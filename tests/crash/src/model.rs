@@ -802,11 +802,22 @@ async fn get_jobs(
     use futures_util::StreamExt;
     futures_util::stream::iter(ids)
         .map(|id| async move {
-            let info = client
-                .get_job(&id)
-                .await
-                .map_err(|e| format!("GetJob {id}: {e}"))?;
-            Ok((id, info))
+            // Reads are refused with UNAVAILABLE for the few milliseconds the embedded store
+            // takes to reopen after running out of space (docs/durability.md): retried, with a
+            // deadline, like any client would.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                match client.get_job(&id).await {
+                    Ok(info) => return Ok((id, info)),
+                    Err(e)
+                        if e.code() == sepp_rs::ErrorCode::Transport
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    Err(e) => return Err(format!("GetJob {id}: {e}")),
+                }
+            }
         })
         .buffer_unordered(CONCURRENT_CHECKS)
         .collect::<Vec<Result<_, String>>>()
