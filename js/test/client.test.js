@@ -231,7 +231,7 @@ describe("dedup walkthrough", T, () => {
     const job = await reserveOne(queue);
     await client.ack(job.id, job.attempt);
     const again = await client.enqueue({ queue, jobType: "t", idempotencyKey: "done-1" });
-    assert.deepEqual(again, { jobId: first.jobId, deduplicated: true });
+    assert.deepEqual(again, { jobId: first.jobId, deduplicated: true, originalState: "acked" });
   });
 });
 
