@@ -14,7 +14,9 @@
 //! are a u32 length then the bytes; an optional value is a 0/1 byte then the value.
 
 pub(crate) use crate::domain::Stage;
-use crate::domain::{DeadLetterCause, Fingerprint, JobId, Payload, TraceContext, UnixMs, Value};
+use crate::domain::{
+    DeadLetterCause, Fingerprint, JobId, NewJob, Payload, TraceContext, UnixMs, Value,
+};
 use crate::storage::StorageError;
 use std::collections::BTreeMap;
 
@@ -31,6 +33,20 @@ pub(crate) struct Body {
     pub(crate) custom: BTreeMap<String, Value>,
     pub(crate) scheduled_at: Option<UnixMs>,
     pub(crate) idempotency_key: Option<String>,
+}
+
+impl Body {
+    /// The body of a new job: what it keeps for its whole life.
+    pub(crate) fn of(j: &NewJob) -> Self {
+        Body {
+            job_type: j.job_type.clone(),
+            payload: j.payload.clone(),
+            trace_context: j.trace_context.clone(),
+            custom: j.custom.clone(),
+            scheduled_at: j.scheduled_at,
+            idempotency_key: j.dedup.as_ref().map(|d| d.key.clone()),
+        }
+    }
 }
 
 /// A job's mutable part: everything the in-memory index needs, so that recovery reads only

@@ -494,20 +494,7 @@ impl Store for EmbeddedStore {
             .iter()
             .map(|j| j.dedup.as_ref().map(|d| record_key(&j.queue, &d.key)))
             .collect();
-        let bodies: Vec<Vec<u8>> = jobs
-            .iter()
-            .map(|j| {
-                Body {
-                    job_type: j.job_type.clone(),
-                    payload: j.payload.clone(),
-                    trace_context: j.trace_context.clone(),
-                    custom: j.custom.clone(),
-                    scheduled_at: j.scheduled_at,
-                    idempotency_key: j.dedup.as_ref().map(|d| d.key.clone()),
-                }
-                .encode()
-            })
-            .collect();
+        let bodies: Vec<Vec<u8>> = jobs.iter().map(|j| Body::of(j).encode()).collect();
 
         let (outcomes, wait_for) = {
             let mut st = sh.lock();

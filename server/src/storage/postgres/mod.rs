@@ -594,20 +594,7 @@ async fn enqueue_in(
             .iter()
             .map(|j| i32::try_from(j.reply_bytes).unwrap_or(i32::MAX))
             .collect();
-        let bodies: Vec<Vec<u8>> = created
-            .iter()
-            .map(|j| {
-                Body {
-                    job_type: j.job_type.clone(),
-                    payload: j.payload.clone(),
-                    trace_context: j.trace_context.clone(),
-                    custom: j.custom.clone(),
-                    scheduled_at: j.scheduled_at,
-                    idempotency_key: j.dedup.as_ref().map(|d| d.key.clone()),
-                }
-                .encode()
-            })
-            .collect();
+        let bodies: Vec<Vec<u8>> = created.iter().map(|j| Body::of(j).encode()).collect();
         // `unnest … WITH ORDINALITY` yields the rows in array order, so `nextval` numbers them
         // in batch order (enqueue order).
         client
