@@ -201,6 +201,18 @@ impl Queue {
         queue: &str,
         key: &str,
     ) -> Result<Option<KeyRecord>, QueueError> {
+        self.check_key_argument(queue, key)?;
+        let now = self.clock.now();
+        Ok(self
+            .store
+            .forget_key(queue, key)
+            .await?
+            .filter(|r| super::dedup::is_live(r.expires_at, now)))
+    }
+
+    /// The queue and key of an admin call that names a dedup record: a readable queue name and
+    /// a key of 1..=`max_idempotency_key_bytes` bytes.
+    fn check_key_argument(&self, queue: &str, key: &str) -> Result<(), QueueError> {
         self.check_queue_name("queue", queue, NameUse::Read)?;
         if key.is_empty() {
             return Err(QueueError::InvalidArgument(
@@ -213,12 +225,7 @@ impl Queue {
             "max_idempotency_key_bytes",
             self.limits.max_idempotency_key_bytes,
         )?;
-        let now = self.clock.now();
-        Ok(self
-            .store
-            .forget_key(queue, key)
-            .await?
-            .filter(|r| super::dedup::is_live(r.expires_at, now)))
+        Ok(())
     }
 
     /// The live dedup record of `key` on `queue`.
@@ -230,18 +237,7 @@ impl Queue {
         queue: &str,
         key: &str,
     ) -> Result<Option<KeyRecord>, QueueError> {
-        self.check_queue_name("queue", queue, NameUse::Read)?;
-        if key.is_empty() {
-            return Err(QueueError::InvalidArgument(
-                "idempotency_key is empty".into(),
-            ));
-        }
-        check_length(
-            "idempotency_key",
-            key,
-            "max_idempotency_key_bytes",
-            self.limits.max_idempotency_key_bytes,
-        )?;
+        self.check_key_argument(queue, key)?;
         let now = self.clock.now();
         Ok(self
             .store
