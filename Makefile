@@ -5,7 +5,7 @@ export CARGO_TERM_COLOR ?= never
 
 CI_TARGETS := lint test-rust test-rust-postgres check-example-errors crash-short
 # Checks longer than a minute (not in CI); each owner adds its target to SOAK_TARGETS.
-SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-fuzz soak-model
+SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-fuzz soak-model soak-postgres
 .DEFAULT_GOAL := ci
 
 -include python/python.mk
@@ -15,6 +15,7 @@ SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-fuzz soak-model
 -include tests/admin_ui/admin_ui.mk
 
 .PHONY: fuzz-build fuzz-short soak-fuzz soak-model
+.PHONY: soak-postgres
 .PHONY: ci lint test-rust test-rust-postgres build release fmt no-tonic-in-core check-example-errors soak soak-streams crash-short soak-crash soak-long-poll
 
 ci: $(CI_TARGETS)
@@ -51,7 +52,7 @@ no-tonic-in-core:
 
 test-rust:
 	cargo nextest run --workspace --exclude sepp-interop --exclude sepp-behaviour --no-fail-fast \
-		-E 'not test(/^storage::postgres::/) and not binary_id(sepp-server::postgres)'
+		-E 'not test(/^storage::postgres::/) and not binary_id(sepp-server::postgres) and not binary_id(sepp-server::postgres_faults)'
 	cargo test --workspace --doc
 
 # The conformance suite and the gRPC end-to-end suites against PostgreSQL: the test server rig
@@ -59,7 +60,9 @@ test-rust:
 # database on SEPP_TEST_POSTGRES_URL (default: the PostgreSQL on 127.0.0.1:5432, user postgres),
 # dropped after it. The suites left out test the embedded backend's own disk behaviour
 # (disk_full, durability), the binary (cli) or the network edge (connections, edge, client_retry).
-POSTGRES_E2E := postgres admin dedup delivery enqueue_rules input_classes lease_deadline limits
+# postgres_faults: several sepp processes on one database, kill -9, a private cluster restarted
+# and a failover to a promoted standby (docs/postgres.md, "Fault tests"), at CI length.
+POSTGRES_E2E := postgres postgres_faults admin dedup delivery enqueue_rules input_classes lease_deadline limits
 test-rust-postgres:
 	SEPP_TEST_BACKEND=postgres cargo nextest run -p sepp-server --no-fail-fast \
 		-E 'test(/^storage::postgres::/) | $(foreach t,$(POSTGRES_E2E),binary_id(sepp-server::$(t)) |) none()'
@@ -148,6 +151,13 @@ soak-fuzz: fuzz-build
 		(cd fuzz && nice -n 10 cargo +nightly fuzz run $$t $$scratch corpus/$$t -- -runs=$$runs -print_final_stats=1) 2>&1 | grep -E '^(stat::number_of_executed_units|==|SUMMARY|thread)|panicked|Done' ; \
 		rc=$${PIPESTATUS[0]}; rm -rf $$scratch; [ $$rc -eq 0 ] || exit $$rc; \
 	done
+
+# The PostgreSQL fault tests (server/tests/postgres_faults.rs) at full length: 20,000 jobs
+# drained by three servers, and the kill -9, restart and failover tests with 2,500 keys per
+# producer. Debug build, as CI's shorter run.
+soak-postgres:
+	SEPP_PG_DRAIN_JOBS=20000 SEPP_PG_FAULT_KEYS=2500 nice -n 10 cargo nextest run -p sepp-server \
+		--no-fail-fast --no-capture --test postgres_faults
 
 # The model test (server/src/storage/model.rs) with many random sequences; CI runs 16 as part
 # of test-rust.
