@@ -311,6 +311,13 @@ struct Mix {
     lease: Duration,
 }
 
+impl Mix {
+    /// The keys of all producers.
+    fn total(&self) -> u64 {
+        (self.producers * self.keys_per_producer) as u64
+    }
+}
+
 struct Load {
     producers: Vec<tokio::task::JoinHandle<()>>,
     workers: Vec<tokio::task::JoinHandle<()>>,
@@ -682,7 +689,7 @@ async fn kill_9_of_one_server_under_load_loses_nothing() {
     ledger
         .enqueues
         .subscribe()
-        .wait_for(|n| *n >= 500)
+        .wait_for(|n| *n >= mix.total() / 3)
         .await
         .expect("enqueues");
     // A worker of the victim holds jobs (leased, not acked) when it dies.
@@ -1037,7 +1044,7 @@ async fn a_database_restarted_under_load_loses_nothing() {
     ledger
         .enqueues
         .subscribe()
-        .wait_for(|n| *n >= 300)
+        .wait_for(|n| *n >= fault_mix().total() / 3)
         .await
         .expect("enqueues");
     let since = ledger.lock().failures.len() as u64;
@@ -1154,7 +1161,7 @@ async fn failover_to_a_promoted_standby_loses_nothing() {
     ledger
         .enqueues
         .subscribe()
-        .wait_for(|n| *n >= 300)
+        .wait_for(|n| *n >= fault_mix().total() / 3)
         .await
         .expect("enqueues");
     let since = ledger.lock().failures.len() as u64;
