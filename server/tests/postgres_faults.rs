@@ -523,7 +523,8 @@ async fn verify_end(ledger: &Ledger, check: &SeppClient) -> usize {
     unknown_but_committed
 }
 
-/// Failures as `count × call on server: code message`, the same ones folded.
+/// Failures as `count × call on server: code message`, the same ones folded, after their
+/// total.
 fn failure_summary(failures: &[Failure]) -> String {
     let mut seen: Vec<(String, usize)> = Vec::new();
     for f in failures {
@@ -540,10 +541,11 @@ fn failure_summary(failures: &[Failure]) -> String {
             None => seen.push((line, 1)),
         }
     }
-    seen.iter()
-        .map(|(l, n)| format!("  {n} × {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut out = format!("{} failed calls", failures.len());
+    for (l, n) in seen {
+        out.push_str(&format!("\n  {n} × {l}"));
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------
