@@ -7,7 +7,7 @@
 //! Login: when auth is on (`[auth] api_keys` or `api_keys_file`), `/login` asks for an API key
 //! with the `admin` role, checks it as the gRPC service does, and answers with an HttpOnly,
 //! SameSite=Strict session cookie signed under `[admin_ui] session_secret` that holds the key's
-//! fingerprint and an expiry, never the key ([`session`]). Every request checks the signature,
+//! fingerprint and an expiry, never the key (`admin_ui/session.rs`). Every request checks the signature,
 //! the expiry and that the key is still accepted with the `admin` role. When auth is off,
 //! `/login` hands out a signed anonymous session so that the CSRF check works the same way.
 
