@@ -116,6 +116,30 @@ pub(crate) fn current_context() -> Option<TraceContext> {
     }
 }
 
+/// What a worker's handler span is: its name, attributes and parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerSpan {
+    /// [`HANDLER_SPAN`].
+    pub name: &'static str,
+    /// [`handler_span_attributes`].
+    pub attributes: Vec<(&'static str, String)>,
+    /// The job's trace context when its `traceparent` is valid: the span's parent. `None`:
+    /// the span starts a new trace.
+    pub parent: Option<TraceContext>,
+}
+
+/// The handler span of `job`, for a worker in any language.
+pub fn handler_span(job: &Job) -> HandlerSpan {
+    HandlerSpan {
+        name: HANDLER_SPAN,
+        attributes: handler_span_attributes(job),
+        parent: job
+            .trace_context
+            .clone()
+            .filter(|t| parse_traceparent(&t.traceparent).is_some()),
+    }
+}
+
 /// The attributes of a job's handler span (OpenTelemetry messaging conventions plus sepp's).
 pub fn handler_span_attributes(job: &Job) -> Vec<(&'static str, String)> {
     vec![
