@@ -13,7 +13,7 @@ python_mk_default_goal := $(.DEFAULT_GOAL)
 
 PYTHON ?= python3
 PY_VENV := .venv
-PY_TOOLS := pytest==9.2.0 pytest-asyncio==1.5.0 mypy==2.4.1
+PY_TOOLS := pytest==9.2.0 pytest-asyncio==1.5.0 mypy==2.4.1 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2
 PIP_QUIET := --quiet --disable-pip-version-check
 
 .PHONY: test-python python-env python-install

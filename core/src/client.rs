@@ -411,6 +411,12 @@ impl SeppClient {
             .filter(|n| *n > 0)
     }
 
+    /// Most jobs the server takes in one `enqueue_batch`, as it advertised it (`SeppClient::connect`
+    /// asks); `None` before it is known, when batch sizes are left to the server.
+    pub fn max_enqueue_batch(&self) -> Option<u32> {
+        Some(self.inner.max_enqueue_batch.load(Ordering::Relaxed)).filter(|n| *n > 0)
+    }
+
     fn limits(&self) -> Option<AdvertisedLimits> {
         *self.inner.limits.read().unwrap_or_else(|e| e.into_inner())
     }

@@ -12,6 +12,7 @@
 //! | [`retry`] | [`RetryPolicy`]: what is retried, only when safe |
 //! | [`engine`] | poll-and-complete engine under every worker: reserve batches, auto-extend, shutdown |
 //! | [`worker`] | the Rust [`Worker`]: handlers per job type, bounded concurrency |
+//! | [`trace`] | trace propagation: the context sent at enqueue, the handler's span and its parent |
 //! | [`error`] | per-operation errors, [`Rejection`], stable [`ErrorCode`]s |
 //!
 //! # Quickstart
@@ -38,6 +39,7 @@ pub mod error;
 pub mod job;
 pub mod request;
 pub mod retry;
+pub mod trace;
 pub mod worker;
 
 pub use client::SeppClient;

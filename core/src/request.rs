@@ -237,9 +237,14 @@ impl EnqueueRequest {
             idempotency_key: self.idempotency_key.clone(),
             priority: self.priority,
             max_attempts: self.max_attempts,
-            trace_context: self.trace_context.as_ref().map(|t| pb::TraceContext {
-                traceparent: t.traceparent.clone(),
-                tracestate: t.tracestate.clone(),
+            // The request's own context, else the producer's current one (crate::trace).
+            trace_context: crate::trace::current_or(
+                self.trace_context.as_ref(),
+                crate::trace::current_context(),
+            )
+            .map(|t| pb::TraceContext {
+                traceparent: t.traceparent,
+                tracestate: t.tracestate,
             }),
             custom: self
                 .custom

@@ -317,6 +317,16 @@ async fn run_one(engine: Engine, handler: Handler, lease: Lease) {
     let ctx = JobCtx {
         lease: lease.clone(),
     };
+    // The handler runs inside its span, a child of the job's trace context (crate::trace).
+    #[cfg(feature = "opentelemetry")]
+    let span_cx = crate::trace::otel::handler_context(&lease.job);
+    #[cfg(feature = "opentelemetry")]
+    let run = AssertUnwindSafe(opentelemetry::context::FutureExt::with_context(
+        handler(ctx),
+        span_cx.clone(),
+    ))
+    .catch_unwind();
+    #[cfg(not(feature = "opentelemetry"))]
     let run = AssertUnwindSafe(handler(ctx)).catch_unwind();
     let outcome = tokio::select! {
         r = run => match r {
@@ -328,6 +338,19 @@ async fn run_one(engine: Engine, handler: Handler, lease: Lease) {
         },
         _ = lease.done() => return,
     };
+    #[cfg(feature = "opentelemetry")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        match &outcome {
+            Outcome::Success => {}
+            Outcome::Retry { reason }
+            | Outcome::RetryAfter { reason, .. }
+            | Outcome::Permanent { reason } => {
+                crate::trace::otel::failed(&span_cx, reason.as_deref().unwrap_or("failed"));
+            }
+        }
+        span_cx.span().end();
+    }
     // The engine counts and logs the result, whatever it is.
     let _ = engine
         .settle(&lease.job.id, lease.job.attempt, outcome)

@@ -4,14 +4,17 @@
 //! (`/dead-letters`). Every action is a POST form carrying a CSRF token; nothing is loaded
 //! from outside the binary (the stylesheet is embedded).
 //!
-//! Login: when `[auth] api_keys` is set, `/login` asks for one of them and keeps it in an
-//! HttpOnly, SameSite=Strict cookie (never in a URL); every request is checked against the
-//! configured keys again, so removing a key logs its sessions out. When auth is off, `/login`
-//! hands out a random session id so that the CSRF check works the same way. The CSRF token of
-//! a session is SHA-256 of a fixed prefix and the cookie value: a page from another origin can
-//! neither read the cookie nor compute the token.
+//! Login: when auth is on (`[auth] api_keys` or `api_keys_file`), `/login` asks for an API key
+//! with the `admin` role, checks it as the gRPC service does, and answers with an HttpOnly,
+//! SameSite=Strict session cookie signed under `[admin_ui] session_secret` that holds the key's
+//! fingerprint and an expiry, never the key (`admin_ui/session.rs`). Every request checks the signature,
+//! the expiry and that the key is still accepted with the `admin` role. When auth is off,
+//! `/login` hands out a signed anonymous session so that the CSRF check works the same way.
 
-use crate::config::ApiKey;
+mod session;
+
+use crate::api::auth::ApiKeyAuth;
+use crate::config::AdminUiConfig;
 use crate::domain::{JobInfo, JobState, ListState};
 use crate::queue::Queue;
 use crate::queue::admin::SelectorInput;
@@ -21,7 +24,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
+use session::{LoginRefusal, Session, Sessions};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -32,14 +35,25 @@ const CSS: &str = include_str!("admin_ui/app.css");
 #[derive(Clone)]
 struct Ui {
     queue: Arc<Queue>,
-    keys: Option<Arc<Vec<ApiKey>>>,
+    sessions: Arc<Sessions>,
 }
 
-/// The UI's routes over `queue`; `keys` are `[auth] api_keys`.
-pub fn router(queue: Arc<Queue>, keys: Option<Vec<ApiKey>>) -> Router {
+/// The UI's routes over `queue`, with `[admin_ui]` settings `config` and the API keys `auth`
+/// (the gRPC service's, reloaded on SIGHUP).
+pub fn router(queue: Arc<Queue>, config: &AdminUiConfig, auth: ApiKeyAuth) -> Router {
+    if config.session_secret.is_none() {
+        tracing::warn!(
+            "admin_ui.session_secret is unset: a random one is used, so admin UI sessions end \
+             at a restart and only this server accepts them"
+        );
+    }
     let ui = Ui {
         queue,
-        keys: keys.map(Arc::new),
+        sessions: Arc::new(Sessions::new(
+            config.session_secret.as_ref(),
+            config.session_ttl_ms,
+            auth,
+        )),
     };
     Router::new()
         .route("/", get(queues_page))
@@ -88,14 +102,6 @@ fn enc(s: &str) -> String {
     out
 }
 
-fn csrf_of(session: &str) -> String {
-    let d = Sha256::digest(format!("sepp-admin-ui-csrf:{session}").as_bytes());
-    d.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
 fn cookie_value(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
@@ -107,39 +113,31 @@ fn cookie_value(headers: &HeaderMap) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
-/// A request with a valid session: its CSRF token.
-struct Session {
-    csrf: String,
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Ui {
-    fn key_ok(&self, key: &str) -> bool {
-        match &self.keys {
-            None => true,
-            Some(keys) => keys.iter().any(|k| k.key == key),
-        }
-    }
-
-    fn session(&self, headers: &HeaderMap) -> Option<Session> {
-        let v = cookie_value(headers)?;
-        let ok = match &self.keys {
-            None => uuid::Uuid::parse_str(&v).is_ok(),
-            Some(_) => self.key_ok(&v),
-        };
-        ok.then(|| Session { csrf: csrf_of(&v) })
-    }
-
     /// The session, or the response that refuses the request (a page goes to the login, a
-    /// POST is refused with 403).
+    /// POST is refused with 403 saying why).
     #[allow(clippy::result_large_err)] // a refusal is the response itself, built once
     fn guard(&self, headers: &HeaderMap, csrf: Option<&str>) -> Result<Session, Response> {
-        let Some(s) = self.session(headers) else {
-            return Err(match csrf {
-                None => Redirect::to("/login").into_response(),
-                Some(_) => (StatusCode::FORBIDDEN, "not logged in").into_response(),
-            });
+        let checked = match cookie_value(headers) {
+            Some(v) => self.sessions.check(&v, now_ms()),
+            None => Err(session::Refusal::Invalid),
         };
-        if csrf.is_some_and(|t| t != s.csrf) {
+        let s = match checked {
+            Ok(s) => s,
+            Err(refusal) => {
+                return Err(match csrf {
+                    None => Redirect::to("/login").into_response(),
+                    Some(_) => (StatusCode::FORBIDDEN, refusal.message()).into_response(),
+                });
+            }
+        };
+        if csrf.is_some_and(|t| !Sessions::csrf_ok(&s, t)) {
             return Err((
                 StatusCode::FORBIDDEN,
                 "bad or missing CSRF token: reload the page and try again",
@@ -183,8 +181,8 @@ async fn css() -> impl IntoResponse {
 }
 
 async fn login_page(State(ui): State<Ui>) -> Html<String> {
-    let body = if ui.keys.is_some() {
-        r#"<form method="post" action="/login" class="login"><label>API key <input type="password" name="api_key" autocomplete="current-password" autofocus></label><button>Log in</button></form>"#
+    let body = if ui.sessions.auth_on() {
+        r#"<form method="post" action="/login" class="login"><label>Admin API key <input type="password" name="api_key" autocomplete="current-password" autofocus></label><button>Log in</button></form>"#
     } else {
         r#"<p>Authentication is off on this server (<code>[auth] api_keys</code> is not set).</p><form method="post" action="/login"><input type="hidden" name="api_key" value=""><button>Continue</button></form>"#
     };
@@ -197,32 +195,41 @@ struct LoginForm {
 }
 
 async fn login(State(ui): State<Ui>, Form(f): Form<LoginForm>) -> Response {
-    let value = if ui.keys.is_some() {
-        if !ui.key_ok(&f.api_key) {
+    let value = match ui.sessions.login(&f.api_key, now_ms()) {
+        Ok(v) => v,
+        Err(refusal) => {
+            let (status, msg) = match refusal {
+                LoginRefusal::UnknownKey => (
+                    StatusCode::UNAUTHORIZED,
+                    "That is not an API key of this server.".to_string(),
+                ),
+                LoginRefusal::NotAdmin(name) => (
+                    StatusCode::FORBIDDEN,
+                    session::Refusal::NotAdmin(name).message(),
+                ),
+            };
+            tracing::info!(outcome = "refused", reason = %msg, "admin UI login");
             return (
-                StatusCode::UNAUTHORIZED,
+                status,
                 page(
                     "Log in",
-                    r#"<p class="error">That is not an API key of this server.</p><p><a href="/login">Try again</a></p>"#,
+                    &format!(
+                        r#"<p class="error">{}</p><p><a href="/login">Try again</a></p>"#,
+                        esc(&msg)
+                    ),
                     false,
                 ),
             )
                 .into_response();
         }
-        f.api_key
-    } else {
-        uuid::Uuid::new_v4().to_string()
     };
-    if value
-        .bytes()
-        .any(|b| b == b';' || !(0x21..0x7f).contains(&b))
-    {
-        return error_page("this API key cannot be kept in a cookie (use printable ASCII)");
-    }
     (
         [(
             header::SET_COOKIE,
-            format!("{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/"),
+            format!(
+                "{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+                ui.sessions.max_age_s()
+            ),
         )],
         Redirect::to("/"),
     )
@@ -717,7 +724,5 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
         assert_eq!(enc("a b/c"), "a%20b%2Fc");
-        assert_eq!(csrf_of("s").len(), 64);
-        assert_ne!(csrf_of("s"), csrf_of("t"));
     }
 }

@@ -1,8 +1,11 @@
-//! The operator CLI: `sepp queues`, `sepp jobs`, `sepp job`, `sepp key`, `sepp cancel`,
+//! The operator CLI: `sepp queues`, `sepp jobs`, `sepp job`, `sepp key [forget]`, `sepp cancel`,
 //! `sepp dlq list|requeue|delete`, `sepp pause`, `sepp resume`, `sepp purge`. Each is one or a
 //! few calls of `sepp.admin.v1.AdminService` on a running server, printed as a table or, with
-//! `--output json`, as one JSON document on standard output. Errors go to standard error with
-//! exit code 1 (the server's refusal) or 2 (bad flags, from clap).
+//! `--output json`, as one JSON document on standard output. `sepp enqueue` bulk-enqueues a JSON
+//! Lines file through the client core ([`enqueue`]). Errors go to standard error with exit code
+//! 1 (the server's refusal) or 2 (bad flags, from clap).
+
+mod enqueue;
 
 use clap::{Args, Subcommand, ValueEnum};
 use sepp_proto::admin::v1 as pb;
@@ -79,13 +82,23 @@ pub(crate) enum Op {
         /// The job id.
         id: String,
     },
-    /// What happened to the job an idempotency key created (while its dedup record lives).
+    /// What happened to the job an idempotency key created (while its dedup record lives);
+    /// `sepp key forget QUEUE KEY` deletes the key's dedup record. (A queue named `forget`:
+    /// `sepp key -- forget KEY`.)
+    #[command(args_conflicts_with_subcommands = true)]
     Key {
+        #[command(subcommand)]
+        command: Option<KeyCommand>,
         /// The queue.
-        queue: String,
+        #[arg(required = true)]
+        queue: Option<String>,
         /// The idempotency key.
-        key: String,
+        #[arg(required = true)]
+        key: Option<String>,
     },
+    /// Enqueues one job per line of a JSON Lines file, keyed by a field of each line, so that
+    /// running it again creates nothing twice.
+    Enqueue(enqueue::EnqueueArgs),
     /// Cancels a ready or scheduled job (by id, or by --queue and --key). Its dedup record
     /// stays: a retried enqueue of the key answers the cancelled job's id.
     Cancel {
@@ -121,6 +134,18 @@ pub(crate) enum Op {
         /// Confirms the purge (it cannot be undone).
         #[arg(long)]
         yes: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum KeyCommand {
+    /// Deletes a key's dedup record: the next enqueue with this key creates a new job. The job
+    /// the key created is left as it is.
+    Forget {
+        /// The queue.
+        queue: String,
+        /// The idempotency key.
+        key: String,
     },
 }
 
@@ -370,6 +395,9 @@ fn done(conn: &Conn, v: Value, text: String) {
 }
 
 async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
+    if let Op::Enqueue(args) = op {
+        return enqueue::run(conn, args).await;
+    }
     let mut admin = connect(conn).await?;
     match op {
         Op::Queues => {
@@ -496,7 +524,38 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
             }
             print_job(conn, &j);
         }
-        Op::Key { queue, key } => {
+        Op::Key {
+            command: Some(KeyCommand::Forget { queue, key }),
+            ..
+        } => {
+            let r = admin
+                .forget_idempotency_key(pb::ForgetIdempotencyKeyRequest {
+                    queue: queue.clone(),
+                    idempotency_key: key.clone(),
+                })
+                .await?
+                .into_inner();
+            if !r.forgotten {
+                return Err(Failure(format!(
+                    "no live dedup record for key {key:?} on queue {queue:?}: nothing to forget \
+                     (never used, already forgotten, or its dedup window has passed)"
+                )));
+            }
+            done(
+                conn,
+                json!({"queue": queue, "idempotency_key": key, "forgotten": true, "job_id": r.job_id}),
+                format!(
+                    "forgot key {key:?} on {queue:?} (it named job {}); the next enqueue with it \
+                     creates a new job",
+                    r.job_id
+                ),
+            );
+        }
+        Op::Key {
+            command: None,
+            queue: Some(queue),
+            key: Some(key),
+        } => {
             let r = admin
                 .lookup_idempotency_key(pb::LookupIdempotencyKeyRequest {
                     queue: queue.clone(),
@@ -562,6 +621,12 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 format!("cancelled job {}", j.job_id),
             );
         }
+        Op::Key { .. } => {
+            return Err(Failure(
+                "give QUEUE and KEY to look a key up, or `forget QUEUE KEY`".into(),
+            ));
+        }
+        Op::Enqueue(_) => unreachable!("sepp enqueue is run before connecting the admin client"),
         Op::Dlq { command } => dlq(conn, &mut admin, command).await?,
         Op::Pause { queue } => {
             admin

@@ -162,6 +162,15 @@ pub struct AdminUiConfig {
     /// Its own HTTP address (port 0: the OS picks one). Default `127.0.0.1:50052`: loopback,
     /// put a TLS proxy in front to reach it from elsewhere.
     pub listen_addr: SocketAddr,
+    /// The HMAC-SHA256 key that signs session cookies, 32–1024 bytes. Give every server behind
+    /// one load balancer the same secret and each accepts the others' sessions (there is no
+    /// session table). Unset (the default): a random secret per start, so sessions end at a
+    /// restart and only the server that issued one accepts it. Never printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_secret: Option<SessionSecret>,
+    /// How long a session lasts after its login, in milliseconds. 60 000 – 604 800 000 (7
+    /// days), default 28 800 000 (8 hours).
+    pub session_ttl_ms: u64,
 }
 
 impl Default for AdminUiConfig {
@@ -169,7 +178,39 @@ impl Default for AdminUiConfig {
         AdminUiConfig {
             enabled: false,
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 50052)),
+            session_secret: None,
+            session_ttl_ms: 8 * 3_600_000,
         }
+    }
+}
+
+/// `admin_ui.session_secret`. Its `Debug` and its serialization show `***`; only
+/// [`SessionSecret::expose`] gives the bytes, to sign with.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct SessionSecret(String);
+
+impl SessionSecret {
+    /// Wraps a secret.
+    pub fn new(s: impl Into<String>) -> Self {
+        SessionSecret(s.into())
+    }
+
+    /// The secret, to sign with. Never log it.
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl std::fmt::Debug for SessionSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+impl Serialize for SessionSecret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("***")
     }
 }
 
@@ -958,6 +999,22 @@ impl Config {
             1,
             10_000,
         )?;
+        let ui = &self.admin_ui;
+        if let Some(secret) = &ui.session_secret {
+            let n = secret.expose().len();
+            if !(32..=1024).contains(&n) {
+                return Err(ConfigError(format!(
+                    "config key admin_ui.session_secret is {n} bytes: allowed 32 to 1024 \
+                     (e.g. the output of `openssl rand -hex 32`)"
+                )));
+            }
+        }
+        check_range(
+            "admin_ui.session_ttl_ms",
+            ui.session_ttl_ms,
+            60_000,
+            7 * DAY_MS,
+        )?;
         if self.logging.level.trim().is_empty() {
             return Err(ConfigError(
                 "config key logging.level is empty: expected a level such as info or a filter such as info,sepp_server=debug".into(),
@@ -1110,6 +1167,28 @@ mod tests {
         assert!(err.contains("limits.max_message_bytes = 16777216"), "{err}");
         load("[server]\nrequest_buffer_bytes = 1000000\n[limits]\nmax_message_bytes = 999995\nmax_payload_bytes = 65536\n")
             .expect("a budget of one largest message plus its header is enough");
+    }
+
+    #[test]
+    fn the_session_secret_is_checked_and_never_printed() {
+        let err = load("[admin_ui]\nsession_secret = \"short\"\n").unwrap_err();
+        assert!(err.contains("admin_ui.session_secret is 5 bytes"), "{err}");
+        let err = load("[admin_ui]\nsession_ttl_ms = 1000\n").unwrap_err();
+        assert!(err.contains("admin_ui.session_ttl_ms = 1000"), "{err}");
+        let secret = "0123456789abcdef0123456789abcdef";
+        let c = Config::from_toml_with_env(
+            "",
+            &[(
+                "SEPP_ADMIN_UI__SESSION_SECRET".to_string(),
+                secret.to_string(),
+            )],
+        )
+        .expect("a 32-byte secret from the environment")
+        .config;
+        let s = c.admin_ui.session_secret.clone().expect("set");
+        assert_eq!(s.expose(), secret.as_bytes());
+        assert!(!format!("{c:?}").contains(secret));
+        assert!(!c.to_toml().unwrap().contains(secret));
     }
 
     #[test]

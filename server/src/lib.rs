@@ -256,7 +256,7 @@ pub async fn serve_with(
         let ui_addr = l
             .local_addr()
             .map_err(|e| ServeError::Transport(e.to_string()))?;
-        let app = admin_ui::router(queue.clone(), config.auth.api_keys.clone());
+        let app = admin_ui::router(queue.clone(), &config.admin_ui, edge.auth.clone());
         let stop = stopping.clone();
         tokio::spawn(async move {
             let r = axum::serve(l, app)

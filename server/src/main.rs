@@ -26,7 +26,7 @@ Environment:
                             (default: [logging] level, info; logs go to standard error)
 
 Without a subcommand, sepp runs the server. The operator subcommands (queues, jobs, job, key,
-cancel, dlq, pause, resume, purge, backup) talk to a running server: --server / SEPP_SERVER,
+cancel, dlq, pause, resume, purge, enqueue, backup) talk to a running server: --server / SEPP_SERVER,
 --api-key / SEPP_API_KEY, --ca-cert / SEPP_CA_CERT, --output table|json.";
 
 /// sepp: a durable job queue with idempotent enqueue.

@@ -10,18 +10,27 @@ mod common;
 use common::{Clients, TestServer};
 use sepp_proto::admin::v1 as apb;
 use sepp_rs::{EnqueueRequest, NackRetry, ReserveOptions, SeppClient};
-use sepp_server::config::ApiKey;
+use sepp_server::config::{ApiKey, Role, SessionSecret};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 const KEY: &str = "h16a-ui-key";
+/// A key of the server without the `admin` role: the UI refuses it.
+const WORKER_KEY: &str = "h16-ui-worker-key";
 
 #[tokio::test]
 #[ignore = "needs chromium and tests/admin_ui/node_modules: make test-admin-ui"]
 async fn the_admin_ui_in_headless_chromium() {
     let server = TestServer::start(|c| {
-        c.auth.api_keys = Some(vec![ApiKey::new("ops", KEY)]);
+        c.auth.api_keys = Some(vec![
+            ApiKey::new("ops", KEY),
+            ApiKey {
+                roles: vec![Role::Producer, Role::Worker],
+                ..ApiKey::new("app", WORKER_KEY)
+            },
+        ]);
+        c.admin_ui.session_secret = Some(SessionSecret::new("test-secret-".repeat(4)));
         c.storage.dead_letter_retention_ms = 600_000;
         c.admin_ui.enabled = true;
         c.admin_ui.listen_addr = "127.0.0.1:0".parse().unwrap();
@@ -58,6 +67,7 @@ async fn the_admin_ui_in_headless_chromium() {
     let args = serde_json::json!({
         "base": format!("http://{ui}"),
         "apiKey": KEY,
+        "workerKey": WORKER_KEY,
         "deadId": j.id,
         "keyedId": ids[1],
         "shots": std::env::var("SEPP_UI_SHOTS").ok(),

@@ -222,3 +222,155 @@ async fn every_operator_subcommand_against_a_real_server() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is the server running"));
 }
+
+/// The queue `q` of `sepp queues --output json`.
+fn queue_row(cli: &Cli, q: &str) -> Value {
+    cli.json(&["queues"])["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["queue"] == q)
+        .cloned()
+        .unwrap_or_else(|| panic!("queue {q} listed"))
+}
+
+#[tokio::test]
+async fn enqueue_from_a_jsonl_file_creates_each_keyed_line_once_and_key_forget_frees_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    // Batches of 2, so that the 5 jobs of the file go out in three calls.
+    let toml = format!(
+        "[server]\ndb_path = \"{}\"\n[auth]\napi_keys = [{{ name = \"ops\", key = \"{KEY}\" }}]\n\
+         [limits]\nmax_enqueue_batch = 2\n",
+        dir.path().join("data").display()
+    );
+    let server = ServerProcess::start(dir.path(), &toml);
+    let cli = Cli { url: server.url() };
+    let file = dir.path().join("orders.jsonl");
+    let first = r#"{"order": "a", "to": "x@example.com"}"#;
+    std::fs::write(
+        &file,
+        format!(
+            "{first}\n{{\"order\": \"b\"}}\n\n{{\"name\": \"no order\"}}\nnot json\n\
+             {{\"order\": 7}}\n{{\"order\": \"a\", \"again\": true}}\n{{\"order\": \"c\"}}\n"
+        ),
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let args = [
+        "enqueue",
+        "orders",
+        "--job-type",
+        "ship",
+        "--from",
+        f,
+        "--key-field",
+        "order",
+        "--output",
+        "json",
+    ];
+
+    // Two bad lines: reported with their numbers and skipped; exit 1 saying so.
+    let (code, out, err) = cli.run(&args);
+    assert_eq!(code, 1, "{err}");
+    let sum: Value = serde_json::from_str(&out).expect("json summary");
+    assert_eq!(sum["lines"], 7);
+    assert_eq!(sum["created"], 4);
+    assert_eq!(sum["already_enqueued"], 1, "the second line keyed \"a\"");
+    assert_eq!(
+        (sum["skipped"].clone(), sum["rejected"].clone()),
+        (2.into(), 0.into())
+    );
+    assert!(err.contains("line 4: no \"order\" field"), "{err}");
+    assert!(err.contains("line 5: not JSON"), "{err}");
+    assert!(err.contains("2 of 7 lines were not enqueued"), "{err}");
+    // Piped: one plain progress line per batch, the last one complete.
+    assert!(
+        err.contains("7/7 lines: 4 new, 1 already there, 2 skipped"),
+        "{err}"
+    );
+    assert_eq!(queue_row(&cli, "orders")["ready"], 4);
+
+    // Running it again creates nothing.
+    let (code, out, _) = cli.run(&args);
+    assert_eq!(code, 1);
+    let again: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (again["created"].clone(), again["already_enqueued"].clone()),
+        (0.into(), 5.into())
+    );
+    assert_eq!(queue_row(&cli, "orders")["ready"], 4);
+
+    // Each job's payload is its line, as JSON; its key the field's value (a number as text).
+    let key_a = cli.json(&["key", "orders", "a"]);
+    let key_7 = cli.json(&["key", "orders", "7"]);
+    assert_eq!(key_7["job"]["job_type"], "ship");
+    let c = SeppClient::builder(server.url())
+        .api_key(KEY)
+        .connect()
+        .await
+        .unwrap();
+    let jobs = c
+        .reserve(ReserveOptions::new(["orders"], Duration::from_secs(30)).with_max_jobs(10))
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 4);
+    let a = jobs.iter().find(|j| j.id == key_a["job_id"]).unwrap();
+    let p = a.payload.clone().unwrap();
+    assert_eq!(
+        (p.data.as_slice(), p.encoding.as_str()),
+        (first.as_bytes(), "application/json")
+    );
+
+    // key forget: the key's record goes; the next run creates a new job for that line only.
+    let forgot = cli.json(&["key", "forget", "orders", "b"]);
+    assert_eq!(forgot["forgotten"], true);
+    let (code, _, err) = cli.run(&["key", "orders", "b"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no live dedup record"), "{err}");
+    let (code, _, err) = cli.run(&["key", "forget", "orders", "b"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("nothing to forget"), "{err}");
+    let (_, out, _) = cli.run(&args);
+    let third: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (third["created"].clone(), third["already_enqueued"].clone()),
+        (1.into(), 4.into())
+    );
+    assert_eq!(queue_row(&cli, "orders")["ready"], 1);
+
+    // A clean file exits 0; a batch size over the server's limit is refused naming it.
+    let clean = dir.path().join("clean.jsonl");
+    std::fs::write(&clean, "{\"order\": \"z\"}\n").unwrap();
+    let c_args = [
+        "enqueue",
+        "orders",
+        "--job-type",
+        "ship",
+        "--from",
+        clean.to_str().unwrap(),
+        "--key-field",
+        "order",
+    ];
+    let out = cli.ok(&c_args);
+    assert!(out.contains("1 jobs created"), "{out}");
+    let mut big = c_args.to_vec();
+    big.extend(["--batch-size", "3"]);
+    let (code, _, err) = cli.run(&big);
+    assert_eq!(code, 1);
+    assert!(err.contains("max_enqueue_batch is 2"), "{err}");
+    let (code, _, err) = cli.run(&[
+        "enqueue",
+        "orders",
+        "--job-type",
+        "ship",
+        "--from",
+        "/nonexistent.jsonl",
+        "--key-field",
+        "order",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cannot read --from /nonexistent.jsonl"),
+        "{err}"
+    );
+}

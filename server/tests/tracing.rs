@@ -14,6 +14,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::trace::v1::Span;
 use sepp_rs::{EnqueueRequest, ReserveOptions, SeppClient};
+use sepp_server::testing::ServerProcess as Process;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,8 +44,8 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trace_runs_from_the_producer_through_the_server_to_the_worker() {
+/// A real server exporting its spans to an in-process OTLP receiver.
+async fn traced_server(dir: &std::path::Path) -> (Process, Receiver) {
     let receiver = Receiver::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let otlp = listener.local_addr().unwrap();
@@ -54,13 +55,43 @@ async fn a_trace_runs_from_the_producer_through_the_server_to_the_worker() {
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
 
-    let dir = tempfile::tempdir().unwrap();
     let toml = format!(
         "[server]\ndb_path = \"{}\"\n[tracing]\notlp_endpoint = \"http://{otlp}\"\n\
          service_name = \"sepp-test\"\n[logging]\nformat = \"json\"\n",
-        dir.path().join("data").display()
+        dir.join("data").display()
     );
-    let mut server = ServerProcess::start(dir.path(), &toml);
+    (ServerProcess::start(dir, &toml), receiver)
+}
+
+/// Stops `server` with SIGTERM (it flushes its spans first) and returns the spans received once
+/// every one of `names` is among them.
+async fn spans_after_stop(server: &mut Process, receiver: &Receiver, names: &[&str]) -> Vec<Span> {
+    let pid = server.child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let spans = loop {
+        let spans = receiver.0.lock().unwrap().clone();
+        let got: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        if names.iter().all(|n| got.contains(n)) {
+            break spans;
+        }
+        assert!(Instant::now() < deadline, "spans received: {got:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let _ = server.child.wait();
+    spans
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_runs_from_the_producer_through_the_server_to_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, receiver) = traced_server(dir.path()).await;
 
     // Hop 1, the producer: its span's context goes with the job.
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -91,28 +122,12 @@ async fn a_trace_runs_from_the_producer_through_the_server_to_the_worker() {
     c.ack(&jobs[0].id, jobs[0].attempt).await.unwrap();
 
     // SIGTERM: the server flushes its spans before it exits.
-    let pid = server.child.id().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let spans = loop {
-        let spans = receiver.0.lock().unwrap().clone();
-        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
-        if ["sepp.enqueue", "sepp.reserve", "sepp.ack"]
-            .iter()
-            .all(|n| names.contains(n))
-        {
-            break spans;
-        }
-        assert!(Instant::now() < deadline, "spans received: {names:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let _ = server.child.wait();
+    let spans = spans_after_stop(
+        &mut server,
+        &receiver,
+        &["sepp.enqueue", "sepp.reserve", "sepp.ack"],
+    )
+    .await;
 
     // Hop 2, the server: its enqueue span is a child of the producer's span, in its trace.
     let enqueue = spans.iter().find(|s| s.name == "sepp.enqueue").unwrap();
@@ -142,4 +157,102 @@ async fn a_trace_runs_from_the_producer_through_the_server_to_the_worker() {
     let ack_span = spans.iter().find(|s| s.name == "sepp.ack").unwrap();
     assert!(attr(ack_span, "job_id").contains(&ack.job_id));
     assert!(attr(ack_span, "outcome").contains("acked"));
+}
+
+/// The spans this test process ended (the producer's and the worker's), through the
+/// OpenTelemetry SDK installed as the global tracer provider.
+#[derive(Clone, Debug, Default)]
+struct Collected(Arc<Mutex<Vec<opentelemetry_sdk::trace::SpanData>>>);
+
+impl opentelemetry_sdk::trace::SpanExporter for Collected {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0.lock().unwrap().extend(batch);
+        Ok(())
+    }
+}
+
+/// The Rust client with its `opentelemetry` feature: a producer's current span goes out with
+/// the job without being set on the request, the server's `sepp.enqueue` span is its child, and
+/// the Worker runs the handler inside a `sepp.handle` span that is its child too, current while
+/// the handler runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_producer_and_worker_carry_their_opentelemetry_context_across_the_server() {
+    use opentelemetry::trace::{TraceContextExt, Tracer, TracerProvider as _};
+    use opentelemetry::{Context, context::FutureExt};
+
+    let collected = Collected::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(collected.clone())
+        .build();
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, receiver) = traced_server(dir.path()).await;
+    let c = SeppClient::connect(server.url()).await.unwrap();
+
+    // Hop 1: the producer enqueues inside its own span; the request sets no trace context.
+    let producer = provider.tracer("shop").start("checkout");
+    let pcx = Context::current_with_span(producer);
+    let (p_trace, p_span) = {
+        let sc = pcx.span().span_context().clone();
+        (sc.trace_id(), sc.span_id())
+    };
+    c.enqueue(EnqueueRequest::new("traced", "t").unwrap())
+        .with_context(pcx.clone())
+        .await
+        .unwrap();
+    pcx.span().end();
+
+    // Hop 3: the worker's handler sees its own span as the current one.
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
+    let seen_tx = Arc::new(Mutex::new(Some(seen_tx)));
+    let worker = sepp_rs::Worker::builder(c.clone(), ["traced"])
+        .handle("t", move |_job| {
+            let seen_tx = seen_tx.clone();
+            async move {
+                let sc = Context::current().span().span_context().clone();
+                if let Some(tx) = seen_tx.lock().unwrap().take() {
+                    let _ = tx.send(sc);
+                }
+                Ok(())
+            }
+        })
+        .build();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(worker.run_until(async move {
+        let _ = stop_rx.await;
+    }));
+    let in_handler = tokio::time::timeout(Duration::from_secs(30), seen_rx)
+        .await
+        .expect("the handler ran")
+        .unwrap();
+    let _ = stop_tx.send(());
+    run.await.unwrap().unwrap();
+
+    assert_eq!(in_handler.trace_id(), p_trace);
+    let local = collected.0.lock().unwrap().clone();
+    let handle = local
+        .iter()
+        .find(|s| s.name == sepp_rs::trace::HANDLER_SPAN)
+        .unwrap_or_else(|| panic!("a sepp.handle span among {local:?}"));
+    assert_eq!(handle.span_context.trace_id(), p_trace);
+    assert_eq!(handle.parent_span_id, p_span);
+    assert!(handle.parent_span_is_remote);
+    assert_eq!(handle.span_context.span_id(), in_handler.span_id());
+    assert_eq!(handle.span_kind, opentelemetry::trace::SpanKind::Consumer);
+    assert!(
+        handle
+            .attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "messaging.destination.name"
+                && kv.value.as_str() == "traced")
+    );
+
+    // Hop 2: the server's enqueue span is a child of the producer's span.
+    let spans = spans_after_stop(&mut server, &receiver, &["sepp.enqueue"]).await;
+    let enqueue = spans.iter().find(|s| s.name == "sepp.enqueue").unwrap();
+    assert_eq!(hex(&enqueue.trace_id), p_trace.to_string());
+    assert_eq!(hex(&enqueue.parent_span_id), p_span.to_string());
 }

@@ -1,12 +1,13 @@
 // Drives the admin web UI in headless Chromium (Debian's `chromium`, through playwright-core),
 // as server/tests/admin_ui.rs sets it up: log in, read the queues page, find a job by its
 // idempotency key, requeue a dead letter, pause a queue, and check that a request without a
-// session or with a bad CSRF token is refused. Saves screenshots. Exits non-zero on failure.
+// session, with a bad CSRF token, with a tampered session cookie or from a key without the
+// admin role is refused. Saves screenshots. Exits non-zero on failure.
 import { chromium, request } from "playwright-core";
 import assert from "node:assert/strict";
 
 const args = JSON.parse(process.argv[2]);
-const { base, apiKey, deadId, keyedId, shots } = args;
+const { base, apiKey, workerKey, deadId, keyedId, shots } = args;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
   args: ["--no-sandbox"],
@@ -21,10 +22,25 @@ try {
   await page.fill("input[name=api_key]", "not-a-key");
   await page.click("form.login button");
   assert.match(await page.textContent("main"), /not an API key/);
+  // A key of this server without the admin role is refused, saying which role it lacks.
+  await page.goto(base + "/login");
+  await page.fill("input[name=api_key]", workerKey);
+  const refused = page.waitForResponse((r) => r.url() === base + "/login" && r.request().method() === "POST");
+  await page.click("form.login button");
+  assert.equal((await refused).status(), 403);
+  assert.match(await page.textContent("main"), /lacks the role "admin"/);
+  assert.equal((await page.context().cookies()).length, 0);
   await page.goto(base + "/login");
   await page.fill("input[name=api_key]", apiKey);
   await page.click("form.login button");
   assert.equal(new URL(page.url()).pathname, "/");
+
+  // The session cookie is HttpOnly and SameSite=Strict, and holds no key.
+  const [cookie] = await page.context().cookies();
+  assert.equal(cookie.name, "sepp_session");
+  assert.equal(cookie.httpOnly, true);
+  assert.equal(cookie.sameSite, "Strict");
+  assert.ok(!cookie.value.includes(apiKey), cookie.value);
 
   // Queues overview.
   const row = page.locator('tr[data-queue="mail"] td');
@@ -71,6 +87,25 @@ try {
   const nonePage = await anon.get(base + "/dead-letters", { maxRedirects: 0 });
   assert.equal(nonePage.status(), 303);
   await anon.dispose();
+
+  // A tampered cookie: the same session with its expiry moved out, or one digit of its
+  // signature changed, opens nothing.
+  const parts = cookie.value.split(".");
+  const later = [parts[0], parts[1], String(Number(parts[2]) + 86_400_000), parts[3], parts[4]].join(".");
+  const sig = parts[4];
+  const flipped = [...parts.slice(0, 4), sig.slice(0, -1) + (sig.endsWith("0") ? "1" : "0")].join(".");
+  for (const value of [later, flipped]) {
+    const forged = await request.newContext({ extraHTTPHeaders: { cookie: `sepp_session=${value}` } });
+    const get = await forged.get(base + "/", { maxRedirects: 0 });
+    assert.equal(get.status(), 303, value);
+    const post = await forged.post(base + "/queues/mail/resume", { form: { csrf: "x" }, maxRedirects: 0 });
+    assert.equal(post.status(), 403, value);
+    await forged.dispose();
+  }
+  // The untouched cookie still works the same way from another client.
+  const same = await request.newContext({ extraHTTPHeaders: { cookie: `sepp_session=${cookie.value}` } });
+  assert.equal((await same.get(base + "/", { maxRedirects: 0 })).status(), 200);
+  await same.dispose();
   console.log("admin UI browser checks passed");
 } finally {
   await browser.close();

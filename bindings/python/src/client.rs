@@ -159,7 +159,8 @@ impl SeppClient {
         request: PyRef<'py, EnqueueRequest>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
-        let request = request.prepared();
+        let current = current_trace_context(py);
+        let request = with_trace(request.prepared(), current.as_ref());
         coroutine(py, async move {
             let request = request.map_err(EnqueueError::Rejected)?;
             client.enqueue(request).await.map_err(Failure::from)
@@ -172,7 +173,11 @@ impl SeppClient {
         requests: Vec<PyRef<'py, EnqueueRequest>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
-        let requests: Vec<_> = requests.iter().map(|r| r.prepared()).collect();
+        let current = current_trace_context(py);
+        let requests: Vec<_> = requests
+            .iter()
+            .map(|r| with_trace(r.prepared(), current.as_ref()))
+            .collect();
         coroutine(py, async move {
             client
                 .enqueue_batch_prepared(requests)
@@ -187,7 +192,11 @@ impl SeppClient {
         requests: Vec<PyRef<'py, EnqueueRequest>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
-        let requests: Vec<_> = requests.iter().map(|r| r.prepared()).collect();
+        let current = current_trace_context(py);
+        let requests: Vec<_> = requests
+            .iter()
+            .map(|r| with_trace(r.prepared(), current.as_ref()))
+            .collect();
         coroutine(py, async move {
             match client.enqueue_atomic_prepared(requests).await {
                 Ok(Ok(acks)) => Ok(acks),
@@ -432,4 +441,31 @@ impl SeppClient {
             None => "<SeppClient closed>".into(),
         }
     }
+}
+
+/// The caller's current trace context, from OpenTelemetry's Python API when it is installed
+/// (`sepp._tracing.current_trace_context`); `None` without it, or on any error (tracing never
+/// fails an enqueue).
+fn current_trace_context(py: Python<'_>) -> Option<sepp_rs::TraceContext> {
+    let got = py
+        .import("sepp._tracing")
+        .and_then(|m| m.getattr("current_trace_context"))
+        .and_then(|f| f.call0())
+        .and_then(|v| v.extract::<Option<(String, Option<String>)>>())
+        .ok()??;
+    Some(sepp_rs::TraceContext {
+        traceparent: got.0,
+        tracestate: got.1,
+    })
+}
+
+/// A request with the trace context it sends, by the core's rule (`sepp_rs::trace::current_or`).
+fn with_trace(
+    request: Result<sepp_rs::EnqueueRequest, sepp_rs::Rejection>,
+    current: Option<&sepp_rs::TraceContext>,
+) -> Result<sepp_rs::EnqueueRequest, sepp_rs::Rejection> {
+    request.map(|mut r| {
+        r.trace_context = sepp_rs::trace::current_or(r.trace_context.as_ref(), current.cloned());
+        r
+    })
 }

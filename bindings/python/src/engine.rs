@@ -245,6 +245,25 @@ impl Lease {
         self.inner.is_lost()
     }
 
+    /// The span the job's handler runs in, by the core's rule (`sepp_rs::trace`): its name,
+    /// its attributes, and its parent `(traceparent, tracestate)` when the job carries a valid
+    /// one.
+    #[allow(clippy::type_complexity)] // a plain tuple is what Python receives
+    fn handler_span(
+        &self,
+    ) -> (
+        &'static str,
+        Vec<(&'static str, String)>,
+        Option<(String, Option<String>)>,
+    ) {
+        let s = sepp_rs::trace::handler_span(&self.inner.job);
+        (
+            s.name,
+            s.attributes,
+            s.parent.map(|t| (t.traceparent, t.tracestate)),
+        )
+    }
+
     fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let lease = self.inner.clone();
         coroutine(py, async move {

@@ -1360,6 +1360,17 @@ class Lease:
     def is_lost(self) -> bool:
         """Whether the lease is known to be lost."""
 
+    def handler_span(
+        self,
+    ) -> tuple[str, list[tuple[str, str]], Optional[tuple[str, Optional[str]]]]:
+        """The span the job's handler runs in, by the client core's rule: its name
+        (``"sepp.handle"``), its attributes, and its parent ``(traceparent, tracestate)`` when
+        the job carries a valid W3C trace context (``None``: the span starts a new trace).
+
+        Returns:
+            ``(name, attributes, parent)``.
+        """
+
     async def done(self) -> Literal["settled", "lost", "timed_out", "abandoned"]:
         """Returns once the engine has let go of the job, with why: ``"settled"`` (by
         `Engine.settle`), ``"lost"`` (the lease was lost; the slot was freed without a call

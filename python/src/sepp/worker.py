@@ -57,6 +57,7 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Optional, Sequence, TypeVar, final
 
+from sepp import _tracing
 from sepp._native import Engine, EngineOptions, Job, Lease, Outcome, SeppClient, WorkerReport
 from sepp.errors import SeppError
 
@@ -528,7 +529,7 @@ class _Run:
         handler = self.worker._handler_for(job.job_type)
         if handler is None:
             return  # not handed out: the engine nacks the types without a handler
-        work = self.loop.create_task(_call(handler, JobContext(lease), job.job_type))
+        work = self.loop.create_task(_traced_call(handler, lease))
         done = asyncio.ensure_future(lease.done())
         try:
             await asyncio.wait({work, done}, return_when=asyncio.FIRST_COMPLETED)
@@ -561,6 +562,13 @@ async def _cancel(task: asyncio.Task[None]) -> None:
     await asyncio.wait({task})
     if not task.cancelled() and task.exception() is not None:
         _log.warning("a cancelled handler raised on its way out", exc_info=task.exception())
+
+
+async def _traced_call(handler: Handler, lease: Lease) -> None:
+    """Runs the handler inside the job's ``sepp.handle`` span (when OpenTelemetry is
+    installed), which is current in the handler's task."""
+    with _tracing.handler_span(lease):
+        await _call(handler, JobContext(lease), lease.job.job_type)
 
 
 async def _call(handler: Handler, ctx: JobContext, job_type: str) -> None:

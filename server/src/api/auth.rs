@@ -204,6 +204,66 @@ impl ApiKeyAuth {
     }
 }
 
+/// An accepted API key as the admin UI sees it: its name, the SHA-256 digest of its secret
+/// (never the secret) and its roles at the time of the lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyIdentity {
+    /// The key's `name`.
+    pub name: String,
+    /// SHA-256 of the key's secret.
+    pub digest: [u8; 32],
+    /// Its roles now (a reload of `api_keys_file` may have changed them).
+    pub roles: Vec<Role>,
+}
+
+impl From<Entry> for KeyIdentity {
+    fn from(e: Entry) -> Self {
+        KeyIdentity {
+            name: e.name,
+            digest: e.digest,
+            roles: e.roles,
+        }
+    }
+}
+
+impl ApiKeyAuth {
+    /// Whether API keys are checked at all (`[auth] api_keys` or `api_keys_file` set).
+    pub fn is_on(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// The accepted key whose secret is `key`, by the same rule as a gRPC call's `authorization`
+    /// header (inline keys, the key file's, and keys a reload retired less than
+    /// `auth.rotation_overlap_ms` ago). `None` when auth is off or no key matches.
+    pub fn identify(&self, key: &str) -> Option<KeyIdentity> {
+        matched(self.keys.as_ref()?, key).map(KeyIdentity::from)
+    }
+
+    /// Every key accepted now, as [`Self::identify`] would accept it. Empty when auth is off.
+    pub fn accepted(&self) -> Vec<KeyIdentity> {
+        let Some(keys) = &self.keys else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        let state = keys
+            .from_file
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let live_retired = state
+            .retired
+            .iter()
+            .filter(|(_, until)| *until > now)
+            .map(|(e, _)| e);
+        keys.inline
+            .iter()
+            .chain(&state.current)
+            .chain(live_retired)
+            .cloned()
+            .map(KeyIdentity::from)
+            .collect()
+    }
+}
+
 /// The accepted key equal to `key` (configured inline, in the key file, or retired by a reload
 /// less than `auth.rotation_overlap_ms` ago). Compares every accepted key's digest in constant
 /// time, whatever matched earlier, so timing reveals neither a matching prefix nor which key.
