@@ -262,7 +262,21 @@ pub(crate) fn run(conn: Conn, op: Op) -> std::process::ExitCode {
 }
 
 fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    emit(serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Writes one line (or block) to standard output. A reader that went away (`sepp jobs Q | head`)
+/// ends the command quietly, as it ends other Unix tools, where `println!` would panic.
+fn emit(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{text}").and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("sepp: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// Prints `rows` under `header` in aligned columns.
@@ -282,7 +296,7 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
                 s.push_str(&format!("{c:<w$}  "));
             }
         }
-        println!("{}", s.trim_end());
+        emit(s.trim_end());
     };
     line(header.to_vec());
     for r in rows {
@@ -390,7 +404,7 @@ fn done(conn: &Conn, v: Value, text: String) {
     if conn.output == Output::Json {
         print_json(&v);
     } else {
-        println!("{text}");
+        emit(text);
     }
 }
 
@@ -505,7 +519,10 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                     &rows,
                 );
                 if !page.next_page_token.is_empty() {
-                    println!("next page: --page-token {}", page.next_page_token);
+                    emit(format_args!(
+                        "next page: --page-token {}",
+                        page.next_page_token
+                    ));
                 }
             }
         }
@@ -585,12 +602,12 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                     "job": job_json(&j),
                 }));
             } else {
-                println!(
+                emit(format_args!(
                     "key {key:?} on {queue:?} names job {} (record written {}, expires {})",
                     r.job_id,
                     ts(r.created_at.as_ref()),
                     ts(r.expires_at.as_ref())
-                );
+                ));
                 print_job(conn, &j);
             }
         }
@@ -743,7 +760,10 @@ async fn dlq(conn: &Conn, admin: &mut Admin, command: DlqCommand) -> Result<(), 
                     &rows,
                 );
                 if !page.next_page_token.is_empty() {
-                    println!("next page: --page-token {}", page.next_page_token);
+                    emit(format_args!(
+                        "next page: --page-token {}",
+                        page.next_page_token
+                    ));
                 }
             }
         }

@@ -221,6 +221,23 @@ async fn every_operator_subcommand_against_a_real_server() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is the server running"));
+
+    // A reader that has gone away before the output (`sepp queues | head -0`): the command ends
+    // quietly instead of panicking. The pipe's read end is closed before the command starts
+    // writing, so every write it makes fails with EPIPE.
+    let mut child = Command::new(sepp_bin())
+        .args(["queues"])
+        .env("SEPP_SERVER", server.url())
+        .env("SEPP_API_KEY", KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 /// The queue `q` of `sepp queues --output json`.

@@ -286,10 +286,10 @@ pub(crate) async fn run(conn: &Conn, args: EnqueueArgs) -> Result<(), Failure> {
     if conn.output == Output::Json {
         super::print_json(&summary);
     } else {
-        println!(
+        super::emit(format_args!(
             "{} lines: {} jobs created, {} already enqueued (same key), {} skipped, {} rejected",
             t.lines, t.created, t.existing, t.skipped, t.rejected
-        );
+        ));
     }
     if t.skipped + t.rejected > 0 {
         return Err(Failure(format!(
