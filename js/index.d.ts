@@ -477,6 +477,12 @@ export interface EnqueueAck {
   deduplicated: boolean
   /** On a dedup hit from a sepp server: where that job is (`'ready'`, `'acked'`, ...). */
   originalState?: JobState
+  /**
+   * On a dedup hit on a queue with `on_duplicate = "replace_pending"` (debounce): true when
+   * this enqueue's payload, encoding, custom map and trace context (and `scheduledAt`, when
+   * set) replaced those of the job, which had not started yet. False otherwise.
+   */
+  replaced: boolean
 }
 
 /** One job to enqueue. */
@@ -521,7 +527,8 @@ export type EnqueueResult =
   | { status: 'enqueued'; /** As `EnqueueAck.jobId`. */
     jobId: string; /** As `EnqueueAck.deduplicated`. */
     deduplicated: boolean; /** As `EnqueueAck.originalState`. */
-  originalState?: JobState }
+    originalState?: JobState; /** As `EnqueueAck.replaced`. */
+  replaced: boolean }
   | { status: 'rejected'; /** Why. */
   error: SeppError }
 

@@ -522,6 +522,7 @@ impl SeppClient {
                 original_state: s.original_state.map(JobState::from_proto),
                 job_id: s.job_id,
                 deduplicated: s.deduplicated,
+                replaced: s.replaced,
             }),
             Some(pb::job_result::Outcome::Rejection(r)) => {
                 Err(EnqueueError::Rejected(rejection_from_proto(r)))
@@ -625,6 +626,7 @@ impl SeppClient {
                         original_state: s.original_state.map(JobState::from_proto),
                         job_id: s.job_id,
                         deduplicated: s.deduplicated,
+                        replaced: s.replaced,
                     }),
                     Some(pb::job_result::Outcome::Rejection(r)) => Err(rejection_from_proto(r)),
                     None => Err(Rejection::Unknown),
@@ -698,6 +700,7 @@ impl SeppClient {
                     original_state: r.original_state.map(JobState::from_proto),
                     job_id: r.job_id,
                     deduplicated: r.deduplicated,
+                    replaced: r.replaced,
                 })
                 .collect())),
             Some(pb::enqueue_atomic_response::Outcome::Rejection(f)) => Ok(Err(f

@@ -100,6 +100,12 @@ pub struct EnqueueAck {
     /// `DeadLettered`: it failed and is kept; `Deleted`: it failed and is gone). `None` when
     /// the job was created, or the server does not say (the public sepp).
     pub original_state: Option<crate::admin::JobState>,
+    /// On a hit on a queue configured with `on_duplicate = "replace_pending"` (debounce): true
+    /// when this enqueue's payload, encoding, custom map and trace context (and its
+    /// `scheduled_at`, when set) replaced those of the job, which had not started yet;
+    /// `original_state` is then where the job is after it. False otherwise, and from servers
+    /// that do not replace (the public sepp).
+    pub replaced: bool,
 }
 
 /// A leased job.

@@ -25,7 +25,10 @@ let queueSeq = 0;
 const freshQueue = (name) => `${name}-${++queueSeq}`;
 
 before(async () => {
-  server = await startServer({ storage: "dead_letter_retention_ms = 600000" });
+  server = await startServer({
+    storage: "dead_letter_retention_ms = 600000",
+    extraToml: '[[queues]]\nname = "debounced"\non_duplicate = "replace_pending"',
+  });
   client = await SeppClient.connect(server.url, { rpcTimeoutMs: 10_000 });
 });
 
@@ -101,7 +104,7 @@ describe("enqueue", T, () => {
     const ack = await client.enqueue({ queue: freshQueue("plain"), jobType: "t" });
     assert.match(ack.jobId, /^[0-9a-f-]{36}$/);
     assert.equal(ack.deduplicated, false);
-    assert.deepEqual(Object.keys(ack).sort(), ["deduplicated", "jobId"]);
+    assert.deepEqual(Object.keys(ack).sort(), ["deduplicated", "jobId", "replaced"]);
   });
 
   test("every field of a request comes back on the reserved job", async () => {
@@ -231,7 +234,38 @@ describe("dedup walkthrough", T, () => {
     const job = await reserveOne(queue);
     await client.ack(job.id, job.attempt);
     const again = await client.enqueue({ queue, jobType: "t", idempotencyKey: "done-1" });
-    assert.deepEqual(again, { jobId: first.jobId, deduplicated: true, originalState: "acked" });
+    assert.deepEqual(again, {
+      jobId: first.jobId,
+      deduplicated: true,
+      originalState: "acked",
+      replaced: false,
+    });
+  });
+
+  test("a hit on a pending job of a debounced queue replaces its payload", async () => {
+    // "debounced" has on_duplicate = "replace_pending" (see `before`).
+    const version = (/** @type {string} */ v) => ({
+      queue: "debounced",
+      jobType: "index",
+      idempotencyKey: "doc-1",
+      payload: { data: Buffer.from(v), encoding: "text/plain" },
+    });
+    const first = await client.enqueue(version("v1"));
+    assert.equal(first.replaced, false);
+    const second = await client.enqueue(version("v2"));
+    assert.deepEqual(second, {
+      jobId: first.jobId,
+      deduplicated: true,
+      originalState: "ready",
+      replaced: true,
+    });
+    const job = await reserveOne("debounced");
+    assert.equal(Buffer.from(job.payload?.data ?? []).toString(), "v2");
+    // In flight: a hit keeps the job as it is.
+    const third = await client.enqueue(version("v3"));
+    assert.equal(third.replaced, false);
+    assert.equal(third.originalState, "inFlight");
+    await client.ack(job.id, job.attempt);
   });
 });
 

@@ -53,6 +53,10 @@ max_queue_depth = 1
 [[queues]]
 name = "single-shot"
 default_max_attempts = 1
+
+[[queues]]
+name = "debounced"
+on_duplicate = "replace_pending"
 """
 
 

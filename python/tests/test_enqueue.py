@@ -41,6 +41,29 @@ async def test_a_repeated_key_returns_the_first_job_marked_deduplicated(
     assert (after.job_id, after.deduplicated) == (first.job_id, True)
 
 
+async def test_a_hit_on_a_pending_job_of_a_debounced_queue_replaces_its_payload(
+    client: sepp.SeppClient,
+) -> None:
+    # "debounced" has on_duplicate = "replace_pending" (conftest.MAIN_CONFIG).
+    def version(v: bytes) -> EnqueueRequest:
+        return EnqueueRequest(
+            "debounced", "index", idempotency_key="doc-1", payload=Payload(v, "text/plain")
+        )
+
+    first = await client.enqueue(version(b"v1"))
+    second = await client.enqueue(version(b"v2"))
+    assert (second.job_id, second.deduplicated, second.replaced) == (first.job_id, True, True)
+    assert second.original_state == "READY"
+    assert first.replaced is False
+    [job] = await client.reserve(["debounced"], lease_duration=LEASE)
+    assert job.payload is not None
+    assert (job.payload.data, job.payload.encoding) == (b"v2", "text/plain")
+    # In flight: a hit keeps the job as it is.
+    third = await client.enqueue(version(b"v3"))
+    assert (third.deduplicated, third.replaced, third.original_state) == (True, False, "IN_FLIGHT")
+    await client.ack(job.id, job.attempt)
+
+
 async def test_the_same_key_on_two_queues_makes_two_jobs(
     client: sepp.SeppClient, queue: str
 ) -> None:

@@ -444,6 +444,21 @@ pub enum KeyConflict {
     Reject,
 }
 
+/// What an enqueue that hits a live dedup record does to the job the record names
+/// (`[[queues]] on_duplicate`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDuplicate {
+    /// Nothing: a hit answers the original job's id (the founding rule).
+    #[default]
+    Keep,
+    /// Debounce: a hit on a job still ready or scheduled replaces its payload, encoding,
+    /// custom map and trace context and, when the hit sends one, its `scheduled_at`; its id,
+    /// job type, priority, attempt and place in line stay, and the dedup window does not
+    /// restart. A hit on a job in flight or settled is as `keep`.
+    ReplacePending,
+}
+
 /// `[storage]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -761,6 +776,10 @@ pub struct QueueConfig {
     /// `ignore` (default) or `reject`: see [`KeyConflict`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_conflict: Option<KeyConflict>,
+    /// `keep` (default) or `replace_pending`: see [`OnDuplicate`]. Not with
+    /// `key_conflict = "reject"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_duplicate: Option<OnDuplicate>,
 }
 
 /// A configuration that could not be loaded. The message is one line naming the key, the value

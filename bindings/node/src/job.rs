@@ -54,6 +54,10 @@ pub struct EnqueueAck {
     pub deduplicated: bool,
     /// On a dedup hit from a sepp server: where that job is (`'ready'`, `'acked'`, ...).
     pub original_state: Option<crate::admin::JobState>,
+    /// On a dedup hit on a queue with `on_duplicate = "replace_pending"` (debounce): true when
+    /// this enqueue's payload, encoding, custom map and trace context (and `scheduledAt`, when
+    /// set) replaced those of the job, which had not started yet. False otherwise.
+    pub replaced: bool,
 }
 
 impl From<sepp_rs::EnqueueAck> for EnqueueAck {
@@ -62,6 +66,7 @@ impl From<sepp_rs::EnqueueAck> for EnqueueAck {
             job_id: a.job_id,
             deduplicated: a.deduplicated,
             original_state: a.original_state.map(Into::into),
+            replaced: a.replaced,
         }
     }
 }
@@ -83,6 +88,8 @@ pub enum EnqueueResult {
         deduplicated: bool,
         /// As `EnqueueAck.originalState`.
         original_state: Option<crate::admin::JobState>,
+        /// As `EnqueueAck.replaced`.
+        replaced: bool,
     },
     /// The job was not accepted; the other jobs of the batch are unaffected.
     Rejected {
@@ -99,6 +106,7 @@ impl From<Result<sepp_rs::EnqueueAck, sepp_rs::Rejection>> for EnqueueResult {
                 job_id: a.job_id,
                 deduplicated: a.deduplicated,
                 original_state: a.original_state.map(Into::into),
+                replaced: a.replaced,
             },
             Err(rejection) => EnqueueResult::Rejected {
                 error: rejection.into(),

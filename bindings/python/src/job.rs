@@ -19,16 +19,20 @@ pub(crate) struct EnqueueAck {
     deduplicated: bool,
     /// On a dedup hit from a sepp server: where the job is (`"READY"`, `"ACKED"`, ...).
     original_state: Option<&'static str>,
+    /// On a dedup hit on a queue with `on_duplicate = "replace_pending"`: whether this
+    /// enqueue's contents replaced the pending job's.
+    replaced: bool,
 }
 
 #[pymethods]
 impl EnqueueAck {
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "EnqueueAck(job_id={}, deduplicated={}, original_state={})",
+            "EnqueueAck(job_id={}, deduplicated={}, original_state={}, replaced={})",
             repr(py, &self.job_id),
             repr(py, self.deduplicated),
-            repr(py, self.original_state)
+            repr(py, self.original_state),
+            repr(py, self.replaced)
         )
     }
 }
@@ -39,6 +43,7 @@ impl ToPython for sepp_rs::EnqueueAck {
             job_id: self.job_id,
             deduplicated: self.deduplicated,
             original_state: self.original_state.map(|s| s.as_str()),
+            replaced: self.replaced,
         };
         Ok(Bound::new(py, ack)?.into_any())
     }

@@ -220,6 +220,13 @@ class EnqueueAck:
         """On a dedup hit from a sepp server: where the job `job_id` names is at the time of the
         hit. ``None`` when the job was created, or the server does not say."""
 
+    @property
+    def replaced(self) -> bool:
+        """On a dedup hit on a queue with ``on_duplicate = "replace_pending"`` (debounce): True
+        when this enqueue's payload, encoding, custom map and trace context (and
+        `scheduled_at`, when set) replaced those of the job, which had not started yet;
+        `original_state` is then where the job is after it. False otherwise."""
+
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self, /) -> int: ...
 

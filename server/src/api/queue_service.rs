@@ -62,6 +62,7 @@ fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
         original_state: a
             .original_state
             .map(|s| super::convert::job_state_out(s) as i32),
+        replaced: a.replaced,
     }
 }
 

@@ -94,6 +94,24 @@ pub struct DedupClaim {
     /// Set on a queue with `key_conflict = "reject"`: kept with the record, and compared with
     /// the fingerprint of a later enqueue that hits it.
     pub fingerprint: Option<Fingerprint>,
+    /// Set on a queue with `on_duplicate = "replace_pending"`: what a hit on a job that is
+    /// still ready or scheduled replaces (`queue::enqueue::decide` decides whether it does).
+    pub replace: Option<Replacement>,
+}
+
+/// What a hit on a pending job takes from the enqueue that hits it
+/// (`on_duplicate = "replace_pending"`): the payload, encoding, custom map and trace context of
+/// that [`NewJob`], and where the job goes. The job keeps its id, job type, priority, attempt,
+/// enqueue time and place in line, and the dedup record is untouched (the window does not
+/// restart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replacement {
+    /// Where the job goes when the hit sent a `scheduled_at` (ready when that time has come,
+    /// scheduled otherwise); `None` keeps it where it is.
+    pub placement: Option<super::Placement>,
+    /// The job's size in a Reserve reply after the replacement, at most (its own job type
+    /// counted at `max_job_type_bytes`, since it keeps it).
+    pub reply_bytes: u32,
 }
 
 /// A validated job, with every default resolved, ready to be written.

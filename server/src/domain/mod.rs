@@ -16,7 +16,9 @@ pub use inspect::{
     CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, JobCursor, JobInfo, JobState,
     KeyRecord, ListState, QueueStats, StoredJob,
 };
-pub use job::{DedupClaim, Fingerprint, Job, JobId, NewJob, Payload, TraceContext, Value};
+pub use job::{
+    DedupClaim, Fingerprint, Job, JobId, NewJob, Payload, Replacement, TraceContext, Value,
+};
 pub use transition::{
     DeadLetterCause, EnqueuePlan, Expiry, Finish, Fit, InsertOutcome, JobFacts, LastReason,
     Placement, Requeue, ReserveSpec, Settle, SettleRefusal, Stage, reached,

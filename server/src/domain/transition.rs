@@ -178,6 +178,10 @@ pub enum InsertOutcome {
     /// A live dedup record (or an earlier job of the same batch with the same key) names this
     /// job, which is where the state says; nothing is written for it.
     Deduplicated(JobId, super::JobState),
+    /// A live dedup record names this job, which was still ready or scheduled, and the
+    /// enqueue's contents replaced its own (`on_duplicate = "replace_pending"`); it is now
+    /// where the placement says. Its id, job type, priority and attempt stay.
+    Replaced(JobId, Placement),
     /// A live dedup record names `original`, and its fingerprint differs from this job's
     /// (`key_conflict = "reject"`); nothing is written for it.
     KeyConflict {

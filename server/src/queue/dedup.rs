@@ -38,6 +38,7 @@ pub fn claim(
         key,
         expires_at: now.saturating_add(i64::try_from(window_ms).unwrap_or(i64::MAX)),
         fingerprint,
+        replace: None,
     }
 }
 

@@ -13,6 +13,9 @@
 //! 2. a key whose record is live ([`super::dedup::is_live`]) is a hit on the record's job, or
 //!    a `KeyConflict` naming that job when both fingerprints are known and differ
 //!    ([`super::dedup::conflicts`]);
+//!    On a queue with `on_duplicate = "replace_pending"`, a hit on a job that is still ready
+//!    or scheduled is `Replaced` instead ([`replaces`]): the store writes this job's contents
+//!    into it. Only the first job of a batch with a key can replace; a repeat of it is a hit;
 //! 3. a queue that holds `max_queue_depth` jobs, counting those this batch creates before this
 //!    one, refuses it (`QueueFull`); a dedup hit creates nothing, so it does not count;
 //! 4. otherwise the job is created.
@@ -20,7 +23,10 @@
 //! An atomic batch with any `QueueFull` or `KeyConflict` writes nothing.
 
 use super::dedup;
-use crate::domain::{EnqueuePlan, Fingerprint, InsertOutcome, JobState, NewJob, UnixMs};
+use crate::domain::{
+    EnqueuePlan, Fingerprint, InsertOutcome, JobState, NewJob, Placement, Replacement, Stage,
+    UnixMs,
+};
 use crate::storage::EnqueueFacts;
 use std::collections::HashMap;
 
@@ -83,6 +89,11 @@ pub fn decide(
                     },
                 ),
                 hit @ InsertOutcome::Deduplicated(..) => hit,
+                // The first job of the batch with this key replaced the pending job's
+                // contents: a repeat is a hit of it and replaces nothing more.
+                InsertOutcome::Replaced(id, placement) => {
+                    InsertOutcome::Deduplicated(id, placed_state(placement))
+                }
                 // Same contents as the record's, after a job of the batch that conflicted.
                 InsertOutcome::KeyConflict { original: id } => {
                     InsertOutcome::Deduplicated(id, dedup::original_state(facts.stage(id)))
@@ -96,15 +107,16 @@ pub fn decide(
             && let Some(rec) = facts.record(i)
             && dedup::is_live(rec.expires_at, now)
         {
+            let stage = facts.stage(rec.job_id);
+            let replace = job.dedup.as_ref().and_then(|d| d.replace);
             outcomes.push(if dedup::conflicts(rec.fingerprint, mine) {
                 InsertOutcome::KeyConflict {
                     original: rec.job_id,
                 }
+            } else if let Some(placement) = replaces(replace, stage) {
+                InsertOutcome::Replaced(rec.job_id, placement)
             } else {
-                InsertOutcome::Deduplicated(
-                    rec.job_id,
-                    dedup::original_state(facts.stage(rec.job_id)),
-                )
+                InsertOutcome::Deduplicated(rec.job_id, dedup::original_state(stage))
             });
             held.push(rec.fingerprint);
             continue;
@@ -135,6 +147,28 @@ pub fn decide(
     EnqueuePlan {
         outcomes,
         write: !(atomic && refused),
+    }
+}
+
+/// Whether a hit with `replace` (set on a queue with `on_duplicate = "replace_pending"`)
+/// replaces the contents of a job at `stage`, and where the job goes then: only a job still
+/// ready or scheduled is replaced (one in flight or settled is kept as it is); it goes where
+/// the hit's `scheduled_at` says, or stays where it is when the hit sent none.
+pub fn replaces(replace: Option<Replacement>, stage: Option<Stage>) -> Option<Placement> {
+    let replace = replace?;
+    let now_at = match stage? {
+        Stage::Ready => Placement::Ready,
+        Stage::Scheduled { due } => Placement::Scheduled { due },
+        Stage::InFlight { .. } | Stage::Dead { .. } | Stage::Tombstone { .. } => return None,
+    };
+    Some(replace.placement.unwrap_or(now_at))
+}
+
+/// Where a job placed at `placement` is, as a hit reports it.
+pub fn placed_state(placement: Placement) -> JobState {
+    match placement {
+        Placement::Ready => JobState::Ready,
+        Placement::Scheduled { .. } => JobState::Scheduled,
     }
 }
 
@@ -177,6 +211,7 @@ mod tests {
                 key: k.into(),
                 expires_at: 100,
                 fingerprint: None,
+                replace: None,
             }),
             max_queue_depth: depth,
             reply_bytes: 1,
@@ -368,6 +403,88 @@ mod tests {
                 InsertOutcome::KeyConflict { original: JobId(9) },
                 InsertOutcome::KeyConflict { original: JobId(9) },
                 InsertOutcome::Deduplicated(JobId(9), JobState::InFlight),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hit_on_a_pending_job_replaces_it_and_on_any_other_keeps_it() {
+        struct At(Option<Stage>);
+        impl EnqueueFacts for At {
+            fn record(&self, _: usize) -> Option<KeyRecord> {
+                record(9, 100)
+            }
+            fn depth(&self, _: &str) -> u64 {
+                0
+            }
+            fn stage(&self, _: JobId) -> Option<Stage> {
+                self.0
+            }
+        }
+        let replacing = |placement| {
+            let mut j = job(1, Some("a"), None);
+            if let Some(d) = j.dedup.as_mut() {
+                d.replace = Some(Replacement {
+                    placement,
+                    reply_bytes: 1,
+                });
+            }
+            j
+        };
+        let one = |j: NewJob, stage| {
+            let jobs = [j];
+            decide(&jobs, &prepass(&jobs), &At(stage), false, 0).outcomes[0]
+        };
+        let later = Placement::Scheduled { due: 50 };
+        assert_eq!(
+            one(replacing(None), Some(Stage::Ready)),
+            InsertOutcome::Replaced(JobId(9), Placement::Ready)
+        );
+        assert_eq!(
+            one(replacing(None), Some(Stage::Scheduled { due: 50 })),
+            InsertOutcome::Replaced(JobId(9), later),
+            "no scheduled_at sent: the job stays where it is"
+        );
+        assert_eq!(
+            one(
+                replacing(Some(Placement::Ready)),
+                Some(Stage::Scheduled { due: 50 })
+            ),
+            InsertOutcome::Replaced(JobId(9), Placement::Ready)
+        );
+        assert_eq!(
+            one(replacing(Some(later)), Some(Stage::Ready)),
+            InsertOutcome::Replaced(JobId(9), later)
+        );
+        assert_eq!(
+            one(replacing(None), Some(Stage::InFlight { expires: 5 })),
+            InsertOutcome::Deduplicated(JobId(9), JobState::InFlight)
+        );
+        let acked = Stage::Tombstone {
+            finished_at: 1,
+            until: 100,
+            dead: None,
+        };
+        assert_eq!(
+            one(replacing(None), Some(acked)),
+            InsertOutcome::Deduplicated(JobId(9), JobState::Acked)
+        );
+        assert_eq!(
+            one(replacing(None), None),
+            InsertOutcome::Deduplicated(JobId(9), JobState::Deleted)
+        );
+        assert_eq!(
+            one(job(1, Some("a"), None), Some(Stage::Ready)),
+            InsertOutcome::Deduplicated(JobId(9), JobState::Ready),
+            "keep (the default) replaces nothing"
+        );
+        // In one batch only the first job with the key replaces; a repeat is a hit of it.
+        let jobs = [replacing(None), replacing(None)];
+        assert_eq!(
+            decide(&jobs, &prepass(&jobs), &At(Some(Stage::Ready)), true, 0).outcomes,
+            vec![
+                InsertOutcome::Replaced(JobId(9), Placement::Ready),
+                InsertOutcome::Deduplicated(JobId(9), JobState::Ready),
             ]
         );
     }

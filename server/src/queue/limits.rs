@@ -4,7 +4,8 @@
 use super::reply::JobBounds;
 use super::validate::{NameUse, queue_name_shape};
 use crate::config::{
-    Config, ConfigError, DAY_MS, KeyConflict, LimitsConfig, QueueConfig, RetryBackoff, check_range,
+    Config, ConfigError, DAY_MS, KeyConflict, LimitsConfig, OnDuplicate, QueueConfig, RetryBackoff,
+    check_range,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -46,6 +47,8 @@ pub struct QueuePolicy {
     pub max_queue_depth: Option<u64>,
     /// What a hit with different contents gets (`[[queues]] key_conflict`; default `ignore`).
     pub key_conflict: KeyConflict,
+    /// What a hit does to a pending job (`[[queues]] on_duplicate`; default `keep`).
+    pub on_duplicate: OnDuplicate,
 }
 
 impl QueuePolicy {
@@ -70,6 +73,7 @@ impl QueuePolicy {
             max_custom_key_bytes: l.max_custom_key_bytes,
             max_queue_depth: l.max_queue_depth,
             key_conflict: KeyConflict::Ignore,
+            on_duplicate: OnDuplicate::Keep,
         }
     }
 
@@ -115,6 +119,7 @@ impl QueuePolicy {
             max_custom_key_bytes: q.max_custom_key_bytes.unwrap_or(self.max_custom_key_bytes),
             max_queue_depth: q.max_queue_depth.or(self.max_queue_depth),
             key_conflict: q.key_conflict.unwrap_or(self.key_conflict),
+            on_duplicate: q.on_duplicate.unwrap_or(self.on_duplicate),
         }
     }
 }
@@ -416,6 +421,14 @@ fn validate_policy(
     if let Some(d) = p.max_queue_depth {
         check_range(&k("max_queue_depth"), d, 1, u64::MAX)?;
     }
+    if p.on_duplicate == OnDuplicate::ReplacePending && p.key_conflict == KeyConflict::Reject {
+        return Err(ConfigError(format!(
+            "config key {} = \"replace_pending\" cannot go with {} = \"reject\": a hit \
+             that replaces a pending job's contents must be allowed other contents",
+            k("on_duplicate"),
+            k("key_conflict")
+        )));
+    }
     Ok(())
 }
 
@@ -464,6 +477,19 @@ mod tests {
     fn the_defaults_and_the_example_resolve() {
         assert!(load("").is_ok());
         assert!(load(crate::config::EXAMPLE).is_ok());
+    }
+
+    #[test]
+    fn replace_pending_does_not_go_with_rejected_conflicts() {
+        let err = load(
+            "[[queues]]\nname = \"a\"\non_duplicate = \"replace_pending\"\nkey_conflict = \"reject\"\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("queues[0].on_duplicate"), "{err}");
+        assert!(err.contains("queues[0].key_conflict"), "{err}");
+        let ok = load("[[queues]]\nname = \"a\"\non_duplicate = \"replace_pending\"\n").unwrap();
+        assert_eq!(ok.policy("a").on_duplicate, OnDuplicate::ReplacePending);
+        assert_eq!(ok.policy("b").on_duplicate, OnDuplicate::Keep);
     }
 
     #[test]

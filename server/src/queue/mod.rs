@@ -193,9 +193,13 @@ impl Queue {
             // Count ready jobs per queue (a batch usually fills one queue).
             let mut ready: Vec<(&str, usize)> = Vec::new();
             for (o, (queue, scheduled_at)) in outcomes.iter().zip(&placed) {
-                if !matches!(o, InsertOutcome::Created(_)) {
-                    continue;
-                }
+                let scheduled_at = match o {
+                    InsertOutcome::Created(_) => scheduled_at,
+                    // A replaced job may have moved (from scheduled to ready, or later).
+                    InsertOutcome::Replaced(_, Placement::Ready) => &None,
+                    InsertOutcome::Replaced(_, Placement::Scheduled { due }) => &Some(*due),
+                    _ => continue,
+                };
                 match scheduled_at {
                     Some(due) => self.sweep_wake.deadline_at(*due),
                     None => match ready.iter_mut().find(|(q, _)| *q == &**queue) {
@@ -624,11 +628,19 @@ fn insert_outcome(o: InsertOutcome, queue: &str) -> JobOutcome {
             job_id,
             deduplicated: false,
             original_state: None,
+            replaced: false,
         }),
         InsertOutcome::Deduplicated(job_id, state) => Ok(Accepted {
             job_id,
             deduplicated: true,
             original_state: Some(state),
+            replaced: false,
+        }),
+        InsertOutcome::Replaced(job_id, placement) => Ok(Accepted {
+            job_id,
+            deduplicated: true,
+            original_state: Some(enqueue::placed_state(placement)),
+            replaced: true,
         }),
         InsertOutcome::KeyConflict { original } => Err(Rejection::IdempotencyKeyConflict {
             original_job_id: original,

@@ -172,6 +172,10 @@ pub struct Accepted {
     pub deduplicated: bool,
     /// On a hit: where that job is now.
     pub original_state: Option<crate::domain::JobState>,
+    /// On a hit on a queue with `on_duplicate = "replace_pending"`: true when this enqueue's
+    /// contents replaced the pending job's (`original_state` is then where the job is after
+    /// it).
+    pub replaced: bool,
 }
 
 /// The outcome of one job of a batch.

@@ -236,6 +236,7 @@ mod tests {
                         key: format!("k{chunk}-{i}"),
                         expires_at: t0 + 50,
                         fingerprint: None,
+                        replace: None,
                     }),
                     max_queue_depth: None,
                     reply_bytes: 200,

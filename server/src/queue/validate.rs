@@ -12,8 +12,8 @@ use super::dedup;
 use super::lifecycle;
 use super::limits::Limits;
 use super::model::{EnqueueInput, Rejection};
-use crate::config::KeyConflict;
-use crate::domain::{JobId, NewJob, Placement, UnixMs, Value};
+use crate::config::{KeyConflict, OnDuplicate};
+use crate::domain::{JobId, NewJob, Placement, Replacement, UnixMs, Value};
 use crate::error::QueueError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -145,6 +145,7 @@ pub fn validate_job(
     }
     // Scheduled only when its time is still ahead ([`lifecycle::placement`]): a past or
     // present time means ready at once.
+    let sends_schedule = matches!(input.scheduled_at, Some(Ok(_)));
     let scheduled_at = match input.scheduled_at {
         Some(Ok(at)) => match lifecycle::placement(at, now) {
             Placement::Scheduled { due } => {
@@ -195,6 +196,21 @@ pub fn validate_job(
         reply_bytes: 0,
     };
     job.reply_bytes = super::reply::new_job_bytes(&job);
+    if policy.on_duplicate == OnDuplicate::ReplacePending
+        && let Some(claim) = job.dedup.as_mut()
+    {
+        // A replaced job keeps its own job type: count it at the longest one allowed.
+        let kept_type = u64::from(limits.max_job_type_bytes);
+        let reply_bytes =
+            u64::from(job.reply_bytes).saturating_sub(job.job_type.len() as u64) + kept_type;
+        claim.replace = Some(Replacement {
+            placement: sends_schedule.then_some(match job.scheduled_at {
+                Some(due) => Placement::Scheduled { due },
+                None => Placement::Ready,
+            }),
+            reply_bytes: u32::try_from(reply_bytes).unwrap_or(u32::MAX),
+        });
+    }
     Ok(job)
 }
 

@@ -14,7 +14,7 @@
 //! plans) and call the store directly where the queue layer offers no path (`close`,
 //! `health`).
 
-use crate::config::{Config, KeyConflict, QueueConfig, RetryBackoff};
+use crate::config::{Config, KeyConflict, OnDuplicate, QueueConfig, RetryBackoff};
 use crate::domain::{DeadLetterCause, Job, JobId, JobState, ListState, Payload, UnixMs, Value};
 use crate::error::QueueError;
 use crate::queue::admin::SelectorInput;
@@ -52,6 +52,7 @@ macro_rules! conformance_suite {
             a_hit_names_the_job_after_it_was_acked_dead_lettered_or_requeued,
             a_key_conflict_is_rejected_naming_the_original_also_after_a_restart,
             a_hit_reports_where_the_job_it_names_is,
+            a_hit_on_a_pending_job_replaces_its_contents_and_on_a_running_one_keeps_it,
             a_forgotten_key_creates_a_new_job_and_stays_forgotten_after_a_restart,
             released_leases_end_as_if_expired_and_fence_the_worker,
             depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits,
@@ -534,6 +535,123 @@ pub(crate) mod cases {
             accepted(&h.enqueue(vec![with("strict", b"a")]).await[0]),
             (original, true)
         );
+    }
+
+    pub(crate) async fn a_hit_on_a_pending_job_replaces_its_contents_and_on_a_running_one_keeps_it(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.queues.push(QueueConfig {
+                name: "deb".into(),
+                on_duplicate: Some(OnDuplicate::ReplacePending),
+                ..Default::default()
+            });
+        })
+        .await;
+        let with = |queue: &str, key: &str, data: &[u8], n: i64| EnqueueInput {
+            payload: Some(Payload {
+                data: data.to_vec(),
+                encoding: "text/plain".into(),
+            }),
+            custom: vec![("n".into(), Some(Value::Int(n)))],
+            priority: Some(5),
+            ..keyed(queue, key)
+        };
+        let replaced = |o: &JobOutcome| {
+            let a = o.as_ref().expect("accepted");
+            assert!(a.deduplicated, "a replacement is a hit");
+            (a.job_id, a.replaced, a.original_state)
+        };
+        let same_priority = EnqueueInput {
+            priority: Some(5),
+            ..job("deb")
+        };
+        let before = h.put(same_priority.clone()).await;
+        let first = h.put(with("deb", "k", b"v1", 1)).await;
+        let after = h.put(same_priority).await;
+        h.advance(10);
+        // A hit on the ready job: its payload, encoding and custom map are the hit's; its id,
+        // job type, priority and place in line stay.
+        let hit = EnqueueInput {
+            job_type: "other".into(),
+            priority: Some(1),
+            payload: Some(Payload {
+                data: b"{\"v\":2}".to_vec(),
+                encoding: "application/json".into(),
+            }),
+            ..with("deb", "k", b"", 2)
+        };
+        assert_eq!(
+            replaced(&h.enqueue(vec![hit]).await[0]),
+            (first, true, Some(JobState::Ready))
+        );
+        // The window does not restart: the record is the first enqueue's.
+        let rec = h
+            .queue
+            .lookup_idempotency_key("deb", "k")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.created_at, T0);
+        // In one batch only the first job with the key replaces; a repeat is a plain hit.
+        let out = h
+            .enqueue(vec![with("deb", "k", b"v3", 3), with("deb", "k", b"v4", 4)])
+            .await;
+        assert_eq!(replaced(&out[0]), (first, true, Some(JobState::Ready)));
+        assert_eq!(replaced(&out[1]), (first, false, Some(JobState::Ready)));
+        // A hit that sends a scheduled_at moves the job; one that sends none leaves it there.
+        let later = EnqueueInput {
+            scheduled_at: Some(Ok(T0 + 5_000)),
+            ..with("deb", "k", b"v5", 5)
+        };
+        assert_eq!(
+            replaced(&h.enqueue(vec![later]).await[0]),
+            (first, true, Some(JobState::Scheduled))
+        );
+        assert_eq!(h.stats("deb").await.scheduled, 1);
+        assert_eq!(
+            replaced(&h.enqueue(vec![with("deb", "k", b"v6", 6)]).await[0]),
+            (first, true, Some(JobState::Scheduled))
+        );
+        let info = h.queue.get_job(&first.to_string()).await.unwrap().unwrap();
+        assert_eq!(info.scheduled_at, Some(T0 + 5_000));
+        let now = EnqueueInput {
+            scheduled_at: Some(Ok(T0)),
+            ..with("deb", "k", b"v7", 7)
+        };
+        assert_eq!(
+            replaced(&h.enqueue(vec![now]).await[0]),
+            (first, true, Some(JobState::Ready))
+        );
+        // Survives a restart; the job keeps its place between the jobs enqueued around it.
+        let h = h.reopen().await;
+        let got = h.reserve(&["deb"], 10, 30_000).await;
+        let ids: Vec<JobId> = got.iter().map(|j| j.id).collect();
+        assert_eq!(ids, vec![before, first, after]);
+        let j = &got[1];
+        assert_eq!(j.job_type, "t", "the job type stays");
+        assert_eq!(j.priority, 5, "the priority stays");
+        assert_eq!(j.attempt, 1);
+        assert_eq!(j.payload.as_ref().map(|p| &p.data[..]), Some(&b"v7"[..]));
+        assert_eq!(j.custom.get("n"), Some(&Value::Int(7)));
+        // In flight: a hit keeps it, whatever it carries.
+        assert_eq!(
+            replaced(&h.enqueue(vec![with("deb", "k", b"v8", 8)]).await[0]),
+            (first, false, Some(JobState::InFlight))
+        );
+        h.queue.ack(&first.to_string(), 1).await.unwrap();
+        assert_eq!(
+            replaced(&h.enqueue(vec![with("deb", "k", b"v9", 9)]).await[0]),
+            (first, false, Some(JobState::Acked))
+        );
+        // A queue without the setting keeps the founding rule.
+        let plain = h.put(with("plain", "k", b"a", 1)).await;
+        assert_eq!(
+            replaced(&h.enqueue(vec![with("plain", "k", b"b", 2)]).await[0]),
+            (plain, false, Some(JobState::Ready))
+        );
+        let j = h.reserve_one("plain", 30_000).await.unwrap();
+        assert_eq!(j.payload.as_ref().map(|p| &p.data[..]), Some(&b"a"[..]));
     }
 
     pub(crate) async fn a_hit_reports_where_the_job_it_names_is(b: Box<dyn Backend>) {

@@ -24,7 +24,7 @@
 //! (`<= now`), and every clock advance is followed by sweeper passes until nothing is due.
 
 use super::conformance::{Backend, T0};
-use crate::config::{Config, QueueConfig};
+use crate::config::{Config, OnDuplicate, QueueConfig};
 use crate::domain::{DeadLetterCause, JobId, JobState, UnixMs};
 use crate::error::QueueError;
 use crate::queue::admin::SelectorInput;
@@ -38,8 +38,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// The queues of a run; the last has `max_queue_depth = DEPTH`.
+/// The queues of a run; the last has `max_queue_depth = DEPTH`, and `DEBOUNCED` has
+/// `on_duplicate = "replace_pending"`.
 const QUEUES: [&str; 3] = ["a", "b", "c"];
+const DEBOUNCED: usize = 1;
 const DEPTH: u64 = 3;
 const WINDOW_MS: u64 = 6_000;
 const MAX_LEASE_MS: u64 = 2_000;
@@ -205,6 +207,9 @@ enum Outcome {
     Hit(JobId),
     /// A hit on the earlier job of the batch with this index (its id comes with the answer).
     HitOf(usize),
+    /// A hit on a live record naming this job, still ready or scheduled, on the debounced
+    /// queue: the hit replaces its contents (and moves it when the hit sends a time).
+    Replace(JobId),
     Full,
 }
 
@@ -271,7 +276,15 @@ impl Model {
                 && let Some((id, until)) = self.dedup.get(&(j.queue, k))
                 && *until > self.now
             {
-                out.push(Outcome::Hit(*id));
+                let pending = self
+                    .jobs
+                    .get(id)
+                    .is_some_and(|m| matches!(m.stage, MStage::Ready | MStage::Scheduled(_)));
+                out.push(if j.queue == DEBOUNCED && pending {
+                    Outcome::Replace(*id)
+                } else {
+                    Outcome::Hit(*id)
+                });
                 continue;
             }
             if j.queue == QUEUES.len() - 1 {
@@ -408,11 +421,18 @@ fn config(retention_ms: u64) -> Config {
     c.storage.dedup_window_ms = WINDOW_MS;
     c.limits.max_lease_duration_ms = MAX_LEASE_MS;
     c.limits.max_schedule_horizon_ms = HORIZON_MS;
-    c.queues = vec![QueueConfig {
-        name: QUEUES[QUEUES.len() - 1].into(),
-        max_queue_depth: Some(DEPTH),
-        ..Default::default()
-    }];
+    c.queues = vec![
+        QueueConfig {
+            name: QUEUES[DEBOUNCED].into(),
+            on_duplicate: Some(OnDuplicate::ReplacePending),
+            ..Default::default()
+        },
+        QueueConfig {
+            name: QUEUES[QUEUES.len() - 1].into(),
+            max_queue_depth: Some(DEPTH),
+            ..Default::default()
+        },
+    ];
     c
 }
 
@@ -525,6 +545,7 @@ async fn step(sys: System, m: &mut Model, op: &Op) -> System {
                         for (i, a) in acks.iter().enumerate() {
                             ids[i] = Some(a.job_id);
                             check_ack(&plan, i, a.job_id, a.deduplicated, &ids);
+                            check_replaced(&plan, i, a.replaced);
                         }
                     }
                     Err(failures) => {
@@ -572,12 +593,25 @@ async fn step(sys: System, m: &mut Model, op: &Op) -> System {
                         (Ok(a), _) => {
                             ids[i] = Some(a.job_id);
                             check_ack(&plan, i, a.job_id, a.deduplicated, &ids);
+                            check_replaced(&plan, i, a.replaced);
                         }
                         (o, want) => panic!("job {i}: got {o:?}, model: {want:?}"),
                     }
                 }
             }
             for (i, j) in jobs.iter().enumerate() {
+                if let Outcome::Replace(id) = plan[i] {
+                    // Only the job's place changes (its contents are not modelled); a hit
+                    // without a time leaves it where it is.
+                    if let (Some(d), Some(mj)) = (j.delay, m.jobs.get_mut(&id)) {
+                        mj.stage = if d > 0 {
+                            MStage::Scheduled(m.now + d as i64)
+                        } else {
+                            MStage::Ready
+                        };
+                    }
+                    continue;
+                }
                 if plan[i] != Outcome::Created {
                     continue;
                 }
@@ -771,7 +805,7 @@ fn remove_dead(m: &mut Model, id: JobId) {
 fn check_ack(plan: &[Outcome], i: usize, id: JobId, dedup: bool, ids: &[Option<JobId>]) {
     match plan[i] {
         Outcome::Created => assert!(!dedup, "job {i}: a hit, model: created"),
-        Outcome::Hit(want) => {
+        Outcome::Hit(want) | Outcome::Replace(want) => {
             assert!(dedup, "job {i}: created {id}, model: a hit on {want}");
             assert_eq!(id, want, "job {i}: the hit's id");
         }
@@ -784,6 +818,15 @@ fn check_ack(plan: &[Outcome], i: usize, id: JobId, dedup: bool, ids: &[Option<J
         }
         o => panic!("job {i}: accepted as {id}, model: {o:?}"),
     }
+}
+
+fn check_replaced(plan: &[Outcome], i: usize, replaced: bool) {
+    assert_eq!(
+        replaced,
+        matches!(plan[i], Outcome::Replace(_)),
+        "job {i}: replaced, model: {:?}",
+        plan[i]
+    );
 }
 
 /// Compares everything the system holds with the model.

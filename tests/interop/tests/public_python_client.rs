@@ -21,6 +21,11 @@ fn our_server_bin() -> PathBuf {
 
 /// Runs `script` with the public client against our server; returns its standard output.
 fn run_public_client(script: &str) -> String {
+    run_public_client_with(script, "")
+}
+
+/// As [`run_public_client`], with `extra` appended to the server's config.
+fn run_public_client_with(script: &str, extra: &str) -> String {
     let python = std::env::var_os("PUBLIC_SEPP_PY")
         .map(PathBuf::from)
         .expect(
@@ -28,7 +33,7 @@ fn run_public_client(script: &str) -> String {
         );
     let dir = TempDir::new();
     let toml = format!(
-        "[server]\ndb_path = \"{}\"\n[storage]\ndead_letter_retention_ms = 60000\n",
+        "[server]\ndb_path = \"{}\"\n[storage]\ndead_letter_retention_ms = 60000\n{extra}",
         dir.path().join("data").display()
     );
     let server = ServerProcess::start(&our_server_bin(), dir.path(), &toml);
@@ -47,6 +52,18 @@ fn run_public_client(script: &str) -> String {
 #[test]
 fn the_public_python_client_works_against_our_server() {
     let stdout = run_public_client("public_client_walkthrough.py");
+    assert!(stdout.contains("walkthrough ok"), "{stdout}");
+}
+
+/// Issue 18's opt-in features configured for other queues change nothing for the public
+/// client's queues.
+#[test]
+fn the_public_python_client_works_with_key_conflicts_and_debounce_on_for_other_queues() {
+    let stdout = run_public_client_with(
+        "public_client_walkthrough.py",
+        "[[queues]]\nname = \"strict\"\nkey_conflict = \"reject\"\n\
+         [[queues]]\nname = \"debounced\"\non_duplicate = \"replace_pending\"\n",
+    );
     assert!(stdout.contains("walkthrough ok"), "{stdout}");
 }
 

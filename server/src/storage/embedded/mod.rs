@@ -369,6 +369,45 @@ impl Shared {
     }
 }
 
+impl EmbeddedStore {
+    /// Writes the contents of `job`, a hit on a queue with `on_duplicate = "replace_pending"`,
+    /// into the pending job `target` and places it (`InsertOutcome::Replaced`): one body
+    /// written whole, so a Reserve reads the old or the new one. Keeps the job type, priority,
+    /// attempt and place in line (`seq`). Infallible (invariant 2).
+    fn replace(
+        st: &mut State,
+        target: JobId,
+        placement: Placement,
+        job: NewJob,
+        ops: &mut Vec<WriteOp>,
+    ) {
+        let (Some(meta), Some(claim)) = (st.jobs.get(target), job.dedup) else {
+            return;
+        };
+        let Some(replace) = claim.replace else {
+            return;
+        };
+        let body = Body {
+            job_type: meta.job_type.to_string(),
+            payload: job.payload,
+            trace_context: job.trace_context,
+            custom: job.custom,
+            scheduled_at: match placement {
+                Placement::Scheduled { due } => Some(due),
+                Placement::Ready => None,
+            },
+            idempotency_key: Some(claim.key),
+        };
+        ops.push(WriteOp::put(Ks::Jobs, target.to_bytes(), body.encode()));
+        if let Some(m) = st.jobs.update(target, |m| {
+            m.stage = stage_of(placement);
+            m.reply_bytes = replace.reply_bytes;
+        }) {
+            ops.push(meta_put(target, m));
+        }
+    }
+}
+
 /// What the enqueue rule reads, under the state lock.
 struct Facts<'a> {
     st: &'a State,
@@ -513,6 +552,12 @@ impl Store for EmbeddedStore {
             let fits = plan.outcomes.len() == jobs.len()
                 && plan.outcomes.iter().zip(&jobs).all(|(o, j)| match o {
                     InsertOutcome::Created(id) => *id == j.id,
+                    InsertOutcome::Replaced(id, _) => {
+                        j.dedup.as_ref().is_some_and(|d| d.replace.is_some())
+                            && st.jobs.get(*id).is_some_and(|m| {
+                                matches!(m.stage, Stage::Ready | Stage::Scheduled { .. })
+                            })
+                    }
                     _ => true,
                 });
             if !fits {
@@ -532,6 +577,10 @@ impl Store for EmbeddedStore {
                     .zip(keys)
                     .zip(bodies.into_iter().zip(&plan.outcomes))
                 {
+                    if let InsertOutcome::Replaced(target, placement) = *outcome {
+                        Self::replace(&mut st, target, placement, job, &mut ops);
+                        continue;
+                    }
                     if !matches!(outcome, InsertOutcome::Created(_)) {
                         continue;
                     }

@@ -464,6 +464,8 @@ async fn enqueue_in(
     let mut records: Vec<Option<KeyRecord>> = vec![None; n];
     let mut claimed = vec![false; n];
     let mut stages: Vec<(JobId, Stage)> = Vec::new();
+    // The job type of each job a live record names (a replaced job keeps its own).
+    let mut kept_types: Vec<(JobId, String)> = Vec::new();
     for &i in &firsts {
         let job = &jobs[i];
         let Some(d) = &job.dedup else { continue };
@@ -498,9 +500,18 @@ async fn enqueue_in(
                 fingerprint: fingerprint_of(r.get(3)),
             });
             if !stages.iter().any(|(j, _)| *j == original) {
+                // A hit that may replace the job's contents (`on_duplicate =
+                // "replace_pending"`) locks its row until COMMIT: a concurrent Reserve either
+                // leased it before (the rule then sees it in flight) or skips it (SKIP LOCKED)
+                // until the replacement is committed.
+                let lock = if d.replace.is_some() {
+                    " FOR UPDATE"
+                } else {
+                    ""
+                };
                 let row = client
                     .query_opt(
-                        &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1"),
+                        &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1{lock}"),
                         &[&uuid(original)],
                     )
                     .await?;
@@ -508,6 +519,7 @@ async fn enqueue_in(
                     // A row that cannot be read is left out: the rule then takes the job as gone.
                     if let Ok(row) = JobRow::from_row(&row) {
                         stages.push((original, row.stage));
+                        kept_types.push((original, row.job_type));
                     }
                 }
             }
@@ -545,6 +557,10 @@ async fn enqueue_in(
     let fits = plan.outcomes.len() == n
         && plan.outcomes.iter().zip(jobs).all(|(o, j)| match o {
             InsertOutcome::Created(id) => *id == j.id,
+            InsertOutcome::Replaced(id, _) => {
+                j.dedup.as_ref().is_some_and(|d| d.replace.is_some())
+                    && kept_types.iter().any(|(k, _)| k == id)
+            }
             _ => true,
         });
     if !fits {
@@ -567,6 +583,51 @@ async fn enqueue_in(
                     &[&&*jobs[i].queue, &d.key, &uuid(jobs[i].id)],
                 )
                 .await?;
+        }
+    }
+    // Hits that replace a pending job's contents, on the row locked above: one statement
+    // writes the whole body, so a Reserve reads the old or the new one.
+    for (j, o) in jobs.iter().zip(&plan.outcomes) {
+        let InsertOutcome::Replaced(target, placement) = *o else {
+            continue;
+        };
+        let (Some(claim), Some((_, job_type))) = (
+            j.dedup.as_ref(),
+            kept_types.iter().find(|(k, _)| *k == target),
+        ) else {
+            continue;
+        };
+        let Some(replace) = claim.replace else {
+            continue;
+        };
+        let due = match placement {
+            Placement::Scheduled { due } => Some(due),
+            Placement::Ready => None,
+        };
+        let body = Body {
+            job_type: job_type.clone(),
+            payload: j.payload.clone(),
+            trace_context: j.trace_context.clone(),
+            custom: j.custom.clone(),
+            scheduled_at: due,
+            idempotency_key: Some(claim.key.clone()),
+        }
+        .encode();
+        client
+            .execute(
+                "UPDATE sepp_jobs SET body = $2, reply_bytes = $3, due_at = $4, \
+                 stage = CASE WHEN $4::int8 IS NULL THEN 0 ELSE 1 END \
+                 WHERE id = $1 AND stage IN (0, 1)",
+                &[
+                    &uuid(target),
+                    &body,
+                    &i32::try_from(replace.reply_bytes).unwrap_or(i32::MAX),
+                    &due,
+                ],
+            )
+            .await?;
+        if due.is_none() {
+            notify_ready(client, origin, std::iter::once(&*j.queue)).await?;
         }
     }
     let created: Vec<&NewJob> = jobs
