@@ -121,6 +121,11 @@ export declare class Lease {
   lost(): Promise<boolean>
   /** Whether the lease is known to be lost. */
   isLost(): boolean
+  /**
+   * The span the job's handler runs in (`Worker` starts it through OpenTelemetry's API when
+   * `@opentelemetry/api` is installed): the core's name, attributes and parent for this job.
+   */
+  handlerSpan(): HandlerSpan
   /** The lease's current expiry, moved by auto-extension; `null` when the server gave none. */
   get expiresAt(): Date | null
 }
@@ -545,6 +550,20 @@ export declare function errorClassNames(): Record<ErrorCode, string>
  */
 export declare function errorCodes(): ErrorCode[]
 
+/**
+ * The span a job's handler runs in, as the core defines it for every language: a span of
+ * kind consumer named `name`, with `attributes`, child of `parent` (the job's stored trace
+ * context) or, when the job has no valid one, the root of a new trace.
+ */
+export interface HandlerSpan {
+  /** `"sepp.handle"`. */
+  name: string
+  /** OpenTelemetry messaging attributes plus sepp's (`sepp.job_type`, `sepp.attempt`). */
+  attributes: Record<string, string>
+  /** The job's trace context when its `traceparent` is valid; absent otherwise. */
+  parent?: SpanParent
+}
+
 /** A leased job. */
 export interface Job {
   /** Its id. */
@@ -806,6 +825,18 @@ export interface ServerInfo {
   deadLetterRetentionEnabled: boolean
   /** Server-wide default dedup window, in milliseconds (sepp servers only). */
   dedupWindowMs?: number
+}
+
+/** A remote span context in OpenTelemetry's shape, parsed from a W3C `traceparent`. */
+export interface SpanParent {
+  /** 32 lowercase hex digits. */
+  traceId: string
+  /** 16 lowercase hex digits. */
+  spanId: string
+  /** The trace flags (bit 0: sampled). */
+  traceFlags: number
+  /** The `tracestate` header, if any. */
+  traceState?: string
 }
 
 /** TLS settings for the connection. */

@@ -9,6 +9,7 @@
 // the `export *` of index.js, so `Engine` is the wrapper.
 
 import { call, fromNative, native, nativeClients } from "./bridge.js";
+import { currentTraceContext } from "./tracing.js";
 
 export * from "./index.js";
 export * from "./errors.js";
@@ -52,12 +53,12 @@ export class SeppClient {
 
   /** @param {import("./index.js").EnqueueRequest} request */
   enqueue(request) {
-    return call(() => this.#native.enqueue(request));
+    return call(() => this.#native.enqueue(request, ...currentTraceContext()));
   }
 
   /** @param {import("./index.js").EnqueueRequest[]} requests */
   async enqueueBatch(requests) {
-    const results = await call(() => this.#native.enqueueBatch(requests));
+    const results = await call(() => this.#native.enqueueBatch(requests, ...currentTraceContext()));
     for (const r of results) {
       if (r.status === "rejected") r.error = /** @type {any} */ (fromNative(r.error));
     }
@@ -66,7 +67,7 @@ export class SeppClient {
 
   /** @param {import("./index.js").EnqueueRequest[]} requests */
   async enqueueAtomic(requests) {
-    const result = await call(() => this.#native.enqueueAtomic(requests));
+    const result = await call(() => this.#native.enqueueAtomic(requests, ...currentTraceContext()));
     if (result.status === "rejected") {
       for (const f of result.failures) f.error = /** @type {any} */ (fromNative(f.error));
     }

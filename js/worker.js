@@ -10,6 +10,7 @@
 
 import { nativeClient } from "./bridge.js";
 import { Engine } from "./engine.js";
+import { inHandlerSpan } from "./tracing.js";
 
 /** Guards the constructor of HandlerError: use its static methods. */
 const fromFactory = Symbol("HandlerError");
@@ -333,14 +334,20 @@ export class Worker {
         return lease.expiresAt;
       },
     };
-    const ran = (async () => handler(job, context))().then(
-      () => SUCCESS,
-      (err) => {
-        if (!(err instanceof HandlerError)) this.#reportError(err, job);
-        return outcomeOf(err);
-      },
-    );
     const ended = lease.done().then((end) => ({ end }));
+    // Inside the job's sepp.handle span when OpenTelemetry's API is installed (tracing.js).
+    const ran = inHandlerSpan(
+      lease,
+      () =>
+        (async () => handler(job, context))().then(
+          () => SUCCESS,
+          (err) => {
+            if (!(err instanceof HandlerError)) this.#reportError(err, job);
+            return outcomeOf(err);
+          },
+        ),
+      ended,
+    );
     const first = await Promise.race([ran, ended]);
     if ("end" in first) {
       // The engine let go first and did what the job needs: stop the handler.

@@ -51,6 +51,29 @@ fn core_requests(
     Ok(read.into_iter().map(EnqueueRequest::into_core).collect())
 }
 
+/// The caller's current trace context as `sepp.js` read it from OpenTelemetry's API, when
+/// installed (`tracing.js`).
+fn current(
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+) -> Option<sepp_rs::TraceContext> {
+    traceparent.map(|traceparent| sepp_rs::TraceContext {
+        traceparent,
+        tracestate,
+    })
+}
+
+/// A request with the trace context it sends, by the core's rule (`sepp_rs::trace::current_or`).
+fn with_trace(
+    request: Result<sepp_rs::EnqueueRequest, Rejection>,
+    current: &Option<sepp_rs::TraceContext>,
+) -> Result<sepp_rs::EnqueueRequest, Rejection> {
+    request.map(|mut r| {
+        r.trace_context = sepp_rs::trace::current_or(r.trace_context.as_ref(), current.clone());
+        r
+    })
+}
+
 /// Reads the `jobId` and `attempt` arguments of ack, nack and extend.
 fn delivery(
     job_id: Option<Unknown<'_>>,
@@ -144,11 +167,15 @@ impl SeppClient {
         &self,
         env: &'env Env,
         request: Option<Unknown<'env>>,
+        // Not in the declarations: sepp.js passes the caller's current trace context here.
+        current_traceparent: Option<String>,
+        current_tracestate: Option<String>,
     ) -> napi::Result<PromiseRaw<'env, EnqueueAck>> {
+        let current = current(current_traceparent, current_tracestate);
         let call = (|| -> Result<_, Failure> {
             let request = EnqueueRequest::read(request, "request")
                 .map_err(|e| e.into_failure(|message| Rejection::InvalidRequest { message }))?;
-            Ok((self.core()?, request.into_core()))
+            Ok((self.core()?, with_trace(request.into_core(), &current)))
         })();
         settle(
             env,
@@ -175,8 +202,15 @@ impl SeppClient {
         &self,
         env: &'env Env,
         requests: Option<Unknown<'env>>,
+        // Not in the declarations: sepp.js passes the caller's current trace context here.
+        current_traceparent: Option<String>,
+        current_tracestate: Option<String>,
     ) -> napi::Result<PromiseRaw<'env, Vec<EnqueueResult>>> {
-        let call = core_requests(requests).and_then(|r| Ok((self.core()?, r)));
+        let current = current(current_traceparent, current_tracestate);
+        let call = core_requests(requests).and_then(|r| {
+            let r = r.into_iter().map(|r| with_trace(r, &current)).collect();
+            Ok((self.core()?, r))
+        });
         settle(
             env,
             async move {
@@ -200,8 +234,15 @@ impl SeppClient {
         &self,
         env: &'env Env,
         requests: Option<Unknown<'env>>,
+        // Not in the declarations: sepp.js passes the caller's current trace context here.
+        current_traceparent: Option<String>,
+        current_tracestate: Option<String>,
     ) -> napi::Result<PromiseRaw<'env, AtomicResult>> {
-        let call = core_requests(requests).and_then(|r| Ok((self.core()?, r)));
+        let current = current(current_traceparent, current_tracestate);
+        let call = core_requests(requests).and_then(|r| {
+            let r = r.into_iter().map(|r| with_trace(r, &current)).collect();
+            Ok((self.core()?, r))
+        });
         settle(
             env,
             async move {

@@ -220,6 +220,32 @@ impl From<CoreReport> for WorkerReport {
     }
 }
 
+/// The span a job's handler runs in, as the core defines it for every language: a span of
+/// kind consumer named `name`, with `attributes`, child of `parent` (the job's stored trace
+/// context) or, when the job has no valid one, the root of a new trace.
+#[napi(object, object_from_js = false)]
+pub struct HandlerSpan {
+    /// `"sepp.handle"`.
+    pub name: String,
+    /// OpenTelemetry messaging attributes plus sepp's (`sepp.job_type`, `sepp.attempt`).
+    pub attributes: std::collections::HashMap<String, String>,
+    /// The job's trace context when its `traceparent` is valid; absent otherwise.
+    pub parent: Option<SpanParent>,
+}
+
+/// A remote span context in OpenTelemetry's shape, parsed from a W3C `traceparent`.
+#[napi(object, object_from_js = false)]
+pub struct SpanParent {
+    /// 32 lowercase hex digits.
+    pub trace_id: String,
+    /// 16 lowercase hex digits.
+    pub span_id: String,
+    /// The trace flags (bit 0: sampled).
+    pub trace_flags: u32,
+    /// The `tracestate` header, if any.
+    pub trace_state: Option<String>,
+}
+
 /// Why the engine let go of a job, as `Lease.done()` resolves: the kind, and a sentence
 /// saying so (the `AbortSignal` reason a worker gives a handler it stops).
 #[napi(object, object_from_js = false)]
@@ -507,6 +533,32 @@ impl Lease {
     #[napi]
     pub fn is_lost(&self) -> bool {
         self.core.is_lost()
+    }
+
+    /// The span the job's handler runs in (`Worker` starts it through OpenTelemetry's API when
+    /// `@opentelemetry/api` is installed): the core's name, attributes and parent for this job.
+    #[napi]
+    pub fn handler_span(&self) -> HandlerSpan {
+        let s = sepp_rs::trace::handler_span(&self.core.job);
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let parent = s.parent.and_then(|t| {
+            let p = sepp_rs::trace::parse_traceparent(&t.traceparent)?;
+            Some(SpanParent {
+                trace_id: hex(&p.trace_id),
+                span_id: hex(&p.span_id),
+                trace_flags: u32::from(p.flags),
+                trace_state: t.tracestate,
+            })
+        });
+        HandlerSpan {
+            name: s.name.to_string(),
+            attributes: s
+                .attributes
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            parent,
+        }
     }
 
     /// The lease's current expiry, moved by auto-extension; `null` when the server gave none.
