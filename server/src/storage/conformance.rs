@@ -37,6 +37,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Opens the store: empty on the first call, the same data on later calls (after the
     /// previous store was closed). `now` is the time of the open.
     async fn open(&self, now: UnixMs) -> Arc<dyn Store>;
+
+    /// Opens a store on the copy [`Store::backup`] wrote into `dir`, as a server started on
+    /// it would; or, for a backend whose backups are made with other tools, `Err` with their
+    /// names, which its `backup` must refuse naming.
+    async fn open_backup(
+        &self,
+        dir: &std::path::Path,
+        now: UnixMs,
+    ) -> Result<Arc<dyn Store>, &'static [&'static str]>;
 }
 
 /// Runs every case of the suite as its own `#[tokio::test]` against the backend `$backend`
@@ -76,6 +85,7 @@ macro_rules! conformance_suite {
             a_waiting_reserve_gets_a_job_enqueued_later,
             recovery_brings_back_everything_durable_and_nothing_settled,
             a_closed_store_refuses_writes_and_a_serving_one_says_so,
+            a_backup_restores_every_acknowledged_job_and_key_or_is_refused_naming_the_tools,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {
@@ -1806,5 +1816,114 @@ pub(crate) mod cases {
             Err(QueueError::Storage(StorageError::Unavailable(_))) => {}
             other => panic!("expected Unavailable after close, got {other:?}"),
         }
+    }
+
+    pub(crate) async fn a_backup_restores_every_acknowledged_job_and_key_or_is_refused_naming_the_tools(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 600_000).await;
+        let ids = vec![
+            h.put(keyed("q", "ready")).await,
+            h.put(keyed("q", "acked")).await,
+            h.put(job("q")).await,
+            h.put(keyed("q", "dead")).await,
+            h.put(EnqueueInput {
+                scheduled_at: Some(Ok(T0 + 5_000)),
+                ..keyed("q", "scheduled")
+            })
+            .await,
+            h.put(job("p")).await,
+        ];
+        let got = h.reserve(&["q"], 4, 30_000).await;
+        assert_eq!(
+            got.iter().map(|j| j.id).collect::<Vec<_>>(),
+            ids[..4].to_vec()
+        );
+        h.queue.ack(&ids[1].to_string(), 1).await.unwrap();
+        h.queue
+            .nack(
+                &ids[3].to_string(),
+                1,
+                NackStrategy::DeadLetter,
+                Some("x".into()),
+            )
+            .await
+            .unwrap();
+        h.queue
+            .nack(&ids[0].to_string(), 1, NackStrategy::Delay(0), None)
+            .await
+            .unwrap();
+        // ids[2] stays in flight, ids[4] scheduled, ids[5] on a paused queue.
+        h.queue.set_paused("p", true).await.unwrap();
+        h.advance(100);
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let copy = dir.path().join("backup");
+        let written = h.queue.backup(copy.to_str().expect("UTF-8")).await;
+        // Written after the backup: not in it.
+        let later = h.put(keyed("q", "later")).await;
+        let restored = match h.backend.open_backup(&copy, h.now()).await {
+            Err(tools) => {
+                let e = written.expect_err("a backend backed up by other tools refuses");
+                for tool in tools {
+                    assert!(e.to_string().contains(tool), "{e} names {tool}");
+                }
+                return;
+            }
+            Ok(restored) => restored,
+        };
+        let report = written.expect("the backup is written");
+        assert!(report.records > 0 && report.bytes > 0, "{report:?}");
+        for id in &ids {
+            let original = h.store.get_job(*id).await.unwrap();
+            assert!(original.is_some(), "job {id} is stored");
+            assert_eq!(restored.get_job(*id).await.unwrap(), original, "job {id}");
+        }
+        assert_eq!(restored.get_job(later).await.unwrap(), None);
+        for key in ["ready", "acked", "dead", "scheduled"] {
+            let original = h.store.lookup_key("q", key).await.unwrap();
+            assert!(original.is_some(), "key {key} is stored");
+            assert_eq!(
+                restored.lookup_key("q", key).await.unwrap(),
+                original,
+                "key {key}"
+            );
+        }
+        assert_eq!(restored.lookup_key("q", "later").await.unwrap(), None);
+        let r = Harness::queue_over(&restored, &h.config, &h.clock);
+        let mut want = h.stats("q").await;
+        want.ready -= 1;
+        want.dedup_records -= 1;
+        assert_eq!(r.queue_stats("q").await.unwrap(), want);
+        assert!(
+            r.queue_stats("p").await.unwrap().paused,
+            "a pause is in the backup"
+        );
+        // The restored store serves: the key deduplicates, the dead letter is listed, the
+        // in-flight job comes back when its lease expires.
+        let again = r.enqueue_batch(vec![keyed("q", "ready")]).await.unwrap();
+        assert_eq!(accepted(&again[0]), (ids[0], true));
+        let d = r.list_dead_letters(None, None, "").await.unwrap().records;
+        assert_eq!(d.iter().map(|d| d.job.id).collect::<Vec<_>>(), vec![ids[3]]);
+        h.clock.set(T0 + 30_000);
+        r.sweep(10_000).await.unwrap();
+        let mut back = r
+            .reserve(ReserveInput {
+                queues: vec!["q".into()],
+                wait_timeout_ms: None,
+                lease_ms: Some(30_000),
+                worker_id: Some("w".into()),
+                max_jobs: Some(5),
+            })
+            .await
+            .unwrap();
+        back.sort_by_key(|j| j.id);
+        let mut want = vec![(ids[0], 2), (ids[2], 2), (ids[4], 1)];
+        want.sort();
+        assert_eq!(
+            back.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),
+            want
+        );
+        restored.close().await.expect("close the restored store");
     }
 }

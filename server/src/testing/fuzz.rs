@@ -224,18 +224,19 @@ allowed_encodings = ["json", "raw"]
 max_custom_entries = 3
 max_custom_total_bytes = 48
 max_custom_key_bytes = 6
-max_trace_context_bytes = 32
+max_trace_context_bytes = 64
 max_encoding_bytes = 8
 max_worker_id_bytes = 8
 max_reason_bytes = 8
 max_schedule_horizon_ms = 60000
 max_wait_timeout_ms = 1000
 max_lease_duration_ms = 5000
-max_reserve_reply_bytes = 4096
+max_reserve_reply_bytes = 65536
 [[queues]]
 name = "a"
 allowed_job_types = ["t", "u"]
 max_attempts_ceiling = 2
+default_max_attempts = 2
 max_queue_depth = 1
 retry_backoff = "exponential"
 retry_delay_ms = 10
@@ -521,8 +522,9 @@ pub fn recovery(data: &[u8]) {
     let ks = usize::from(*ks) % KEYSPACES.len();
     let mut records = recovery_template().to_vec();
     let (key, value) = if *pick == 255 {
-        let n = usize::from(rest.first().copied().unwrap_or(0)).min(rest.len().saturating_sub(1));
-        (rest[1..=n].to_vec(), rest[1 + n..].to_vec())
+        let (n, tail) = rest.split_first().unwrap_or((&0, &[]));
+        let (key, value) = tail.split_at(usize::from(*n).min(tail.len()));
+        (key.to_vec(), value.to_vec())
     } else {
         let same: Vec<usize> = (0..records.len()).filter(|i| records[*i].0 == ks).collect();
         if same.is_empty() {
@@ -531,8 +533,8 @@ pub fn recovery(data: &[u8]) {
         let i = same[usize::from(*pick) % same.len()];
         (records[i].1.clone(), rest.to_vec())
     };
-    if key.as_slice() == [0u8].as_slice() {
-        // The sentinel, which the store never reads.
+    if key.is_empty() || key.as_slice() == [0u8].as_slice() {
+        // No key (fjall refuses one), or the sentinel, which the store never reads.
         return;
     }
     records.push((ks, key, value));
@@ -590,4 +592,26 @@ pub fn recovery(data: &[u8]) {
         }
         let _ = store.close().await;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inputs that once crashed the fuzz targets through a fault of the harness itself.
+    #[test]
+    fn the_fuzz_entry_points_take_their_edge_cases() {
+        // The strict configuration must load (it once had a reply budget below the minimum).
+        for rpc in 0..2 * RPCS {
+            request(rpc, &[]);
+        }
+        // A new record whose key is empty or missing (once an out-of-range slice).
+        for input in [&[0x9a, 0xff][..], &[0, 255, 0], &[1, 255, 5, 1]] {
+            recovery(input);
+        }
+        recovery(&[1, 255, 2, 1, 2, 3]);
+        config("", &[]);
+        codec_bytes(&[]);
+        codec_values(&[]);
+    }
 }

@@ -43,6 +43,20 @@ impl Backend for Embedded {
     async fn open(&self, now: UnixMs) -> Arc<dyn Store> {
         Arc::new(open(self.dir.path(), now))
     }
+
+    async fn open_backup(
+        &self,
+        dir: &std::path::Path,
+        now: UnixMs,
+    ) -> Result<Arc<dyn Store>, &'static [&'static str]> {
+        let options = EmbeddedOptions {
+            path: dir.to_path_buf(),
+            ..options(self.dir.path())
+        };
+        Ok(Arc::new(
+            EmbeddedStore::open(options, now).expect("open the backup"),
+        ))
+    }
 }
 
 crate::storage::conformance::conformance_suite!(Embedded::new());

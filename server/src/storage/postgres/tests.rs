@@ -37,6 +37,15 @@ impl Backend for Postgres {
                 .expect("open the PostgreSQL store"),
         )
     }
+
+    /// A PostgreSQL database is backed up with PostgreSQL's tools (docs/postgres.md).
+    async fn open_backup(
+        &self,
+        _dir: &std::path::Path,
+        _now: UnixMs,
+    ) -> Result<Arc<dyn Store>, &'static [&'static str]> {
+        Err(&["pg_dump", "pg_basebackup"])
+    }
 }
 
 crate::storage::conformance::conformance_suite!(Postgres::new());
