@@ -1227,6 +1227,23 @@ mod tests {
     }
 
     #[test]
+    fn postgres_tls_keys_are_taken() {
+        let l = load(
+            "[storage]\nbackend = \"postgres\"\n\
+             postgres_url = \"postgres://u@h/db?sslmode=verify-full\"\n\
+             postgres_ca_file = \"/etc/sepp/pg-ca.pem\"\n",
+        )
+        .expect("verify-full is a valid sslmode");
+        assert_eq!(
+            l.storage.postgres_ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/sepp/pg-ca.pem"))
+        );
+        let err =
+            load("[storage]\npostgres_url = \"postgres://u@h/db?sslmode=verify\"\n").unwrap_err();
+        assert!(err.contains("storage.postgres_url"), "{err}");
+    }
+
+    #[test]
     fn passwords_are_redacted_in_every_form() {
         for (raw, want) in [
             ("postgres://u:pw@h/db", "postgres://u:***@h/db"),
