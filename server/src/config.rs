@@ -497,6 +497,12 @@ pub struct StorageConfig {
     /// `NOTIFY` arrived (a lost notification costs at most this much latency), in milliseconds.
     /// 10–60 000, default 1000.
     pub postgres_poll_interval_ms: u64,
+    /// PEM file with the certificate(s) of the CA that signed PostgreSQL's server certificate.
+    /// Needed by `sslmode=verify-ca` and `verify-full` in `postgres_url`; with `require` or
+    /// `prefer` it makes sepp verify the chain (as libpq with a root certificate). Unset by
+    /// default: `require`/`prefer` then encrypt without verifying the server's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres_ca_file: Option<PathBuf>,
 }
 
 impl Default for StorageConfig {
@@ -512,6 +518,7 @@ impl Default for StorageConfig {
             postgres_pool_size: 16,
             postgres_statement_timeout_ms: 30_000,
             postgres_poll_interval_ms: 1000,
+            postgres_ca_file: None,
         }
     }
 }
@@ -1002,7 +1009,7 @@ impl Config {
                 ));
             }
             (_, Some(url)) => {
-                if let Err(e) = url.expose().parse::<tokio_postgres::Config>() {
+                if let Err(e) = crate::storage::postgres::tls::parse_url(url.expose()) {
                     return Err(ConfigError(format!(
                         "config key storage.postgres_url = {:?} is not a valid PostgreSQL \
                          connection string: {e}",
@@ -1315,6 +1322,23 @@ mod tests {
             load("[storage]\npostgres_url = \"postgres://u:pw@h:notaport/db\"\n").unwrap_err();
         assert!(err.contains("storage.postgres_url"), "{err}");
         assert!(!err.contains(":pw@"), "{err}");
+    }
+
+    #[test]
+    fn postgres_tls_keys_are_taken() {
+        let l = load(
+            "[storage]\nbackend = \"postgres\"\n\
+             postgres_url = \"postgres://u@h/db?sslmode=verify-full\"\n\
+             postgres_ca_file = \"/etc/sepp/pg-ca.pem\"\n",
+        )
+        .expect("verify-full is a valid sslmode");
+        assert_eq!(
+            l.storage.postgres_ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/sepp/pg-ca.pem"))
+        );
+        let err =
+            load("[storage]\npostgres_url = \"postgres://u@h/db?sslmode=verify\"\n").unwrap_err();
+        assert!(err.contains("storage.postgres_url"), "{err}");
     }
 
     #[test]

@@ -329,6 +329,7 @@ async fn open_store(config: &Config, now: i64) -> Result<Arc<dyn Store>, ServeEr
                 pool_size: st.postgres_pool_size,
                 statement_timeout_ms: st.postgres_statement_timeout_ms,
                 poll_interval_ms: st.postgres_poll_interval_ms,
+                ca_file: st.postgres_ca_file.clone(),
             })
             .await?;
             tracing::info!(

@@ -78,6 +78,7 @@ pub async fn open_store(dir: &TempDir, now: i64) -> Arc<dyn crate::storage::Stor
                     pool_size: 4,
                     statement_timeout_ms: 30_000,
                     poll_interval_ms: 1000,
+                    ca_file: None,
                 },
             )
             .await

@@ -7,6 +7,8 @@
     async_fn_in_trait
 )]
 
+pub mod pg_cluster;
+
 use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
 use sepp_proto::v1::queue_service_client::QueueServiceClient;
 use sepp_rs::client::SeppClient;

@@ -26,13 +26,14 @@ fn parse(payload: &str) -> Option<(u64, usize, &str)> {
 /// Listens until `stop`, reconnecting after a failure (every second at most).
 pub(crate) async fn run(
     cfg: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     listener: Arc<dyn ReadyListener>,
     origin: u64,
     poll: Duration,
     stop: CancellationToken,
 ) {
     while !stop.is_cancelled() {
-        match cfg.connect(tokio_postgres::NoTls).await {
+        match cfg.connect(tls.clone()).await {
             Ok((client, mut conn)) => {
                 let mut messages =
                     futures_util::stream::poll_fn(move |cx| conn.poll_message(cx)).boxed();

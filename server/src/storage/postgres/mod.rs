@@ -26,6 +26,7 @@
 mod group_commit;
 mod listen;
 pub(crate) mod schema;
+pub(crate) mod tls;
 
 use self::group_commit::GroupCommit;
 use super::embedded::codec::Body;
@@ -60,6 +61,8 @@ pub struct PostgresOptions {
     pub statement_timeout_ms: u64,
     /// Longest a waiting Reserve goes without a look at the database, in milliseconds.
     pub poll_interval_ms: u64,
+    /// PEM certificate(s) of the CA the server's certificate must lead to (`storage.postgres_ca_file`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 const READY: i16 = 0;
@@ -279,6 +282,8 @@ struct Shared {
     origin: u64,
     /// The connection settings, for the `LISTEN` connection.
     cfg: tokio_postgres::Config,
+    /// Its TLS connector ([`tls::connection`]).
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     /// Stops the `LISTEN` task.
     stop: tokio_util::sync::CancellationToken,
     /// Where the database is, for messages (no password).
@@ -300,11 +305,7 @@ impl PostgresStore {
     /// when the database cannot be reached or refuses the login; [`StorageError::Io`] for a
     /// bad connection string, a schema newer than this build, or a failed migration.
     pub async fn open(opts: PostgresOptions) -> Result<Self, StorageError> {
-        let mut cfg: tokio_postgres::Config = opts.url.parse().map_err(|e| {
-            StorageError::Io(format!(
-                "storage.postgres_url is not a valid connection string: {e}"
-            ))
-        })?;
+        let (mut cfg, tls) = tls::connection(&opts.url, opts.ca_file.as_deref())?;
         let mut options = cfg.get_options().unwrap_or("").to_string();
         if !options.is_empty() {
             options.push(' ');
@@ -322,10 +323,10 @@ impl PostgresStore {
         }
         let place = schema::describe(&cfg);
         let listen_cfg = cfg.clone();
-        schema::migrate(&cfg).await?;
+        schema::migrate(&cfg, tls.clone()).await?;
         let manager = Manager::from_config(
             cfg,
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -355,6 +356,7 @@ impl PostgresStore {
             sweeping: tokio::sync::Mutex::new(()),
             origin: u64::try_from(Uuid::new_v4().as_u128() >> 64).unwrap_or(1),
             cfg: listen_cfg,
+            tls,
             stop: tokio_util::sync::CancellationToken::new(),
             place,
         });
@@ -1879,6 +1881,7 @@ impl Store for PostgresStore {
             Ok(rt) => {
                 rt.spawn(listen::run(
                     self.shared.cfg.clone(),
+                    self.shared.tls.clone(),
                     listener,
                     self.shared.origin,
                     std::time::Duration::from_millis(self.opts.poll_interval_ms),

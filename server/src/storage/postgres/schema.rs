@@ -79,8 +79,11 @@ pub(crate) fn error_text(e: &tokio_postgres::Error) -> String {
 /// [`StorageError::Unavailable`] naming host, port, database and user when the database cannot
 /// be reached or refuses the login; [`StorageError::Io`] when its schema is newer than this
 /// build or a migration fails.
-pub(crate) async fn migrate(cfg: &tokio_postgres::Config) -> Result<(), StorageError> {
-    let (mut client, conn) = cfg.connect(tokio_postgres::NoTls).await.map_err(|e| {
+pub(crate) async fn migrate(
+    cfg: &tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+) -> Result<(), StorageError> {
+    let (mut client, conn) = cfg.connect(tls).await.map_err(|e| {
         StorageError::Unavailable(format!(
             "cannot connect to PostgreSQL ({}): {}",
             describe(cfg),

@@ -24,6 +24,7 @@ pub(crate) fn options(url: &str) -> PostgresOptions {
         pool_size: 4,
         statement_timeout_ms: 30_000,
         poll_interval_ms: 1000,
+        ca_file: None,
     }
 }
 
