@@ -86,7 +86,8 @@ struct Cli {
     #[arg(long, value_enum, value_delimiter = ',')]
     mode: Vec<Mode>,
     /// Drive an already running sepp.v1 server at HOST:PORT instead of starting one (no CPU
-    /// or RSS figures; --mode is ignored).
+    /// or RSS figures; --mode is ignored). Several servers on one database: HOST:PORT,HOST:PORT
+    /// (connections are spread over them round-robin).
     #[arg(long, value_name = "HOST:PORT")]
     target: Option<String>,
     /// The server binary. Default: $CARGO_TARGET_DIR/release/sepp, else the `sepp` next to

@@ -246,13 +246,23 @@ fn request(spec: &PointSpec, key: Option<String>) -> Result<EnqueueRequest, BoxE
 const CONNECT_PARALLEL: usize = 16;
 
 /// Opens `n` connections, each its own client (its own HTTP/2 connection), a few at a time.
+/// `addr` may list several servers separated by commas (several sepp servers on one
+/// database): connection `i` goes to server `i % count`, so they share the load evenly.
 async fn connect_all(addr: &str, n: usize) -> Result<Vec<SeppClient>, BoxError> {
+    let addrs: Vec<&str> = addr
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("no server address in {addr:?}").into());
+    }
     let mut clients = Vec::with_capacity(n);
     let mut set = JoinSet::new();
     let mut started = 0;
     while clients.len() < n {
         while started < n && set.len() < CONNECT_PARALLEL {
-            let addr = addr.to_string();
+            let addr = addrs[started % addrs.len()].to_string();
             set.spawn(async move { SeppClient::connect(addr).await });
             started += 1;
         }
