@@ -437,6 +437,52 @@ const CLAIM: &str = "INSERT INTO sepp_dedup AS d (queue, key, job_id, created_at
 
 /// The enqueue of one batch inside the group-commit transaction (between its savepoint and
 /// the release). Returns the outcomes and whether anything is to be kept.
+/// The hot paths' statements go through each pooled connection's statement cache (deadpool's
+/// `prepare_cached`): a statement is parsed and planned once per connection instead of once per
+/// call, which saves a round trip to the database per statement. Only for SQL whose text comes
+/// from a small fixed set (constants, or formats of constants), never SQL with data in it, so
+/// the caches stay bounded.
+#[async_trait::async_trait]
+trait Cached: GenericClient + Sync {
+    async fn cached_query(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let st = self.prepare_cached(sql).await?;
+        self.query(&st, params).await
+    }
+
+    async fn cached_query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
+        let st = self.prepare_cached(sql).await?;
+        self.query_opt(&st, params).await
+    }
+
+    async fn cached_query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+        let st = self.prepare_cached(sql).await?;
+        self.query_one(&st, params).await
+    }
+
+    async fn cached_execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let st = self.prepare_cached(sql).await?;
+        self.execute(&st, params).await
+    }
+}
+
+impl<T: GenericClient + Sync> Cached for T {}
+
 async fn enqueue_in(
     client: &impl GenericClient,
     origin: u64,
@@ -472,7 +518,7 @@ async fn enqueue_in(
         let job = &jobs[i];
         let Some(d) = &job.dedup else { continue };
         let won = client
-            .query_opt(
+            .cached_query_opt(
                 CLAIM,
                 &[
                     &&*job.queue,
@@ -488,7 +534,7 @@ async fn enqueue_in(
             claimed[i] = true;
         } else {
             let r = client
-                .query_one(
+                .cached_query_one(
                     "SELECT job_id, created_at, expires_at, fingerprint FROM sepp_dedup \
                      WHERE queue = $1 AND key = $2",
                     &[&&*job.queue, &d.key],
@@ -512,7 +558,7 @@ async fn enqueue_in(
                     ""
                 };
                 let row = client
-                    .query_opt(
+                    .cached_query_opt(
                         &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1{lock}"),
                         &[&uuid(original)],
                     )
@@ -661,7 +707,7 @@ async fn enqueue_in(
         // `unnest … WITH ORDINALITY` yields the rows in array order, so `nextval` numbers them
         // in batch order (enqueue order).
         client
-            .execute(
+            .cached_execute(
                 "INSERT INTO sepp_jobs (id, queue, job_type, priority, seq, enqueued_at, attempt, \
                  max_attempts, stage, due_at, dedup_until, reply_bytes, body) \
                  SELECT t.id, t.queue, t.job_type, t.priority, nextval('sepp_job_seq'), \
@@ -747,7 +793,7 @@ async fn notify_ready<'a>(
     }
     for (q, n) in counts {
         client
-            .execute(
+            .cached_execute(
                 "SELECT pg_notify('sepp_ready', $1)",
                 &[&format!("{origin:016x} {n} {q}")],
             )
@@ -828,7 +874,7 @@ async fn apply_finish(
             "DELETE FROM sepp_jobs WHERE id = $1 AND ($3 OR $2::text IS NULL OR TRUE) {guard}"
         ),
     };
-    tx.execute(&sql, &params).await
+    tx.cached_execute(&sql, &params).await
 }
 
 /// The dead letters a selector names (locked), oldest first for a queue selection.
@@ -952,7 +998,7 @@ impl Store for PostgresStore {
         let mut client = sh.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let paused: Vec<String> = tx
-            .query(
+            .cached_query(
                 "SELECT name FROM sepp_queues WHERE paused AND name = ANY($1)",
                 &[&spec.queues],
             )
@@ -972,7 +1018,7 @@ impl Store for PostgresStore {
                 break;
             }
             let rows = tx
-                .query(
+                .cached_query(
                     "SELECT id, reply_bytes FROM sepp_jobs WHERE queue = $1 AND stage = 0 \
                      ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
                     &[queue, &left],
@@ -992,7 +1038,7 @@ impl Store for PostgresStore {
             return Ok(Vec::new());
         }
         let rows = tx
-            .query(
+            .cached_query(
                 &format!(
                     "UPDATE sepp_jobs SET stage = 2, attempt = attempt + 1, \
                      lease_expires_at = $2, worker_id = $3 \
@@ -1031,7 +1077,7 @@ impl Store for PostgresStore {
         let mut client = sh.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let row = tx
-            .query_opt(
+            .cached_query_opt(
                 &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1 FOR UPDATE"),
                 &[&uuid(id)],
             )
