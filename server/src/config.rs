@@ -1009,7 +1009,7 @@ impl Config {
                 ));
             }
             (_, Some(url)) => {
-                if let Err(e) = crate::storage::postgres::tls::parse_url(url.expose()) {
+                if let Err(e) = parse_postgres_url(url.expose()) {
                     return Err(ConfigError(format!(
                         "config key storage.postgres_url = {:?} is not a valid PostgreSQL \
                          connection string: {e}",
@@ -1147,6 +1147,44 @@ fn parse_env_value(raw: &str) -> toml::Value {
 /// The commented example printed by `sepp config example`. Its values are the compiled
 /// defaults; a test parses it back and compares it with [`Config::default`].
 pub const EXAMPLE: &str = include_str!("config_example.toml");
+
+/// How the PostgreSQL server's certificate is checked (`sslmode` of `storage.postgres_url`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PostgresVerify {
+    /// `disable`, `prefer` or `require`: as libpq, verified only when a CA file is given.
+    Libpq,
+    /// `verify-ca`: chain only.
+    Ca,
+    /// `verify-full`: chain and host name.
+    Full,
+}
+
+/// Parses a libpq connection string, `sslmode=verify-ca|verify-full` included (tokio-postgres
+/// alone refuses them).
+///
+/// # Errors
+/// The driver's message when the string is not a valid connection string.
+pub(crate) fn parse_postgres_url(
+    url: &str,
+) -> Result<(tokio_postgres::Config, PostgresVerify), String> {
+    let (text, verify) = if url.contains("sslmode=verify-full") {
+        (
+            url.replace("sslmode=verify-full", "sslmode=require"),
+            PostgresVerify::Full,
+        )
+    } else if url.contains("sslmode=verify-ca") {
+        (
+            url.replace("sslmode=verify-ca", "sslmode=require"),
+            PostgresVerify::Ca,
+        )
+    } else {
+        (url.to_string(), PostgresVerify::Libpq)
+    };
+    let cfg = text
+        .parse::<tokio_postgres::Config>()
+        .map_err(|e| e.to_string())?;
+    Ok((cfg, verify))
+}
 
 #[cfg(test)]
 #[allow(clippy::field_reassign_with_default)]

@@ -33,41 +33,9 @@ use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio_rustls::rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 
-/// How the server's certificate is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verify {
-    /// `disable`, `prefer` or `require`: as libpq, verified only when a CA file is given.
-    Libpq,
-    /// `verify-ca`: chain only.
-    Ca,
-    /// `verify-full`: chain and host name.
-    Full,
-}
-
-/// Parses a libpq connection string, `sslmode=verify-ca|verify-full` included (tokio-postgres
-/// alone refuses them).
-///
-/// # Errors
-/// The driver's message when the string is not a valid connection string.
-pub(crate) fn parse_url(url: &str) -> Result<(tokio_postgres::Config, Verify), String> {
-    let (text, verify) = if url.contains("sslmode=verify-full") {
-        (
-            url.replace("sslmode=verify-full", "sslmode=require"),
-            Verify::Full,
-        )
-    } else if url.contains("sslmode=verify-ca") {
-        (
-            url.replace("sslmode=verify-ca", "sslmode=require"),
-            Verify::Ca,
-        )
-    } else {
-        (url.to_string(), Verify::Libpq)
-    };
-    let cfg = text
-        .parse::<tokio_postgres::Config>()
-        .map_err(|e| e.to_string())?;
-    Ok((cfg, verify))
-}
+// The connection string's parsing belongs to the config (it checks `storage.postgres_url` at
+// load, and config imports nothing from storage/).
+pub(crate) use crate::config::{PostgresVerify as Verify, parse_postgres_url as parse_url};
 
 /// The connection settings and the TLS connector every PostgreSQL connection of sepp uses.
 ///
