@@ -3,7 +3,8 @@
 # connections, alternating off/on for ROUNDS rounds (default 5), each a fresh server on a fresh
 # data directory. Prints each round's rates and the median of the on/off ratios. Build first:
 #   cargo build --release --bin sepp -p sepp-server && cargo build --release -p sepp-bench
-# "on": [metrics] enabled (not scraped during the run) and [tracing] with sample_ratio 1.0 and
+# "on": [metrics] enabled (not scraped during the run) and [tracing] with sample_ratio
+# $SAMPLE_RATIO (default 1.0) and
 # an OTLP endpoint where nothing listens: every span is made and batched, the export fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,7 +21,7 @@ for r in $(seq 1 "$ROUNDS"); do
       echo "[server]"; echo "db_path = \"$d/data\""; echo 'listen_addr = "127.0.0.1:0"'
       if [ "$v" = on ]; then
         echo "[metrics]"; echo "enabled = true"; echo 'listen_addr = "127.0.0.1:0"'
-        echo "[tracing]"; echo 'otlp_endpoint = "http://127.0.0.1:4399"'; echo "sample_ratio = 1.0"
+        echo "[tracing]"; echo 'otlp_endpoint = "http://127.0.0.1:4399"'; echo "sample_ratio = ${SAMPLE_RATIO:-1.0}"
       fi
     } > "$d/sepp.toml"
     coproc SRV { SEPP_LOG=error exec "$BIN" --config "$d/sepp.toml" 2>"$d/server.log"; }
