@@ -1,11 +1,14 @@
 //! The mixed load: keyed producers that retry with the same keys after any error, keyed
-//! batches (best effort and atomic), unkeyed producers, and workers that ack, nack, nack with
+//! batches (best effort and atomic), unkeyed producers, debouncers (several versions of one
+//! key on the debounce queue, each replacing the pending job's payload), and workers that ack, nack, nack with
 //! a delay, dead-letter, extend, and let leases expire. Every outcome goes to the [`Model`].
 //!
 //! Each call holds the gate's read side; the driver takes the write side after a kill, so
 //! that nothing is in flight while it restarts the server and verifies.
 
-use crate::model::{JOB_TYPE, Model, QUEUE, payload};
+use crate::model::{
+    DEBOUNCE_KEY_ENTRY, DEBOUNCE_PREFIX, DEBOUNCE_QUEUE, JOB_TYPE, Model, QUEUE, payload,
+};
 use rand::RngExt;
 use sepp_rs::{EnqueueError, EnqueueRequest, NackRetry, ReserveOptions, SeppClient};
 use std::sync::Arc;
@@ -52,6 +55,8 @@ pub struct Mix {
     pub batches: usize,
     /// Unkeyed producers.
     pub unkeyed: usize,
+    /// Debouncers (keyed, on the debounce queue).
+    pub debouncers: usize,
     /// Workers.
     pub workers: usize,
 }
@@ -81,6 +86,9 @@ impl Load {
         }
         for i in 0..mix.unkeyed {
             producers.push(tokio::spawn(unkeyed(ctx(&stop_producers), i)));
+        }
+        for i in 0..mix.debouncers {
+            producers.push(tokio::spawn(debouncer(ctx(&stop_producers), i)));
         }
         let mut workers: Vec<JoinHandle<()>> = (0..mix.workers)
             .map(|i| tokio::spawn(worker(ctx(&stop_workers), i)))
@@ -255,6 +263,71 @@ async fn batches(cx: Arc<Ctx>, i: usize) {
     }
 }
 
+/// Debounce: one key at a time on the debounce queue, sent in 1–5 versions (each its own
+/// payload, all with the key's priority and `max_attempts`), each retried after any error
+/// until acknowledged before the next is sent. A version that reaches the job while it is
+/// still pending replaces its payload (`replaced = true`); the checker verifies that every
+/// delivery carries a version sent for the key, whole, and never one older than a
+/// replacement acknowledged before the reserve was sent, across kills and power cuts.
+async fn debouncer(cx: Arc<Ctx>, i: usize) {
+    let mut rng = crate::model::new_rng();
+    while !cx.stop.load(Ordering::Relaxed) {
+        backpressure(&cx).await;
+        let key = cx.model.next_key(&format!("{DEBOUNCE_PREFIX}{i}"));
+        let versions = rng.random_range(1..=5);
+        let max = rng.random_range(1..=5);
+        let priority = rng.random_range(0..=9);
+        for version in 0..versions {
+            let seed: u64 = rng.random();
+            let len = rng.random_range(0..2048);
+            let mut req = EnqueueRequest::new(DEBOUNCE_QUEUE, JOB_TYPE)
+                .expect("valid names")
+                .with_payload(payload(seed, len), "application/octet-stream")
+                .with_max_attempts(max)
+                .with_priority(priority)
+                .with_idempotency_key(&key)
+                .with_custom_entry(DEBOUNCE_KEY_ENTRY, key.as_str());
+            if rng.random_bool(0.2) {
+                req = req.with_scheduled_at(
+                    SystemTime::now() + Duration::from_millis(rng.random_range(50..300)),
+                );
+            }
+            cx.model.debounce_sending(&key, seed);
+            loop {
+                let r = {
+                    let _g = cx.gate.read().await;
+                    cx.model.key_tried(&key);
+                    cx.client.enqueue(req.clone()).await
+                };
+                match r {
+                    Ok(ack) => {
+                        cx.model.debounce_enqueued(
+                            &key,
+                            &ack.job_id,
+                            ack.deduplicated,
+                            ack.replaced,
+                            version,
+                            max,
+                        );
+                        break;
+                    }
+                    Err(EnqueueError::Rejected(r)) => {
+                        cx.model.violation(format!("key {key}: rejected: {r}"));
+                        break;
+                    }
+                    Err(EnqueueError::Client(e)) => {
+                        cx.model.failed(e.grpc_code(), e.message());
+                        tokio::time::sleep(AFTER_ERROR).await;
+                    }
+                }
+            }
+            if cx.stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+    }
+}
+
 /// Unkeyed jobs, one or a batch at a time; an error leaves their fate unknown (not retried).
 async fn unkeyed(cx: Arc<Ctx>, _i: usize) {
     let mut rng = crate::model::new_rng();
@@ -331,13 +404,14 @@ async fn worker(cx: Arc<Ctx>, i: usize) {
         while running.len() >= IN_HAND {
             running.join_next().await;
         }
-        let opts = ReserveOptions::new([QUEUE], LEASE)
+        let opts = ReserveOptions::new([QUEUE, DEBOUNCE_QUEUE], LEASE)
             .with_wait_timeout(Duration::from_millis(300))
             .with_max_jobs(rng.random_range(1..=4))
             .with_worker_id(worker_id.clone());
-        let r = {
+        let (r, sent) = {
             let _g = cx.gate.read().await;
-            cx.client.reserve(opts).await
+            let sent = SystemTime::now();
+            (cx.client.reserve(opts).await, sent)
         };
         let jobs = match r {
             Ok(jobs) => jobs,
@@ -351,7 +425,7 @@ async fn worker(cx: Arc<Ctx>, i: usize) {
             }
         };
         for j in &jobs {
-            cx.model.delivered(j);
+            cx.model.delivered(j, sent);
         }
         // Each job settled by its own task, as a worker with a handler per job would.
         for j in jobs {

@@ -57,6 +57,10 @@ struct Common {
     batches: usize,
     #[arg(long, default_value_t = 1)]
     unkeyed: usize,
+    /// Debouncers (the debounce queue, `on_duplicate = "replace_pending"` in the built-in
+    /// config; with a `--config` template, configure the queue there or its hits keep).
+    #[arg(long, default_value_t = 1)]
+    debouncers: usize,
     #[arg(long, default_value_t = 4)]
     workers: usize,
 }
@@ -297,6 +301,7 @@ fn mix(c: &Common) -> Mix {
         keyed: c.keyed,
         batches: c.batches,
         unkeyed: c.unkeyed,
+        debouncers: c.debouncers,
         workers: c.workers,
     }
 }
@@ -351,13 +356,20 @@ async fn finish(
     let t = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let s = client
-            .get_queue_stats(model::QUEUE)
-            .await
-            .map_err(|e| format!("GetQueueStats: {e}"))?;
-        if s.ready + s.scheduled + s.in_flight == 0 {
+        let mut pending = 0;
+        let mut stats = Vec::new();
+        for q in [model::QUEUE, model::DEBOUNCE_QUEUE] {
+            let s = client
+                .get_queue_stats(q)
+                .await
+                .map_err(|e| format!("GetQueueStats {q}: {e}"))?;
+            pending += s.ready + s.scheduled + s.in_flight;
+            stats.push(s);
+        }
+        if pending == 0 {
             break;
         }
+        let s = stats;
         if Instant::now() > deadline {
             return Err(format!("the queue did not drain within 120 s: {s:?}"));
         }
@@ -474,10 +486,11 @@ async fn crash_loop(
     );
     println!("cycles: {cycles}");
     println!(
-        "acknowledged writes checked: {} ({} enqueues of which {} dedup hits, {} acks, {} nacks, {} extends); {} jobs, {} keys",
+        "acknowledged writes checked: {} ({} enqueues of which {} dedup hits ({} replaced a pending job's payload), {} acks, {} nacks, {} extends); {} jobs, {} keys",
         cnt.enqueues + cnt.acks + cnt.nacks + cnt.extends,
         cnt.enqueues,
         cnt.dedup_hits,
+        cnt.replaced,
         cnt.acks,
         cnt.nacks,
         cnt.extends,

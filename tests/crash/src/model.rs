@@ -19,6 +19,23 @@ use std::time::{Duration, SystemTime};
 
 /// The queue the load uses.
 pub const QUEUE: &str = "crash";
+/// The debounce queue (`on_duplicate = "replace_pending"` in the default config): keyed jobs
+/// whose pending payload later enqueues of the same key replace.
+pub const DEBOUNCE_QUEUE: &str = "crash-debounce";
+/// Keys of the debounce queue start with this (the load's debouncers make them).
+pub const DEBOUNCE_PREFIX: &str = "d";
+
+/// The custom-map entry in which a debounce job carries its key.
+pub const DEBOUNCE_KEY_ENTRY: &str = "key";
+
+/// The queue a key was used on.
+pub fn queue_of_key(key: &str) -> &'static str {
+    if key.starts_with(DEBOUNCE_PREFIX) {
+        DEBOUNCE_QUEUE
+    } else {
+        QUEUE
+    }
+}
 /// The job type of every job.
 pub const JOB_TYPE: &str = "crash-job";
 /// Clock slack when comparing the server's lease timestamps with the client's clock (same
@@ -73,6 +90,32 @@ struct Delivery {
     cycle: u32,
 }
 
+/// A debounce key: the payloads sent for it, in order, and which replacements were
+/// acknowledged.
+#[derive(Debug, Default)]
+struct DebounceKey {
+    /// The seed of each version sent (index 0: the first enqueue), in the order sent; each
+    /// version is retried until acknowledged before the next is sent.
+    seeds: Vec<u64>,
+    /// (when the reply arrived, version index) of each enqueue answered `replaced = true`,
+    /// and of the one that created the job.
+    applied: Vec<(SystemTime, usize)>,
+}
+
+impl DebounceKey {
+    /// The oldest version a reserve sent at `sent` may deliver: every version acknowledged as
+    /// written (created or replaced) before the reserve was sent was written before the
+    /// server handed the job out, so the delivery carries it or a later one.
+    fn floor(&self, sent: SystemTime) -> usize {
+        self.applied
+            .iter()
+            .filter(|(at, _)| *at < sent)
+            .map(|(_, i)| *i)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 #[derive(Debug, Default)]
 struct JobView {
     key: Option<String>,
@@ -112,6 +155,8 @@ pub struct Counts {
     pub enqueues: u64,
     /// Of which dedup hits.
     pub dedup_hits: u64,
+    /// Of which debounce hits that replaced a pending job's payload.
+    pub replaced: u64,
     /// Unkeyed enqueues whose outcome is unknown (an error after sending).
     pub enqueues_unknown: u64,
     /// Deliveries.
@@ -161,6 +206,8 @@ struct Inner {
     jobs: HashMap<String, JobView>,
     /// Key → the id every acknowledged reply named.
     keys: HashMap<String, Option<String>>,
+    /// Debounce keys (see [`DEBOUNCE_QUEUE`]).
+    debounce: HashMap<String, DebounceKey>,
     violations: std::collections::BTreeSet<String>,
     counts: Counts,
     losses: Losses,
@@ -189,6 +236,7 @@ impl Model {
                 failures: Vec::new(),
                 jobs: HashMap::new(),
                 keys: HashMap::new(),
+                debounce: HashMap::new(),
                 violations: Default::default(),
                 counts: Counts::default(),
                 losses: Losses::default(),
@@ -232,6 +280,47 @@ impl Model {
         self.lock().keys.entry(key.to_string()).or_insert(None);
     }
 
+    /// A version of a debounce key is about to be sent for the first time.
+    pub fn debounce_sending(&self, key: &str, seed: u64) {
+        self.lock()
+            .debounce
+            .entry(key.to_string())
+            .or_default()
+            .seeds
+            .push(seed);
+    }
+
+    /// An enqueue of a debounce key was acknowledged: version `version` (its index among the
+    /// versions sent), `replaced` as the ack said.
+    pub fn debounce_enqueued(
+        &self,
+        key: &str,
+        id: &str,
+        deduplicated: bool,
+        replaced: bool,
+        version: usize,
+        max_attempts: u32,
+    ) {
+        let now = SystemTime::now();
+        let seed = {
+            let mut g = self.lock();
+            if replaced {
+                g.counts.replaced += 1;
+            }
+            let d = g.debounce.entry(key.to_string()).or_default();
+            if !deduplicated || replaced {
+                d.applied.push((now, version));
+            }
+            d.seeds.get(version).copied().unwrap_or_default()
+        };
+        if replaced && !deduplicated {
+            self.violation(format!(
+                "key {key}: enqueue answered replaced = true, deduplicated = false"
+            ));
+        }
+        self.enqueued(Some(key), id, deduplicated, seed, max_attempts);
+    }
+
     /// An enqueue was acknowledged.
     pub fn enqueued(
         &self,
@@ -269,6 +358,7 @@ impl Model {
             self.violation(format!("unkeyed enqueue answered deduplicated ({id})"));
             return;
         }
+        let debounce = key.is_some_and(|k| g.debounce.contains_key(k));
         let j = g.jobs.entry(id.to_string()).or_default();
         j.touched = cycle;
         if j.enqueue_acked_at.is_none() {
@@ -277,9 +367,12 @@ impl Model {
         if let Some(key) = key {
             j.key = Some(key.to_string());
         }
-        // A dedup hit carries the first request's content, not this one's.
+        // A dedup hit carries the first request's content, not this one's (a debounce key's
+        // payload is checked against its versions instead).
         if !deduplicated {
-            j.seed = Some(seed);
+            if !debounce {
+                j.seed = Some(seed);
+            }
             j.max_attempts = Some(max_attempts);
         }
     }
@@ -319,30 +412,65 @@ impl Model {
         self.lock().counts.lease_lost += 1;
     }
 
-    /// A job was delivered (its reply just arrived).
-    pub fn delivered(&self, job: &Job) {
+    /// A job was delivered (its reply just arrived) by a reserve sent at `reserve_sent`.
+    pub fn delivered(&self, job: &Job, reserve_sent: SystemTime) {
         let mut bad = Vec::new();
         {
             let mut g = self.lock();
             let cycle = g.cycle;
             let lossy = g.lossy;
             g.counts.deliveries += 1;
-            let j = g.jobs.entry(job.id.clone()).or_default();
-            j.touched = cycle;
             let id = &job.id;
             let seed = job.payload.as_ref().and_then(|p| payload_seed(&p.data));
+            // A debounce job carries its key in its custom map (the delivery may arrive before
+            // the enqueue's acknowledgement is recorded).
+            let key = match job.custom.get(DEBOUNCE_KEY_ENTRY) {
+                Some(sepp_rs::Value::String(k)) => Some(k.as_str()),
+                _ => None,
+            };
+            if job.queue == DEBOUNCE_QUEUE
+                && let Some(s) = seed
+            {
+                match key.and_then(|k| g.debounce.get(k).map(|d| (k, d))) {
+                    None => bad.push(format!(
+                        "job {id}: delivered from {DEBOUNCE_QUEUE} without a key the load sent \
+                         (custom {:?})",
+                        job.custom
+                    )),
+                    Some((k, d)) => match d.seeds.iter().rposition(|v| *v == s) {
+                        None => bad.push(format!(
+                            "job {id} (key {k}): payload of seed {s}, never sent for its key"
+                        )),
+                        Some(v) => {
+                            let floor = d.floor(reserve_sent);
+                            if v < floor && !lossy {
+                                bad.push(format!(
+                                    "job {id} (key {k}) attempt {}: delivered version {v}, \
+                                     version {floor} was acknowledged as written before the \
+                                     reserve was sent: an acknowledged replacement undone",
+                                    job.attempt
+                                ));
+                            }
+                        }
+                    },
+                }
+            }
+            let j = g.jobs.entry(job.id.clone()).or_default();
+            j.touched = cycle;
             match (seed, j.seed) {
                 (None, _) => bad.push(format!(
                     "job {id} attempt {}: payload corrupted ({} bytes)",
                     job.attempt,
                     job.payload.as_ref().map_or(0, |p| p.data.len())
                 )),
+                // Checked against its key's versions above.
+                (Some(_), _) if job.queue == DEBOUNCE_QUEUE => {}
                 (Some(s), Some(want)) if s != want => bad.push(format!(
                     "job {id}: payload of seed {s}, enqueued with seed {want}"
                 )),
                 (Some(s), _) => j.seed = Some(s),
             }
-            if job.queue != QUEUE || job.job_type != JOB_TYPE {
+            if (job.queue != QUEUE && job.queue != DEBOUNCE_QUEUE) || job.job_type != JOB_TYPE {
                 bad.push(format!(
                     "job {id}: delivered from {}/{}",
                     job.queue, job.job_type
@@ -633,7 +761,8 @@ impl Model {
                     info.attempt
                 ));
             }
-            if known && (info.queue != QUEUE || info.job_type != JOB_TYPE) {
+            let want_queue = key.as_deref().map_or(QUEUE, queue_of_key);
+            if known && (info.queue != want_queue || info.job_type != JOB_TYPE) {
                 bad.push(format!(
                     "job {id}: the server has it on {}/{} ({state:?})",
                     info.queue, info.job_type
@@ -834,7 +963,7 @@ async fn lookup_keys(
     futures_util::stream::iter(keys)
         .map(|key| async move {
             let r = client
-                .lookup_idempotency_key(QUEUE, &key)
+                .lookup_idempotency_key(queue_of_key(&key), &key)
                 .await
                 .map_err(|e| format!("LookupIdempotencyKey {key}: {e}"))?;
             Ok((key, r))
@@ -894,26 +1023,77 @@ mod tests {
         m.enqueued(Some("k"), "a", false, 7, 3);
         m.enqueued(Some("k"), "b", true, 7, 3);
         assert_eq!(m.violations(), 1, "a key naming two jobs");
-        m.delivered(&job("a", 1, t0));
+        let sent = SystemTime::now();
+        m.delivered(&job("a", 1, t0), sent);
         assert_eq!(m.violations(), 1);
         // Attempt 2 leased before attempt 1's lease ran out: two holders.
-        m.delivered(&job("a", 2, t0 + Duration::from_millis(500)));
+        m.delivered(&job("a", 2, t0 + Duration::from_millis(500)), sent);
         assert_eq!(m.violations(), 2);
         // The same attempt again (after its lease was ended by a nack): a reset.
         m.settling("a", 2, false);
-        m.delivered(&job("a", 2, t0 + Duration::from_secs(5)));
+        m.delivered(&job("a", 2, t0 + Duration::from_secs(5)), sent);
         assert_eq!(m.violations(), 3);
         m.settling("a", 2, true);
         m.acked("a", 2);
-        m.delivered(&job("a", 3, t0 + Duration::from_secs(10)));
+        m.delivered(&job("a", 3, t0 + Duration::from_secs(10)), sent);
         assert_eq!(m.violations(), 4, "delivered after an acknowledged ack");
         let mut over = job("c", 4, t0);
         over.id = "c".into();
-        m.delivered(&over);
+        m.delivered(&over, sent);
         assert_eq!(m.violations(), 5, "attempt above max_attempts");
         let mut torn = job("d", 1, t0);
         torn.payload.as_mut().unwrap().data[13] ^= 0xff;
-        m.delivered(&torn);
+        m.delivered(&torn, sent);
         assert_eq!(m.violations(), 6, "corrupted payload");
+    }
+
+    /// The debounce rules fire on their breaches: a version never sent for the key, and a
+    /// version older than a replacement acknowledged before the reserve was sent.
+    #[test]
+    fn debounce_rules_catch_their_breaches() {
+        let m = Model::new(false);
+        let deliver = |id: &str, attempt: u32, seed: u64, sent: SystemTime| {
+            let mut j = job(id, attempt, SystemTime::now());
+            j.queue = DEBOUNCE_QUEUE.into();
+            j.payload.as_mut().unwrap().data = payload(seed, 10);
+            j.custom
+                .insert(DEBOUNCE_KEY_ENTRY.into(), sepp_rs::Value::from("d0-1"));
+            m.delivered(&j, sent);
+        };
+        m.debounce_sending("d0-1", 100);
+        m.debounce_enqueued("d0-1", "x", false, false, 0, 3);
+        let before_replace = SystemTime::now();
+        m.debounce_sending("d0-1", 101);
+        m.debounce_enqueued("d0-1", "x", true, true, 1, 3);
+        m.debounce_sending("d0-1", 102);
+        // Version 2 sent but not yet acknowledged: a reserve may see version 1 or 2.
+        let after_replace = SystemTime::now() + Duration::from_millis(1);
+        deliver("x", 1, 101, after_replace);
+        deliver("x", 2, 102, after_replace + Duration::from_secs(5));
+        assert_eq!(m.violations(), 0);
+        // Version 0 delivered to a reserve sent before the replacement's ack: allowed.
+        let m2 = Model::new(false);
+        m2.debounce_sending("d0-1", 100);
+        m2.debounce_enqueued("d0-1", "x", false, false, 0, 3);
+        m2.debounce_sending("d0-1", 101);
+        m2.debounce_enqueued("d0-1", "x", true, true, 1, 3);
+        let mut j = job("x", 1, SystemTime::now());
+        j.queue = DEBOUNCE_QUEUE.into();
+        j.custom
+            .insert(DEBOUNCE_KEY_ENTRY.into(), sepp_rs::Value::from("d0-1"));
+        j.payload.as_mut().unwrap().data = payload(100, 10);
+        m2.delivered(&j, before_replace);
+        assert_eq!(m2.violations(), 0);
+        // The same delivery to a reserve sent after the replacement's ack: undone.
+        j.attempt = 2;
+        m2.delivered(&j, after_replace + Duration::from_secs(10));
+        assert_eq!(m2.violations(), 1, "an acknowledged replacement undone");
+        // A payload never sent for the key.
+        deliver("x", 3, 999, after_replace + Duration::from_secs(20));
+        assert_eq!(m.violations(), 1, "a version never sent");
+        // replaced = true on a first enqueue.
+        m.debounce_sending("d0-2", 5);
+        m.debounce_enqueued("d0-2", "y", false, true, 0, 3);
+        assert_eq!(m.violations(), 2, "replaced without a hit");
     }
 }

@@ -23,7 +23,8 @@ pub struct ServerSpec {
 
 /// The config the harness writes unless `--config` names a template: the embedded backend
 /// in `@DATA_DIR@`, `@PERSIST_MODE@`, dead letters kept (so that a dead-lettered job stays
-/// visible to the checker) and `@MIN_FREE_BYTES@`.
+/// visible to the checker), `@MIN_FREE_BYTES@`, and the debounce queue of the load's
+/// debouncers.
 pub const DEFAULT_TEMPLATE: &str = r#"[server]
 db_path = "@DATA_DIR@"
 
@@ -31,6 +32,10 @@ db_path = "@DATA_DIR@"
 persist_mode = "@PERSIST_MODE@"
 dead_letter_retention_ms = 86400000
 min_free_bytes = @MIN_FREE_BYTES@
+
+[[queues]]
+name = "crash-debounce"
+on_duplicate = "replace_pending"
 "#;
 
 /// Fills a config template's placeholders.
