@@ -768,8 +768,9 @@ mod tests {
         // the job runs once that day.
         let gap = cron("30 2 * * *", "America/New_York");
         assert_eq!(
-            ticks(&gap, ms("2026-03-08T05:00:00Z"), ms("2026-03-09T05:00:00Z")).len(),
-            1
+            ticks(&gap, ms("2026-03-08T05:00:00Z"), ms("2026-03-09T05:00:00Z")),
+            ["2026-03-08T07:00:00.000Z"],
+            "once, at 03:00 EDT, the end of the gap"
         );
         let fold = cron("30 1 * * *", "America/New_York");
         assert_eq!(
