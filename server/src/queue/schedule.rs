@@ -579,17 +579,21 @@ impl Scheduler {
 }
 
 /// Runs `scheduler` until `shutdown` is cancelled: a pass, then a pause until the next tick
-/// (at most [`MAX_PAUSE_MS`]).
+/// (at most [`MAX_PAUSE_MS`]; exactly that after a pass whose enqueue failed, so that a store
+/// that refuses writes is asked again once a second, not in a loop).
 pub async fn run(mut scheduler: Scheduler, shutdown: CancellationToken) {
     loop {
-        scheduler.run_due().await;
+        let fired = scheduler.run_due().await;
+        let failed = fired
+            .iter()
+            .any(|f| matches!(f.outcome, FiredOutcome::Failed(_)));
         let now = scheduler.queue.clock.now();
-        let pause = scheduler
-            .next_tick()
-            .map_or(MAX_PAUSE_MS, |t| {
-                u64::try_from(t.saturating_sub(now)).unwrap_or(0)
-            })
-            .min(MAX_PAUSE_MS);
+        let pause = match scheduler.next_tick() {
+            _ if failed => MAX_PAUSE_MS,
+            None => MAX_PAUSE_MS,
+            Some(t) => u64::try_from(t.saturating_sub(now)).unwrap_or(0),
+        }
+        .min(MAX_PAUSE_MS);
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(pause)) => {}
             _ = shutdown.cancelled() => return,
