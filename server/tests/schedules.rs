@@ -1,6 +1,8 @@
 //! `[[schedules]]` (recurring jobs) end to end: a server on a manual clock enqueues its catch-up
-//! tick before it is ready, `ListSchedules` over real gRPC reports next and last ticks from the
-//! store, `sepp schedules` prints them, and a bad schedule stops the binary with one line.
+//! tick before it is ready, its scheduler task enqueues the next tick once the clock passes it
+//! (a waiting Reserve receives the job), `ListSchedules` over real gRPC reports next and last
+//! ticks from the store, `sepp schedules` prints them, and a bad schedule stops the binary with
+//! one line.
 
 mod common;
 
@@ -20,6 +22,7 @@ fn ms(rfc: &str) -> i64 {
         "2026-12-02T02:00:00Z" => 1_796_176_800_000,
         "2026-12-03T02:00:00Z" => 1_796_263_200_000,
         "2026-12-02T10:01:00Z" => 1_796_205_660_000,
+        "2026-12-02T10:02:00Z" => 1_796_205_720_000,
         other => panic!("no epoch value for {other}"),
     }
 }
@@ -117,6 +120,42 @@ async fn list_schedules_reports_the_catch_up_tick_and_the_next_ones() {
     assert_eq!(got[0].id, n.last_job_id);
     assert_eq!(got[0].job_type, "build-report");
 
+    // The scheduler task: once the clock passes 10:01, its next pass (within a second)
+    // enqueues the minutely tick, which a waiting Reserve receives.
+    server.clock().set(ms("2026-12-02T10:01:00Z") + 5);
+    let got = c
+        .reserve(
+            ReserveOptions::new(["reports"], Duration::from_secs(30))
+                .with_wait_timeout(Duration::from_secs(20)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "the tick's job arrived");
+    assert_eq!(got[0].job_type, "ping");
+    let ping = got[0].id.clone();
+    let job = admin
+        .get_job(apb::GetJobRequest {
+            job_id: ping.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    assert_eq!(
+        job.idempotency_key.as_deref(),
+        Some("schedule:minutely:2026-12-02T10:01:00.000Z")
+    );
+    let list = admin
+        .list_schedules(apb::ListSchedulesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .schedules;
+    assert_eq!(at(&list[1].last_tick), Some(ms("2026-12-02T10:01:00Z")));
+    assert_eq!(list[1].last_job_id, ping);
+    assert_eq!(at(&list[1].next_tick), Some(ms("2026-12-02T10:02:00Z")));
+
     // `sepp schedules`, table and JSON.
     let url = server.url();
     let run = move |json: bool| {
@@ -146,7 +185,10 @@ async fn list_schedules_reports_the_catch_up_tick_and_the_next_ones() {
             && lines[1].contains(&n.last_job_id),
         "{table}"
     );
-    assert!(lines[2].contains("every 60000 ms"), "{table}");
+    assert!(
+        lines[2].contains("every 60000 ms") && lines[2].contains(&ping),
+        "{table}"
+    );
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let s = &v["schedules"];
     assert_eq!(s[0]["name"], "nightly");
@@ -154,7 +196,8 @@ async fn list_schedules_reports_the_catch_up_tick_and_the_next_ones() {
     assert_eq!(s[0]["last_tick"], "2026-12-02T02:00:00.000Z");
     assert_eq!(s[0]["last_job_id"], n.last_job_id.as_str());
     assert_eq!(s[1]["every_ms"], 60_000);
-    assert_eq!(s[1]["last_tick"], serde_json::Value::Null);
+    assert_eq!(s[1]["last_tick"], "2026-12-02T10:01:00.000Z");
+    assert_eq!(s[0]["next_tick"], "2026-12-03T02:00:00.000Z");
     server.stop().await;
 }
 
