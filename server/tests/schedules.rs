@@ -113,7 +113,7 @@ async fn list_schedules_reports_the_catch_up_tick_and_the_next_ones() {
     );
     let c = server.client().await;
     let got = c
-        .reserve(ReserveOptions::new(["reports"], Duration::from_secs(30)))
+        .reserve(ReserveOptions::new(["reports"], Duration::from_secs(600)))
         .await
         .unwrap();
     assert_eq!(got.len(), 1);
@@ -125,7 +125,7 @@ async fn list_schedules_reports_the_catch_up_tick_and_the_next_ones() {
     server.clock().set(ms("2026-12-02T10:01:00Z") + 5);
     let got = c
         .reserve(
-            ReserveOptions::new(["reports"], Duration::from_secs(30))
+            ReserveOptions::new(["reports"], Duration::from_secs(600))
                 .with_wait_timeout(Duration::from_secs(20)),
         )
         .await
