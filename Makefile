@@ -62,7 +62,7 @@ test-rust:
 # (disk_full, durability), the binary (cli) or the network edge (connections, edge, client_retry).
 # postgres_faults: several sepp processes on one database, kill -9, a private cluster restarted
 # and a failover to a promoted standby (docs/postgres.md, "Fault tests"), at CI length.
-POSTGRES_E2E := postgres postgres_faults postgres_tls admin dedup delivery enqueue_rules input_classes lease_deadline limits
+POSTGRES_E2E := postgres postgres_faults postgres_tls admin dedup delivery enqueue_rules input_classes lease_deadline limits schedules
 test-rust-postgres:
 	SEPP_TEST_BACKEND=postgres cargo nextest run -p sepp-server --no-fail-fast \
 		-E 'test(/^storage::postgres::/) | $(foreach t,$(POSTGRES_E2E),binary_id(sepp-server::$(t)) |) none()'

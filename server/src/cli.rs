@@ -1,4 +1,4 @@
-//! The operator CLI: `sepp queues`, `sepp jobs`, `sepp job`, `sepp key [forget]`, `sepp cancel`,
+//! The operator CLI: `sepp queues`, `sepp schedules`, `sepp jobs`, `sepp job`, `sepp key [forget]`, `sepp cancel`,
 //! `sepp dlq list|requeue|delete`, `sepp pause`, `sepp resume`, `sepp purge`. Each is one or a
 //! few calls of `sepp.admin.v1.AdminService` on a running server, printed as a table or, with
 //! `--output json`, as one JSON document on standard output. `sepp enqueue` bulk-enqueues a JSON
@@ -63,6 +63,8 @@ pub(crate) enum StateArg {
 pub(crate) enum Op {
     /// Every queue with its depth by state and whether it is paused.
     Queues,
+    /// The server's `[[schedules]]` (recurring jobs) with their next and last ticks.
+    Schedules,
     /// A queue's jobs in one state, a page at a time.
     Jobs {
         /// The queue.
@@ -399,6 +401,81 @@ fn selection(sel: &Selection) -> pb::DeadLetterSelector {
     }
 }
 
+/// How a schedule ticks, as the CLI shows it: the cron expression, or `every N ms`.
+fn schedule_spec(s: &pb::ScheduleInfo) -> (Option<String>, Option<u64>) {
+    use pb::schedule_info::Spec;
+    match &s.spec {
+        Some(Spec::Cron(c)) => (Some(c.clone()), None),
+        Some(Spec::Every(d)) => (
+            None,
+            Some(
+                u64::try_from(d.seconds).unwrap_or(0) * 1000
+                    + u64::try_from(d.nanos / 1_000_000).unwrap_or(0),
+            ),
+        ),
+        None => (None, None),
+    }
+}
+
+fn print_schedules(conn: &Conn, all: &[pb::ScheduleInfo]) {
+    if conn.output == Output::Json {
+        let v: Vec<Value> = all
+            .iter()
+            .map(|s| {
+                let (cron, every_ms) = schedule_spec(s);
+                json!({
+                    "name": s.name,
+                    "queue": s.queue,
+                    "job_type": s.job_type,
+                    "cron": cron,
+                    "every_ms": every_ms,
+                    "timezone": s.timezone,
+                    "catch_up": s.catch_up,
+                    "next_tick": s.next_tick.as_ref().map(|t| ts(Some(t))),
+                    "last_tick": s.last_tick.as_ref().map(|t| ts(Some(t))),
+                    "last_job_id": (!s.last_job_id.is_empty()).then_some(&s.last_job_id),
+                    "last_enqueued_at": s.last_enqueued_at.as_ref().map(|t| ts(Some(t))),
+                })
+            })
+            .collect();
+        print_json(&json!({ "schedules": v }));
+        return;
+    }
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|s| {
+            let spec = match schedule_spec(s) {
+                (Some(c), _) => c,
+                (_, Some(ms)) => format!("every {ms} ms"),
+                _ => String::new(),
+            };
+            vec![
+                s.name.clone(),
+                s.queue.clone(),
+                spec,
+                s.timezone.clone(),
+                if s.catch_up { "yes" } else { "no" }.to_string(),
+                ts(s.next_tick.as_ref()),
+                ts(s.last_tick.as_ref()),
+                s.last_job_id.clone(),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "NAME",
+            "QUEUE",
+            "SPEC",
+            "TIMEZONE",
+            "CATCH_UP",
+            "NEXT_TICK",
+            "LAST_TICK",
+            "LAST_JOB",
+        ],
+        &rows,
+    );
+}
+
 /// Prints the result of a write command.
 fn done(conn: &Conn, v: Value, text: String) {
     if conn.output == Output::Json {
@@ -414,6 +491,14 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
     }
     let mut admin = connect(conn).await?;
     match op {
+        Op::Schedules => {
+            let all = admin
+                .list_schedules(pb::ListSchedulesRequest {})
+                .await?
+                .into_inner()
+                .schedules;
+            print_schedules(conn, &all);
+        }
         Op::Queues => {
             let mut all = Vec::new();
             let mut token = String::new();

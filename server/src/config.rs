@@ -48,6 +48,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// `[[queues]]`: declared queues and their overrides.
     pub queues: Vec<QueueConfig>,
+    /// `[[schedules]]`: recurring jobs (`queue::schedule`).
+    pub schedules: Vec<ScheduleConfig>,
     /// `[metrics]`: the Prometheus endpoint.
     pub metrics: MetricsConfig,
     /// `[logging]`: log level and format.
@@ -787,6 +789,50 @@ pub struct QueueConfig {
     /// `key_conflict = "reject"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_duplicate: Option<OnDuplicate>,
+}
+
+/// One `[[schedules]]` entry: a recurring job the server enqueues once per tick, with the
+/// idempotency key `schedule:<name>:<tick time>`. Checked, and its tick rule resolved, by
+/// `queue::schedule::Schedules::from_config`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleConfig {
+    /// The schedule's name: 1 to 64 bytes of `A-Z a-z 0-9 _ . -`, unique.
+    pub name: String,
+    /// The queue its jobs go to.
+    pub queue: String,
+    /// The job type of its jobs.
+    pub job_type: String,
+    /// A cron expression (5 fields, or 6 with seconds first), read in `timezone`. Exactly one
+    /// of `cron` and `every_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// A fixed interval in milliseconds, ticks at whole multiples of it since the Unix epoch.
+    /// Exactly one of `cron` and `every_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_ms: Option<u64>,
+    /// The IANA time zone `cron` is read in. Default `UTC`. Only with `cron`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// The payload as text (UTF-8 bytes). At most one of `payload` and `payload_base64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// The payload as standard base64 (with padding), for bytes that are not text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+    /// The payload's content type. Default `application/json`. Only with a payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// 0–9; unset takes the queue's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+    /// At least 1; unset takes the queue's default; clamped to the queue's ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// On start, enqueue the most recent tick missed while no server ran (true), or skip to
+    /// the next tick (false, the default).
+    #[serde(default)]
+    pub catch_up: bool,
 }
 
 /// A configuration that could not be loaded. The message is one line naming the key, the value

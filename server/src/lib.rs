@@ -75,7 +75,8 @@ pub fn load_config(
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<config::Loaded, config::ConfigError> {
     let loaded = Config::load(path, env)?;
-    Limits::from_config(&loaded.config)?;
+    let limits = Limits::from_config(&loaded.config)?;
+    queue::schedule::Schedules::from_config(&loaded.config, &limits, SystemClock.now())?;
     Ok(loaded)
 }
 
@@ -173,6 +174,11 @@ pub async fn serve_with(
         .local_addr()
         .map_err(|e| ServeError::Transport(e.to_string()))?;
     let limits = Arc::new(Limits::from_config(&config)?);
+    let schedules = Arc::new(queue::schedule::Schedules::from_config(
+        &config,
+        &limits,
+        clock.now(),
+    )?);
     let store = open_store(&config, clock.now()).await?;
     let stopping = CancellationToken::new();
     let metrics = Arc::new(metrics::Metrics::new(
@@ -182,7 +188,9 @@ pub async fn serve_with(
     ));
     store.observe_commits(metrics.clone());
     let queue = Arc::new(
-        Queue::new(store.clone(), limits, clock, stopping.clone()).with_metrics(metrics.clone()),
+        Queue::new(store.clone(), limits, clock, stopping.clone())
+            .with_metrics(metrics.clone())
+            .with_schedules(schedules),
     );
     let metrics_addr = if config.metrics.enabled {
         let at = config.metrics.listen_addr;
@@ -214,6 +222,15 @@ pub async fn serve_with(
         config.storage.sweep_interval_ms,
         stopping.clone(),
     ));
+    // One scheduler per server. Its first pass runs before the server accepts calls, so that a
+    // catch-up tick is enqueued (or found enqueued) by the time the server is ready.
+    let scheduler = if queue.schedules().is_empty() {
+        None
+    } else {
+        let mut s = queue::schedule::Scheduler::new(queue.clone());
+        s.run_due().await;
+        Some(tokio::spawn(queue::schedule::run(s, stopping.clone())))
+    };
     let edge = api::build(&config, queue.clone()).await?;
     let health = edge.health.clone();
     // SIGHUP reloads `auth.api_keys_file` (and does not stop the server).
@@ -288,6 +305,9 @@ pub async fn serve_with(
     .await;
     stopping.cancel();
     let _ = sweeper.await;
+    if let Some(s) = scheduler {
+        let _ = s.await;
+    }
     store.close().await?;
     tracing::info!("storage flushed; stopped");
     Ok(Stopped { store })

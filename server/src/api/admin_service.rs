@@ -1,10 +1,11 @@
 //! `sepp.admin.v1.AdminService`: job and key inspection, dead-letter repair, pause/resume,
 //! queue stats. One short method per RPC.
 
-use super::convert::{cause_out, dead_letter_out, job_state_out, ms_timestamp};
+use super::convert::{cause_out, dead_letter_out, job_state_out, ms_duration, ms_timestamp};
 use crate::domain::{JobInfo, ListState, QueueStats};
 use crate::queue::Queue;
 use crate::queue::admin::SelectorInput;
+use crate::queue::schedule::{ScheduleView, Spec};
 use sepp_proto::admin::v1 as pb;
 use sepp_proto::admin::v1::admin_service_server::AdminService;
 use std::sync::Arc;
@@ -58,6 +59,25 @@ fn list_state_in(state: i32) -> Result<ListState, Status> {
         _ => Err(Status::invalid_argument(format!(
             "state {state} cannot be listed: use READY, SCHEDULED, IN_FLIGHT or DEAD_LETTERED"
         ))),
+    }
+}
+
+fn schedule_out(v: ScheduleView) -> pb::ScheduleInfo {
+    let s = &v.schedule;
+    pb::ScheduleInfo {
+        name: s.name.clone(),
+        queue: s.queue.clone(),
+        job_type: s.job_type.clone(),
+        spec: Some(match &s.spec {
+            Spec::Cron { expr, .. } => pb::schedule_info::Spec::Cron(expr.clone()),
+            Spec::Every { ms } => pb::schedule_info::Spec::Every(ms_duration(*ms)),
+        }),
+        timezone: s.spec.zone_name().to_string(),
+        catch_up: s.catch_up,
+        next_tick: v.next_tick.map(ms_timestamp),
+        last_tick: v.last.map(|l| ms_timestamp(l.tick)),
+        last_job_id: v.last.map(|l| l.job_id.to_string()).unwrap_or_default(),
+        last_enqueued_at: v.last.map(|l| ms_timestamp(l.enqueued_at)),
     }
 }
 
@@ -285,6 +305,17 @@ impl AdminService for AdminApi {
             self.queue.limits().max_reserve_reply_bytes,
         );
         Ok(Response::new(reply))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.list_schedules", skip_all)]
+    async fn list_schedules(
+        &self,
+        _req: Request<pb::ListSchedulesRequest>,
+    ) -> Result<Response<pb::ListSchedulesResponse>, Status> {
+        let views = self.queue.list_schedules().await?;
+        Ok(Response::new(pb::ListSchedulesResponse {
+            schedules: views.into_iter().map(schedule_out).collect(),
+        }))
     }
 
     #[tracing::instrument(name = "sepp.admin.list_jobs", skip_all)]

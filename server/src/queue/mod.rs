@@ -19,6 +19,7 @@ pub mod limits;
 pub mod model;
 pub mod reply;
 pub mod reserve;
+pub mod schedule;
 pub mod sweeper;
 pub mod validate;
 
@@ -92,6 +93,9 @@ pub struct Queue {
     shutdown: CancellationToken,
     /// The process counters ([`crate::metrics`]); off unless set with [`Queue::with_metrics`].
     metrics: Arc<Metrics>,
+    /// The `[[schedules]]` it enqueues ([`schedule`]); none unless set with
+    /// [`Queue::with_schedules`].
+    schedules: Arc<schedule::Schedules>,
 }
 
 impl Queue {
@@ -113,7 +117,16 @@ impl Queue {
             clock,
             shutdown,
             metrics: Metrics::disabled(),
+            schedules: Arc::default(),
         }
+    }
+
+    /// Enqueues the ticks of `schedules` (when a [`schedule::Scheduler`] runs) and lists them
+    /// ([`Queue::list_schedules`]).
+    #[must_use]
+    pub fn with_schedules(mut self, schedules: Arc<schedule::Schedules>) -> Self {
+        self.schedules = schedules;
+        self
     }
 
     /// Counts this queue's transitions in `metrics`.

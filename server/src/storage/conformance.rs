@@ -63,6 +63,7 @@ macro_rules! conformance_suite {
             a_hit_reports_where_the_job_it_names_is,
             a_hit_on_a_pending_job_replaces_its_contents_and_on_a_running_one_keeps_it,
             a_forgotten_key_creates_a_new_job_and_stays_forgotten_after_a_restart,
+            schedule_ticks_are_enqueued_once_by_two_servers_and_once_after_a_restart,
             released_leases_end_as_if_expired_and_fence_the_worker,
             depth_limits_count_ready_scheduled_and_in_flight_jobs_but_not_hits,
             an_atomic_batch_with_a_refused_job_writes_nothing,
@@ -704,6 +705,89 @@ pub(crate) mod cases {
             .await
             .unwrap();
         assert_eq!(hit("dead").await, JobState::Deleted);
+    }
+
+    /// `[[schedules]]` over the backend: two queue layers (two servers) running a scheduler
+    /// each enqueue every tick once, concurrently, through the store's dedup; after a restart,
+    /// `catch_up` enqueues the latest missed tick once, and the last tick is read back from the
+    /// tick key's record.
+    pub(crate) async fn schedule_ticks_are_enqueued_once_by_two_servers_and_once_after_a_restart(
+        b: Box<dyn Backend>,
+    ) {
+        use crate::queue::schedule::{FiredOutcome, Scheduler, Schedules, tick_key};
+        const MIN: i64 = 60_000;
+        let h = Harness::new(b, |c| {
+            c.storage.dedup_window_ms = 600_000;
+            c.schedules.push(crate::config::ScheduleConfig {
+                name: "m".into(),
+                queue: "q".into(),
+                job_type: "t".into(),
+                every_ms: Some(60_000),
+                catch_up: true,
+                ..Default::default()
+            });
+        })
+        .await;
+        let server = |h: &Harness| {
+            let limits = Arc::new(Limits::from_config(&h.config).expect("valid limits"));
+            let schedules = Schedules::from_config(&h.config, &limits, h.now()).expect("valid");
+            Arc::new(
+                Queue::new(
+                    h.store.clone(),
+                    limits,
+                    h.clock.clone(),
+                    CancellationToken::new(),
+                )
+                .with_schedules(Arc::new(schedules)),
+            )
+        };
+        let enqueued = |f: &[crate::queue::schedule::Fired]| match f {
+            [one] => match &one.outcome {
+                FiredOutcome::Enqueued(a) => (one.tick, a.job_id, a.deduplicated),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("one tick due, got {other:?}"),
+        };
+        // T0 is a tick: with catch_up both first passes take it.
+        let (mut a, mut b) = (Scheduler::new(server(&h)), Scheduler::new(server(&h)));
+        for i in 0..3 {
+            h.clock.set(T0 + i * MIN);
+            let (fa, fb) = tokio::join!(a.run_due(), b.run_due());
+            let (ta, ida, hit_a) = enqueued(&fa);
+            let (tb, idb, hit_b) = enqueued(&fb);
+            assert_eq!((ta, tb), (T0 + i * MIN, T0 + i * MIN));
+            assert_eq!(ida, idb, "both name one job");
+            assert!(hit_a != hit_b, "one created it, the other was a hit");
+        }
+        assert_eq!(h.queue.queue_stats("q").await.unwrap().ready, 3);
+        drop((a, b));
+
+        // Down from just after the third tick to after the sixth: one job on restart.
+        h.clock.set(T0 + 5 * MIN + 30_000);
+        let h = h.reopen().await;
+        let (t, id, hit) = enqueued(&Scheduler::new(server(&h)).run_due().await);
+        assert_eq!((t, hit), (T0 + 5 * MIN, false));
+        let (_, again, hit) = enqueued(&Scheduler::new(server(&h)).run_due().await);
+        assert_eq!(
+            (again, hit),
+            (id, true),
+            "a second server's catch-up is a hit"
+        );
+        assert_eq!(h.queue.queue_stats("q").await.unwrap().ready, 4);
+        for missed in [3, 4] {
+            assert!(
+                h.store
+                    .lookup_key("q", &tick_key("m", T0 + missed * MIN))
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "missed ticks are not enqueued one by one"
+            );
+        }
+        let views = server(&h).list_schedules().await.unwrap();
+        let last = views[0].last.expect("the last tick is known");
+        assert_eq!((last.tick, last.job_id), (T0 + 5 * MIN, id));
+        assert_eq!(views[0].next_tick, Some(T0 + 6 * MIN));
     }
 
     pub(crate) async fn a_forgotten_key_creates_a_new_job_and_stays_forgotten_after_a_restart(

@@ -51,3 +51,57 @@ impl Backend for Postgres {
 
 crate::storage::conformance::conformance_suite!(Postgres::new());
 crate::storage::model::model_test!(Postgres::new());
+
+/// Two servers on one database (two stores, two connection pools), each with its scheduler,
+/// enqueue every tick of a schedule once, however their passes interleave.
+#[tokio::test]
+async fn two_servers_on_one_database_enqueue_each_schedule_tick_once() {
+    use crate::config::{Config, ScheduleConfig};
+    use crate::queue::Queue;
+    use crate::queue::clock::ManualClock;
+    use crate::queue::limits::Limits;
+    use crate::queue::schedule::{FiredOutcome, Scheduler, Schedules};
+    use std::sync::Arc;
+
+    const T0: UnixMs = 1_704_067_200_000;
+    let db = TestDatabase::create().await;
+    let mut config = Config::default();
+    config.schedules.push(ScheduleConfig {
+        name: "m".into(),
+        queue: "q".into(),
+        job_type: "t".into(),
+        every_ms: Some(60_000),
+        ..Default::default()
+    });
+    let clock = Arc::new(ManualClock::new(T0 + 1));
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let store: Arc<dyn Store> = Arc::new(PostgresStore::open(options(db.url())).await.unwrap());
+        let limits = Arc::new(Limits::from_config(&config).unwrap());
+        let schedules = Arc::new(Schedules::from_config(&config, &limits, T0).unwrap());
+        let queue = Queue::new(
+            store,
+            limits,
+            clock.clone(),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .with_schedules(schedules);
+        servers.push(Scheduler::new(Arc::new(queue)));
+    }
+    let (mut a, mut b) = (servers.remove(0), servers.remove(0));
+    let mut created = 0;
+    for i in 1..=3 {
+        clock.set(T0 + i * 60_000);
+        let (fa, fb) = tokio::join!(a.run_due(), b.run_due());
+        for f in fa.iter().chain(&fb) {
+            match &f.outcome {
+                FiredOutcome::Enqueued(acc) => created += u32::from(!acc.deduplicated),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!((fa.len(), fb.len()), (1, 1));
+    }
+    assert_eq!(created, 3, "one job per tick");
+    let store = PostgresStore::open(options(db.url())).await.unwrap();
+    assert_eq!(store.queue_stats("q").await.unwrap().ready, 3);
+}
