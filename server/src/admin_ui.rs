@@ -64,6 +64,7 @@ pub fn router(queue: Arc<Queue>, config: &AdminUiConfig, auth: ApiKeyAuth) -> Ro
         .route("/queues/{queue}/pause", post(pause))
         .route("/queues/{queue}/resume", post(resume))
         .route("/queues/{queue}/purge", post(purge))
+        .route("/queues/{queue}/delete", post(delete_queue))
         .route("/jobs/{id}", get(job_page))
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/find", get(find))
@@ -405,8 +406,17 @@ async fn jobs_page(
             r#"<form method="post" action="/queues/{qe}/pause">{c}<button id="pause">Pause</button></form>"#
         )
     };
+    // Only an empty queue can be deleted (the server refuses otherwise, naming the counts).
+    let delete = if stats.ready + stats.scheduled + stats.in_flight + stats.dead_lettered == 0 {
+        format!(
+            r#"<form method="post" action="/queues/{qe}/delete" onsubmit="return confirm('Delete this empty queue? Its paused state goes with it; its live dedup records stay until their window ends, and a new job creates the queue again.')">{c}<button id="delete-queue" class="danger">Delete queue</button></form>"#
+        )
+    } else {
+        r#"<span class="hint">Delete queue: possible once it holds no job in any state.</span>"#
+            .to_string()
+    };
     let body = format!(
-        r#"<div class="actions">{pause}<form method="post" action="/queues/{qe}/purge" onsubmit="return confirm('Cancel every ready and scheduled job of this queue? This cannot be undone.')">{c}<button class="danger">Purge ready and scheduled</button></form></div><nav class="tabs">{tabs}</nav><table id="jobs"><thead><tr><th>Job id</th><th>Type</th><th>Priority</th><th>Attempt</th><th>Enqueued</th><th>Key</th><th>Last reason</th></tr></thead><tbody>{rows}</tbody></table>{next}"#
+        r#"<div class="actions">{pause}<form method="post" action="/queues/{qe}/purge" onsubmit="return confirm('Cancel every ready and scheduled job of this queue? This cannot be undone.')">{c}<button class="danger">Purge ready and scheduled</button></form>{delete}</div><nav class="tabs">{tabs}</nav><table id="jobs"><thead><tr><th>Job id</th><th>Type</th><th>Priority</th><th>Attempt</th><th>Enqueued</th><th>Key</th><th>Last reason</th></tr></thead><tbody>{rows}</tbody></table>{next}"#
     );
     page(&format!("Queue {queue}"), &body, false).into_response()
 }
@@ -547,6 +557,31 @@ async fn purge(
         }
     }
     Redirect::to(&format!("/queues/{}", enc(&queue))).into_response()
+}
+
+async fn delete_queue(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Path(queue): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if let Err(r) = ui.guard(&headers, Some(&f.csrf)) {
+        return r;
+    }
+    match ui.queue.delete_queue(&queue).await {
+        Ok(was) => {
+            tracing::warn!(
+                target: "sepp::audit",
+                action = "delete_queue",
+                queue = %queue,
+                dedup_records = was.dedup_records,
+                was_paused = was.paused,
+                "queue deleted by an operator (admin UI)"
+            );
+            Redirect::to("/").into_response()
+        }
+        Err(e) => error_page(&e.to_string()),
+    }
 }
 
 #[derive(Deserialize)]

@@ -1,5 +1,6 @@
 //! The operator CLI: `sepp queues`, `sepp jobs`, `sepp job`, `sepp key [forget]`, `sepp cancel`,
-//! `sepp dlq list|requeue|delete`, `sepp pause`, `sepp resume`, `sepp purge`. Each is one or a
+//! `sepp dlq list|requeue|delete`, `sepp pause`, `sepp resume`, `sepp purge`, `sepp queue
+//! delete`. Each is one or a
 //! few calls of `sepp.admin.v1.AdminService` on a running server, printed as a table or, with
 //! `--output json`, as one JSON document on standard output. `sepp enqueue` bulk-enqueues a JSON
 //! Lines file through the client core ([`enqueue`]). Errors go to standard error with exit code
@@ -134,6 +135,22 @@ pub(crate) enum Op {
         /// Confirms the purge (it cannot be undone).
         #[arg(long)]
         yes: bool,
+    },
+    /// One queue's lifecycle: `sepp queue delete QUEUE`.
+    Queue {
+        #[command(subcommand)]
+        command: QueueCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum QueueCommand {
+    /// Deletes a queue that holds no job in any state, freeing its place under
+    /// `limits.max_queues`; its paused flag goes with it, its live dedup records stay until
+    /// their window ends. Refused, naming the counts, while it holds jobs.
+    Delete {
+        /// The queue.
+        queue: String,
     },
 }
 
@@ -695,6 +712,30 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 conn,
                 json!({"queue": queue, "purged": total}),
                 format!("purged {total} jobs from {queue}"),
+            );
+        }
+        Op::Queue {
+            command: QueueCommand::Delete { queue },
+        } => {
+            let r = admin
+                .delete_queue(pb::DeleteQueueRequest {
+                    queue: queue.clone(),
+                })
+                .await?
+                .into_inner();
+            let keys = match r.dedup_records {
+                0 => String::new(),
+                n => format!(" ({n} dedup records stay until their window ends)"),
+            };
+            done(
+                conn,
+                json!({
+                    "queue": queue,
+                    "deleted": true,
+                    "dedup_records": r.dedup_records,
+                    "was_paused": r.was_paused,
+                }),
+                format!("deleted queue {queue}{keys}"),
             );
         }
     }

@@ -184,6 +184,7 @@ pub async fn serve_with(
     let queue = Arc::new(
         Queue::new(store.clone(), limits, clock, stopping.clone()).with_metrics(metrics.clone()),
     );
+    queue.create_declared_queues().await?;
     let metrics_addr = if config.metrics.enabled {
         let at = config.metrics.listen_addr;
         let listener = TcpListener::bind(at).await.map_err(|e| {

@@ -339,4 +339,27 @@ impl AdminService for AdminApi {
             more,
         }))
     }
+
+    #[tracing::instrument(name = "sepp.admin.delete_queue", skip_all)]
+    async fn delete_queue(
+        &self,
+        req: Request<pb::DeleteQueueRequest>,
+    ) -> Result<Response<pb::DeleteQueueResponse>, Status> {
+        let api_key = self.auth.caller(req.metadata().as_ref());
+        let queue = req.into_inner().queue;
+        let was = self.queue.delete_queue(&queue).await?;
+        tracing::warn!(
+            target: "sepp::audit",
+            action = "delete_queue",
+            api_key = api_key.as_deref().unwrap_or("-"),
+            queue = %queue,
+            dedup_records = was.dedup_records,
+            was_paused = was.paused,
+            "queue deleted by an operator"
+        );
+        Ok(Response::new(pb::DeleteQueueResponse {
+            dedup_records: was.dedup_records,
+            was_paused: was.paused,
+        }))
+    }
 }

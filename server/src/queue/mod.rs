@@ -178,17 +178,17 @@ impl Queue {
             .iter()
             .map(|j| (j.queue.clone(), j.scheduled_at))
             .collect();
+        let limits = &*self.limits;
+        let declared = |q: &str| limits.is_declared(q);
+        let cap = enqueue::QueueCap {
+            max: limits.max_queues,
+            exempt: &declared,
+        };
         let rule = |jobs: &[NewJob], facts: &dyn EnqueueFacts| -> EnqueuePlan {
-            enqueue::decide(jobs, &repeats, facts, atomic, now)
+            enqueue::decide(jobs, &repeats, facts, &cap, atomic, now)
         };
         let outcomes = self.store.enqueue(jobs, &rule, now).await?;
-        let written = !(atomic
-            && outcomes.iter().any(|o| {
-                matches!(
-                    o,
-                    InsertOutcome::QueueFull { .. } | InsertOutcome::KeyConflict { .. }
-                )
-            }));
+        let written = !(atomic && outcomes.iter().any(InsertOutcome::is_refusal));
         if written {
             // Count ready jobs per queue (a batch usually fills one queue).
             let mut ready: Vec<(&str, usize)> = Vec::new();
@@ -646,6 +646,10 @@ fn insert_outcome(o: InsertOutcome, queue: &str) -> JobOutcome {
             original_job_id: original,
         }),
         InsertOutcome::QueueFull { limit } => Err(Rejection::QueueFull {
+            queue: queue.to_string(),
+            limit,
+        }),
+        InsertOutcome::TooManyQueues { limit } => Err(Rejection::TooManyQueues {
             queue: queue.to_string(),
             limit,
         }),

@@ -244,7 +244,11 @@ mod tests {
                 .collect();
             let repeats = crate::queue::enqueue::prepass(&jobs);
             let rule = |jobs: &[NewJob], facts: &dyn crate::storage::EnqueueFacts| {
-                crate::queue::enqueue::decide(jobs, &repeats, facts, false, t0)
+                let cap = crate::queue::enqueue::QueueCap {
+                    max: u64::MAX,
+                    exempt: &|_: &str| false,
+                };
+                crate::queue::enqueue::decide(jobs, &repeats, facts, &cap, false, t0)
             };
             store.enqueue(jobs, &rule, t0).await.unwrap();
         }

@@ -94,6 +94,12 @@ pub trait EnqueueFacts {
     fn record(&self, i: usize) -> Option<KeyRecord>;
     /// Jobs `queue` holds (ready + scheduled + in flight).
     fn depth(&self, queue: &str) -> u64;
+    /// Whether the store holds `queue` (it was created by an enqueue, a pause or at start-up
+    /// and not deleted since). Asked for every queue of the batch.
+    fn queue_exists(&self, queue: &str) -> bool;
+    /// How many queues the store holds. Asked only when a queue of the batch does not exist;
+    /// then no other transition creates or deletes a queue until this one is applied.
+    fn queue_count(&self) -> u64;
     /// Where job `id` is (the job a dedup record names), from what the store holds in memory
     /// where it can (a hit is answered without a disk read); `None` when nothing of it is left.
     fn stage(&self, id: JobId) -> Option<Stage>;
@@ -122,6 +128,20 @@ pub type ReserveFitRule<'a> = dyn Fn(u32, u64, usize) -> Fit + Sync + 'a;
 /// What stays of a dead letter that is drained, deleted or past its retention
 /// (`queue::lifecycle::leave`): a tombstone or nothing.
 pub type RemovalRule<'a> = dyn Fn(JobFacts<'_>) -> Finish + Sync + 'a;
+
+/// Whether a queue with these counts may be deleted (`queue::lifecycle::queue_deletable`).
+pub type DeleteQueueRule<'a> = dyn Fn(&QueueStats) -> bool + Sync + 'a;
+
+/// What [`Store::delete_queue`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueDeletion {
+    /// The store holds no such queue.
+    NotFound,
+    /// The rule refused: the queue's counts, as read. Nothing changed.
+    Refused(QueueStats),
+    /// The queue is gone: its counts just before (the dedup records and the paused flag it had).
+    Deleted(QueueStats),
+}
 
 /// A settlement as applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -342,6 +362,21 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counts of a queue's jobs by state.
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError>;
+
+    /// Creates the queues of `names` that the store does not hold (unpaused, empty); the others
+    /// are left as they are. Not subject to `limits.max_queues` (the declared queues, at
+    /// start-up).
+    async fn create_queues(&self, names: &[String]) -> Result<(), StorageError>;
+
+    /// Deletes `queue` if `rule` allows it given the queue's counts, read in the same atomic
+    /// step as the deletion (a job enqueued concurrently is either counted or enqueued after,
+    /// into a new queue of the same name). The queue's record goes with its paused flag; its
+    /// dedup records and the tombstones they name stay until their own time.
+    async fn delete_queue(
+        &self,
+        queue: &str,
+        rule: &DeleteQueueRule<'_>,
+    ) -> Result<QueueDeletion, StorageError>;
 
     /// Every queue's counts, the age of its oldest ready job, and the dedup records: what a
     /// metrics scrape reports. Queues are sorted by name.
