@@ -262,6 +262,11 @@ async fn queues_page(State(ui): State<Ui>, headers: HeaderMap) -> Response {
         Ok(s) => s,
         Err(r) => return r,
     };
+    let rates: HashMap<String, crate::queue::rates::QueueRates> =
+        match ui.queue.queue_rates(None).await {
+            Ok(r) => r.queues.into_iter().map(|q| (q.queue.clone(), q)).collect(),
+            Err(e) => return error_page(&e.to_string()),
+        };
     let mut rows = String::new();
     let mut token = String::new();
     loop {
@@ -273,12 +278,13 @@ async fn queues_page(State(ui): State<Ui>, headers: HeaderMap) -> Response {
             let q = enc(name);
             let _ = write!(
                 rows,
-                r#"<tr data-queue="{n}"><td><a href="/queues/{q}">{n}</a></td><td class="num"><a href="/queues/{q}?state=ready">{}</a></td><td class="num"><a href="/queues/{q}?state=scheduled">{}</a></td><td class="num"><a href="/queues/{q}?state=in_flight">{}</a></td><td class="num"><a href="/dead-letters?queue={q}">{}</a></td><td class="num">{}</td><td>{}</td></tr>"#,
+                r#"<tr data-queue="{n}"><td><a href="/queues/{q}">{n}</a></td><td class="num"><a href="/queues/{q}?state=ready">{}</a></td><td class="num"><a href="/queues/{q}?state=scheduled">{}</a></td><td class="num"><a href="/queues/{q}?state=in_flight">{}</a></td><td class="num"><a href="/dead-letters?queue={q}">{}</a></td><td class="num">{}</td><td class="rates">{}</td><td>{}</td></tr>"#,
                 st.ready,
                 st.scheduled,
                 st.in_flight,
                 st.dead_lettered,
                 st.dedup_records,
+                rates_cell(rates.get(name.as_str())),
                 if st.paused {
                     r#"<span class="badge paused">paused</span>"#
                 } else {
@@ -293,10 +299,10 @@ async fn queues_page(State(ui): State<Ui>, headers: HeaderMap) -> Response {
         token = p.next_page_token;
     }
     if rows.is_empty() {
-        rows = r#"<tr><td colspan="7">No queues yet.</td></tr>"#.into();
+        rows = r#"<tr><td colspan="8">No queues yet.</td></tr>"#.into();
     }
     let body = format!(
-        r#"<p class="hint">Refreshes every 5 s.</p><table id="queues"><thead><tr><th>Queue</th><th>Ready</th><th>Scheduled</th><th>In flight</th><th>Dead letters</th><th>Keys</th><th>State</th></tr></thead><tbody>{rows}</tbody></table><form method="post" action="/logout">{}<button class="link">Log out</button></form>"#,
+        r#"<p class="hint">Refreshes every 5 s. Last hour: jobs per minute, summed over every server (<span class="k-enq">enqueued</span>, <span class="k-ack">acked</span>, <span class="k-nack">nacked</span>, <span class="k-dead">dead-lettered</span>); the numbers are the last complete minute.</p><table id="queues"><thead><tr><th>Queue</th><th>Ready</th><th>Scheduled</th><th>In flight</th><th>Dead letters</th><th>Keys</th><th>Last hour</th><th>State</th></tr></thead><tbody>{rows}</tbody></table><form method="post" action="/logout">{}<button class="link">Log out</button></form>"#,
         csrf_field(&s)
     );
     page("Queues", &body, true).into_response()
@@ -584,6 +590,60 @@ async fn delete_queue(
     }
 }
 
+/// The "Last hour" cell of a queue: an inline SVG sparkline of its per-minute counts (one
+/// polyline per count, on one scale) and the last complete minute's numbers.
+fn rates_cell(r: Option<&crate::queue::rates::QueueRates>) -> String {
+    let Some(r) = r else {
+        return r#"<span class="hint">no activity</span>"#.to_string();
+    };
+    const W: f64 = 120.0;
+    const H: f64 = 24.0;
+    let series: [(&str, Vec<u64>); 4] = [
+        ("k-enq", r.minutes.iter().map(|c| c.enqueued).collect()),
+        ("k-ack", r.minutes.iter().map(|c| c.acked).collect()),
+        ("k-nack", r.minutes.iter().map(|c| c.nacked).collect()),
+        (
+            "k-dead",
+            r.minutes.iter().map(|c| c.dead_lettered).collect(),
+        ),
+    ];
+    let max = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let step = W / (r.minutes.len().max(2) - 1) as f64;
+    let mut svg = format!(
+        r#"<svg class="spark" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="jobs per minute, last hour">"#
+    );
+    for (class, v) in &series {
+        if v.iter().all(|n| *n == 0) {
+            continue;
+        }
+        let points: Vec<String> = v
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let x = i as f64 * step;
+                let y = (H - 1.0) - (*n as f64 / max) * (H - 2.0);
+                format!("{x:.1},{y:.1}")
+            })
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline class="{class}" points="{}"/>"#,
+            points.join(" ")
+        );
+    }
+    svg.push_str("</svg>");
+    let last = r.last_minute();
+    format!(
+        r#"{svg} <span class="per-min" title="enqueued / acked / nacked / dead-lettered in the last complete minute">{} / {} / {} / {}</span>"#,
+        last.enqueued, last.acked, last.nacked, last.dead_lettered
+    )
+}
+
 #[derive(Deserialize)]
 struct FindQuery {
     #[serde(default)]
@@ -759,5 +819,35 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
         assert_eq!(enc("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn the_rates_cell_draws_one_line_per_moving_count_and_the_last_complete_minute() {
+        use crate::storage::RateCounts;
+        assert!(rates_cell(None).contains("no activity"));
+        let mut minutes = vec![RateCounts::default(); 60];
+        minutes[57].enqueued = 4;
+        minutes[58] = RateCounts {
+            enqueued: 2,
+            acked: 1,
+            nacked: 0,
+            dead_lettered: 1,
+        };
+        minutes[59].enqueued = 9;
+        let cell = rates_cell(Some(&crate::queue::rates::QueueRates {
+            queue: "q".into(),
+            minutes,
+        }));
+        assert!(cell.starts_with(r#"<svg class="spark""#), "{cell}");
+        assert_eq!(
+            cell.matches("<polyline").count(),
+            3,
+            "no line for nacks: {cell}"
+        );
+        assert!(!cell.contains("k-nack"), "{cell}");
+        // The tallest point (9, the current minute) is at the top, the last x at the right.
+        assert!(cell.contains("120.0,1.0"), "{cell}");
+        assert!(cell.contains(">2 / 1 / 0 / 1</span>"), "{cell}");
+        assert!(!cell.contains("http"), "everything inline: {cell}");
     }
 }

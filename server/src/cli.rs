@@ -62,7 +62,9 @@ pub(crate) enum StateArg {
 /// The operator subcommands.
 #[derive(Subcommand, Debug)]
 pub(crate) enum Op {
-    /// Every queue with its depth by state and whether it is paused.
+    /// Every queue with its depth by state, its rates per minute (enqueued, acked, nacked,
+    /// dead-lettered in the last complete minute, summed over every server) and whether it is
+    /// paused.
     Queues,
     /// A queue's jobs in one state, a page at a time.
     Jobs {
@@ -448,13 +450,40 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 }
                 token = page.next_page_token;
             }
+            // The last complete minute's counts of each queue (a server without the call: none).
+            let rates: std::collections::HashMap<String, [u64; 4]> = match admin
+                .get_queue_rates(pb::GetQueueRatesRequest { queue: None })
+                .await
+            {
+                Ok(r) => r
+                    .into_inner()
+                    .queues
+                    .into_iter()
+                    .map(|q| {
+                        let last = |v: &[u64]| v.len().checked_sub(2).map_or(0, |i| v[i]);
+                        let counts = [
+                            last(&q.enqueued),
+                            last(&q.acked),
+                            last(&q.nacked),
+                            last(&q.dead_lettered),
+                        ];
+                        (q.queue, counts)
+                    })
+                    .collect(),
+                Err(s) if s.code() == tonic::Code::Unimplemented => Default::default(),
+                Err(s) => return Err(s.into()),
+            };
+            let rate = |q: &str| rates.get(q).copied().unwrap_or_default();
             if conn.output == Output::Json {
                 let qs: Vec<Value> = all
                     .iter()
                     .map(|q| {
+                        let r = rate(&q.queue);
                         json!({"queue": q.queue, "ready": q.ready, "scheduled": q.scheduled,
                         "in_flight": q.in_flight, "dead_lettered": q.dead_lettered,
-                        "dedup_records": q.dedup_records, "paused": q.paused})
+                        "dedup_records": q.dedup_records, "paused": q.paused,
+                        "per_minute": {"enqueued": r[0], "acked": r[1], "nacked": r[2],
+                        "dead_lettered": r[3]}})
                     })
                     .collect();
                 print_json(&json!({ "queues": qs }));
@@ -462,6 +491,7 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 let rows: Vec<Vec<String>> = all
                     .iter()
                     .map(|q| {
+                        let r = rate(&q.queue);
                         vec![
                             q.queue.clone(),
                             q.ready.to_string(),
@@ -469,6 +499,10 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                             q.in_flight.to_string(),
                             q.dead_lettered.to_string(),
                             q.dedup_records.to_string(),
+                            r[0].to_string(),
+                            r[1].to_string(),
+                            r[2].to_string(),
+                            r[3].to_string(),
                             if q.paused { "paused" } else { "" }.to_string(),
                         ]
                     })
@@ -481,6 +515,10 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                         "IN_FLIGHT",
                         "DEAD",
                         "KEYS",
+                        "ENQ/MIN",
+                        "ACK/MIN",
+                        "NACK/MIN",
+                        "DLQ/MIN",
                         "PAUSED",
                     ],
                     &rows,

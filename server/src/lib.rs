@@ -215,6 +215,9 @@ pub async fn serve_with(
         config.storage.sweep_interval_ms,
         stopping.clone(),
     ));
+    // Adds this server's per-minute counts to the store every few seconds; awaited with the
+    // sweeper, before the store closes, so its last flush lands.
+    let rates = tokio::spawn(queue::rates::run(queue.clone(), stopping.clone()));
     let edge = api::build(&config, queue.clone()).await?;
     let health = edge.health.clone();
     // SIGHUP reloads `auth.api_keys_file` (and does not stop the server).
@@ -289,6 +292,7 @@ pub async fn serve_with(
     .await;
     stopping.cancel();
     let _ = sweeper.await;
+    let _ = rates.await;
     store.close().await?;
     tracing::info!("storage flushed; stopped");
     Ok(Stopped { store })

@@ -101,13 +101,34 @@ async fn every_operator_subcommand_against_a_real_server() {
     // queues: a table and JSON.
     let table = cli.ok(&["queues"]);
     assert!(table.starts_with("QUEUE"), "{table}");
-    let row = table.lines().find(|l| l.starts_with("mail")).unwrap();
-    assert_eq!(
-        row.split_whitespace().collect::<Vec<_>>(),
-        ["mail", "2", "0", "0", "1", "3"]
+    assert!(
+        table.lines().next().unwrap().split_whitespace().eq([
+            "QUEUE",
+            "READY",
+            "SCHEDULED",
+            "IN_FLIGHT",
+            "DEAD",
+            "KEYS",
+            "ENQ/MIN",
+            "ACK/MIN",
+            "NACK/MIN",
+            "DLQ/MIN",
+            "PAUSED"
+        ]),
+        "{table}"
     );
+    let row = table.lines().find(|l| l.starts_with("mail")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // The rates are the last complete minute's (their values are checked with a manual clock
+    // in tests/queues.rs): here only that they are numbers.
+    assert_eq!(cells[..6], ["mail", "2", "0", "0", "1", "3"], "{row}");
+    assert_eq!(cells.len(), 10, "{row}");
+    assert!(cells[6..].iter().all(|c| c.parse::<u64>().is_ok()), "{row}");
     let q = cli.json(&["queues"]);
     assert_eq!(q["queues"][0]["queue"], "mail");
+    for k in ["enqueued", "acked", "nacked", "dead_lettered"] {
+        assert!(q["queues"][0]["per_minute"][k].is_u64(), "{q}");
+    }
     assert_eq!(q["queues"][0]["ready"], 2);
     assert_eq!(q["queues"][0]["dead_lettered"], 1);
 

@@ -258,3 +258,61 @@ async fn delete_queue_removes_an_empty_queue_and_refuses_one_with_jobs_naming_th
         .into_inner();
     assert_eq!((stats.ready, stats.paused), (1, false));
 }
+
+#[tokio::test]
+async fn get_queue_rates_reports_each_minute_of_the_last_hour() {
+    use sepp_server::queue::clock::ManualClock;
+    // A minute boundary, so that the counts land where the test says.
+    let t0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+    let clock = std::sync::Arc::new(ManualClock::new(t0));
+    let server = TestServer::start_with_clock(clock.clone(), |_| {}).await;
+    let c = server.client().await;
+    let mut admin = server.admin().await;
+    for _ in 0..2 {
+        c.enqueue(EnqueueRequest::new("q", "t").unwrap())
+            .await
+            .unwrap();
+    }
+    let j = c
+        .reserve(ReserveOptions::new(["q"], Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .remove(0);
+    c.ack(&j.id, j.attempt).await.unwrap();
+    clock.advance(60_000);
+    c.enqueue(EnqueueRequest::new("other", "t").unwrap())
+        .await
+        .unwrap();
+
+    let r = admin
+        .get_queue_rates(apb::GetQueueRatesRequest { queue: None })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = r.first_minute.expect("first_minute");
+    assert_eq!(first.seconds * 1000, t0 + 60_000 - 59 * 60_000);
+    let names: Vec<&str> = r.queues.iter().map(|q| q.queue.as_str()).collect();
+    assert_eq!(names, ["other", "q"]);
+    let q = &r.queues[1];
+    assert_eq!(q.enqueued.len(), 60);
+    assert_eq!((q.enqueued[58], q.acked[58], q.nacked[58]), (2, 1, 0));
+    assert_eq!(q.dead_lettered.iter().sum::<u64>(), 0);
+    assert_eq!(q.enqueued[59], 0);
+    assert_eq!(r.queues[0].enqueued[59], 1);
+
+    let one = admin
+        .get_queue_rates(apb::GetQueueRatesRequest {
+            queue: Some("q".into()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(one.queues.len(), 1);
+    let e = admin
+        .get_queue_rates(apb::GetQueueRatesRequest {
+            queue: Some(String::new()),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+}

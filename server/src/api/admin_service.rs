@@ -362,4 +362,31 @@ impl AdminService for AdminApi {
             was_paused: was.paused,
         }))
     }
+
+    #[tracing::instrument(name = "sepp.admin.get_queue_rates", skip_all)]
+    async fn get_queue_rates(
+        &self,
+        req: Request<pb::GetQueueRatesRequest>,
+    ) -> Result<Response<pb::GetQueueRatesResponse>, Status> {
+        let r = req.into_inner();
+        let report = self.queue.queue_rates(r.queue.as_deref()).await?;
+        let series = |q: &crate::queue::rates::QueueRates,
+                      f: fn(&crate::storage::RateCounts) -> u64| {
+            q.minutes.iter().map(f).collect::<Vec<u64>>()
+        };
+        Ok(Response::new(pb::GetQueueRatesResponse {
+            first_minute: Some(ms_timestamp(report.first_minute * 60_000)),
+            queues: report
+                .queues
+                .iter()
+                .map(|q| pb::QueueRates {
+                    queue: q.queue.clone(),
+                    enqueued: series(q, |c| c.enqueued),
+                    acked: series(q, |c| c.acked),
+                    nacked: series(q, |c| c.nacked),
+                    dead_lettered: series(q, |c| c.dead_lettered),
+                })
+                .collect(),
+        }))
+    }
 }

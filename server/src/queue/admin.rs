@@ -140,7 +140,12 @@ fn page_limit(page_size: Option<u32>, default: u32) -> Result<u32, QueueError> {
 }
 
 impl Queue {
-    fn check_queue_name(&self, field: &str, queue: &str, use_: NameUse) -> Result<(), QueueError> {
+    pub(super) fn check_queue_name(
+        &self,
+        field: &str,
+        queue: &str,
+        use_: NameUse,
+    ) -> Result<(), QueueError> {
         check_queue_name(field, queue, &self.limits, use_)?;
         if self.limits.strict_queues && !self.limits.is_declared(queue) {
             return Err(QueueError::UnknownQueues(vec![queue.to_string()]));

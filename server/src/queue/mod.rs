@@ -17,6 +17,7 @@ pub mod lease;
 pub mod lifecycle;
 pub mod limits;
 pub mod model;
+pub mod rates;
 pub mod reply;
 pub mod reserve;
 pub mod sweeper;
@@ -92,6 +93,8 @@ pub struct Queue {
     shutdown: CancellationToken,
     /// The process counters ([`crate::metrics`]); off unless set with [`Queue::with_metrics`].
     metrics: Arc<Metrics>,
+    /// This server's per-minute counts not yet added to the store ([`rates`]).
+    rates: rates::Rates,
 }
 
 impl Queue {
@@ -113,6 +116,7 @@ impl Queue {
             clock,
             shutdown,
             metrics: Metrics::disabled(),
+            rates: rates::Rates::default(),
         }
     }
 
@@ -193,6 +197,9 @@ impl Queue {
             // Count ready jobs per queue (a batch usually fills one queue).
             let mut ready: Vec<(&str, usize)> = Vec::new();
             for (o, (queue, scheduled_at)) in outcomes.iter().zip(&placed) {
+                if matches!(o, InsertOutcome::Created(_)) {
+                    self.rates.count(queue, rates::Event::Enqueued, 1, now);
+                }
                 let scheduled_at = match o {
                     InsertOutcome::Created(_) => scheduled_at,
                     // A replaced job may have moved (from scheduled to ready, or later).
@@ -481,6 +488,8 @@ impl Queue {
             .settle(job_id, attempt, id, &rule, LastReason::Unchanged, now)
             .await?;
         self.metrics.acked(&settled.queue);
+        self.rates
+            .count(&settled.queue, rates::Event::Acked, 1, now);
         Ok(())
     }
 
@@ -521,8 +530,12 @@ impl Queue {
             .settle(job_id, attempt, id, &rule, LastReason::Set(reason), now)
             .await?;
         self.metrics.nacked(&settled.queue);
+        self.rates
+            .count(&settled.queue, rates::Event::Nacked, 1, now);
         let dead = matches!(settled.plan, Settle::Finish(_));
         if dead {
+            self.rates
+                .count(&settled.queue, rates::Event::DeadLettered, 1, now);
             self.metrics
                 .dead_lettered(lifecycle::nack_cause(strategy), 1);
         }

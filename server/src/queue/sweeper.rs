@@ -94,6 +94,10 @@ impl Queue {
         for (queue, n) in &done.ready {
             self.signals.job_ready(queue, *n);
         }
+        for (queue, n) in &done.dead_lettered_by_queue {
+            self.rates
+                .count(queue, super::rates::Event::DeadLettered, *n as u64, now);
+        }
         let d = done.deadlines;
         let retention_ms = i64::try_from(retention).unwrap_or(i64::MAX);
         let next_deadline = [

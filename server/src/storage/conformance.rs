@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
             list_queues_pages_by_name_with_counts,
             max_queues_refuses_a_new_undeclared_queue_and_counts_the_declared_ones,
             only_an_empty_queue_is_deleted_and_its_keys_outlive_it,
+            rates_count_each_minute_sum_over_servers_and_keep_an_hour,
             list_jobs_pages_each_state_in_its_order,
             cancel_and_purge_take_ready_and_scheduled_jobs_and_keep_the_key,
             a_waiting_reserve_gets_a_job_enqueued_later,
@@ -1694,6 +1695,73 @@ pub(crate) mod cases {
             h.queue.delete_queue("").await,
             Err(QueueError::InvalidArgument(_))
         ));
+    }
+
+    pub(crate) async fn rates_count_each_minute_sum_over_servers_and_keep_an_hour(
+        b: Box<dyn Backend>,
+    ) {
+        use crate::storage::RateCounts;
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 600_000).await;
+        assert_eq!(T0 % 60_000, 0, "the cases start on a minute");
+        // Minute 0: 3 enqueued on q, 1 on r; one acked, one nacked into the dead letters.
+        for _ in 0..3 {
+            h.put(job("q")).await;
+        }
+        h.put(job("r")).await;
+        let got = h.reserve(&["q"], 2, 30_000).await;
+        h.queue.ack(&got[0].id.to_string(), 1).await.unwrap();
+        h.queue
+            .nack(&got[1].id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        // Minute 1: one enqueued, then dead-lettered by the sweeper when its lease runs out.
+        h.advance(60_000);
+        h.put(EnqueueInput {
+            max_attempts: Some(1),
+            ..job("s")
+        })
+        .await;
+        h.reserve_one("s", 1_000).await.expect("s's job");
+        h.advance(2_000);
+        assert_eq!(h.sweep().await.done.dead_lettered, 1);
+
+        let report = h.queue.queue_rates(None).await.unwrap();
+        assert_eq!(report.first_minute, T0 / 60_000 + 1 - 59);
+        let names: Vec<&str> = report.queues.iter().map(|q| q.queue.as_str()).collect();
+        assert_eq!(names, ["q", "r", "s"]);
+        let c = |enqueued, acked, nacked, dead_lettered| RateCounts {
+            enqueued,
+            acked,
+            nacked,
+            dead_lettered,
+        };
+        let q = &report.queues[0];
+        assert_eq!(q.minutes.len(), 60);
+        assert_eq!(q.minutes[58], c(3, 1, 1, 1));
+        assert_eq!(q.minutes[59], c(0, 0, 0, 0));
+        assert_eq!(q.last_minute(), c(3, 1, 1, 1), "the last complete minute");
+        assert!(q.minutes[..58].iter().all(RateCounts::is_zero));
+        assert_eq!(report.queues[1].minutes[58], c(1, 0, 0, 0));
+        assert_eq!(report.queues[2].minutes[59], c(1, 0, 0, 1));
+        let only_r = h.queue.queue_rates(Some("r")).await.unwrap();
+        assert_eq!(only_r.queues.len(), 1);
+        assert_eq!(only_r.queues[0].queue, "r");
+
+        // Another server on the same store adds to the same buckets.
+        let other = Harness::queue_over(&h.store, &h.config, &h.clock);
+        other.enqueue_batch(vec![job("q"), job("q")]).await.unwrap();
+        other.flush_rates().await.unwrap();
+        let report = h.queue.queue_rates(Some("q")).await.unwrap();
+        assert_eq!(report.queues[0].minutes[59], c(2, 0, 0, 0));
+        assert_eq!(report.queues[0].minutes[58], c(3, 1, 1, 1));
+
+        // An hour on, every bucket has left the window and the store.
+        h.advance(60 * 60_000);
+        assert!(h.queue.queue_rates(None).await.unwrap().queues.is_empty());
+        assert!(
+            h.store.rates(0).await.unwrap().is_empty(),
+            "old buckets are deleted"
+        );
     }
 
     pub(crate) async fn list_jobs_pages_each_state_in_its_order(b: Box<dyn Backend>) {

@@ -203,6 +203,8 @@ pub struct Maintenance {
     pub more: bool,
     /// Queues that got ready jobs.
     pub ready: ReadyJobs,
+    /// Queues whose jobs were dead-lettered by lease expiry, and how many each.
+    pub dead_lettered_by_queue: ReadyJobs,
     /// What is due next.
     pub deadlines: Deadlines,
 }
@@ -240,6 +242,46 @@ pub struct StoreGauges {
     /// The `created_at` of the dedup record that expires next (the oldest one when every
     /// queue has the same window).
     pub next_expiring_dedup_created_at: Option<UnixMs>,
+}
+
+/// What happened to one queue's jobs in one minute, counted by the servers that did it
+/// (`queue::rates`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateCounts {
+    /// Jobs created by enqueues.
+    pub enqueued: u64,
+    /// Deliveries acked.
+    pub acked: u64,
+    /// Deliveries nacked (retried or dead-lettered).
+    pub nacked: u64,
+    /// Jobs dead-lettered (by a nack, or by lease expiry on their last attempt).
+    pub dead_lettered: u64,
+}
+
+impl RateCounts {
+    /// Adds `other` to these counts.
+    pub fn add(&mut self, other: &RateCounts) {
+        self.enqueued += other.enqueued;
+        self.acked += other.acked;
+        self.nacked += other.nacked;
+        self.dead_lettered += other.dead_lettered;
+    }
+
+    /// True when every count is 0.
+    pub fn is_zero(&self) -> bool {
+        *self == RateCounts::default()
+    }
+}
+
+/// One queue's counts of one minute (Unix milliseconds / 60 000).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateBucket {
+    /// The minute: Unix time in whole minutes.
+    pub minute: i64,
+    /// The queue.
+    pub queue: String,
+    /// Its counts.
+    pub counts: RateCounts,
 }
 
 /// Told of each durable commit, for the metrics (`crate::metrics`): how many writes the batch
@@ -362,6 +404,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counts of a queue's jobs by state.
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError>;
+
+    /// Adds `buckets` to the per-minute counts the store keeps (a bucket's counts are added to
+    /// what the same queue and minute hold, so several servers sum up), then removes every
+    /// bucket of a minute before `keep_from`.
+    async fn add_rates(&self, buckets: &[RateBucket], keep_from: i64) -> Result<(), StorageError>;
+
+    /// Every bucket of a minute at or after `from`, by minute then queue.
+    async fn rates(&self, from: i64) -> Result<Vec<RateBucket>, StorageError>;
 
     /// Creates the queues of `names` that the store does not hold (unpaused, empty); the others
     /// are left as they are. Not subject to `limits.max_queues` (the declared queues, at

@@ -107,6 +107,16 @@ impl Store for EmptyStore {
     async fn create_queues(&self, _: &[String]) -> Result<(), StorageError> {
         Ok(())
     }
+    async fn add_rates(
+        &self,
+        _: &[crate::storage::RateBucket],
+        _: i64,
+    ) -> Result<(), StorageError> {
+        Ok(())
+    }
+    async fn rates(&self, _: i64) -> Result<Vec<crate::storage::RateBucket>, StorageError> {
+        Ok(Vec::new())
+    }
     async fn delete_queue(
         &self,
         _: &str,

@@ -49,6 +49,7 @@ use super::{
     Maintenance, QueueDeletion, QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule,
     SettleRule, Settled, StorageError, StorageHealth, Store, StoreGauges, SweepPass,
 };
+use super::{RateBucket, RateCounts};
 use crate::domain::{
     CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit,
     InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord, LastReason, ListState, NewJob,
@@ -100,6 +101,10 @@ struct Shared {
 /// The embedded [`Store`].
 pub struct EmbeddedStore {
     shared: Arc<Shared>,
+    /// The per-minute counts ([`Store::add_rates`]), in memory only: this process is the only
+    /// server of the store, and a restart starts the hour afresh. At most the queues × 60
+    /// minutes the queue layer keeps.
+    rates: Mutex<std::collections::BTreeMap<(i64, String), RateCounts>>,
     /// The flusher thread; joined by [`Store::close`].
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
     report: RecoveryReport,
@@ -168,6 +173,7 @@ impl EmbeddedStore {
             .map_err(|e| StorageError::Io(format!("cannot start the flusher thread: {e}")))?;
         Ok(EmbeddedStore {
             shared,
+            rates: Mutex::default(),
             flusher: Mutex::new(Some(flusher)),
             report,
         })
@@ -854,6 +860,9 @@ impl Store for EmbeddedStore {
                         }
                     }
                     Expiry::Finish(finish) => {
+                        if let Some(q) = st.jobs.get(id).map(|m| m.queue.clone()) {
+                            push_ready(&mut report.dead_lettered_by_queue, &q);
+                        }
                         Shared::apply_finish(&mut st, id, finish, &mut ops);
                         report.dead_lettered += 1;
                     }
@@ -1144,6 +1153,30 @@ impl Store for EmbeddedStore {
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
         Ok(stats_of(&self.shared.lock(), queue))
+    }
+
+    async fn add_rates(&self, buckets: &[RateBucket], keep_from: i64) -> Result<(), StorageError> {
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        for b in buckets {
+            rates
+                .entry((b.minute, b.queue.clone()))
+                .or_default()
+                .add(&b.counts);
+        }
+        *rates = rates.split_off(&(keep_from, String::new()));
+        Ok(())
+    }
+
+    async fn rates(&self, from: i64) -> Result<Vec<RateBucket>, StorageError> {
+        let rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(rates
+            .range((from, String::new())..)
+            .map(|((minute, queue), counts)| RateBucket {
+                minute: *minute,
+                queue: queue.clone(),
+                counts: *counts,
+            })
+            .collect())
     }
 
     async fn create_queues(&self, names: &[String]) -> Result<(), StorageError> {

@@ -35,6 +35,7 @@ use super::{
     Maintenance, QueueDeletion, QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule,
     SettleRule, Settled, StorageError, StorageHealth, Store, StoreGauges, SweepPass,
 };
+use super::{RateBucket, RateCounts};
 use crate::domain::{
     CancelSelector, DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry,
     Fingerprint, Finish, Fit, InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord,
@@ -1378,6 +1379,7 @@ impl Store for PostgresStore {
                         apply_finish(&tx, row.id, finish, &LastReason::Unchanged, "", &[])
                             .await
                             .map_err(pg_err)?;
+                        push_ready(&mut report.dead_lettered_by_queue, &row.queue);
                         report.dead_lettered += 1;
                     }
                 }
@@ -1990,6 +1992,75 @@ impl Store for PostgresStore {
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
         let client = self.shared.client().await?;
         stats_in(&client, queue).await.map_err(pg_err)
+    }
+
+    async fn add_rates(&self, buckets: &[RateBucket], keep_from: i64) -> Result<(), StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        // In (minute, queue) order, so that servers adding to the same buckets lock them in one
+        // order.
+        let mut sorted: Vec<&RateBucket> = buckets.iter().collect();
+        sorted.sort_by(|a, b| (a.minute, &a.queue).cmp(&(b.minute, &b.queue)));
+        let col = |f: fn(&RateCounts) -> u64| -> Vec<i64> {
+            sorted
+                .iter()
+                .map(|b| i64::try_from(f(&b.counts)).unwrap_or(i64::MAX))
+                .collect()
+        };
+        let minutes: Vec<i64> = sorted.iter().map(|b| b.minute).collect();
+        let queues: Vec<&str> = sorted.iter().map(|b| b.queue.as_str()).collect();
+        let (enq, ack, nack, dead) = (
+            col(|c| c.enqueued),
+            col(|c| c.acked),
+            col(|c| c.nacked),
+            col(|c| c.dead_lettered),
+        );
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        if !sorted.is_empty() {
+            tx.execute(
+                "INSERT INTO sepp_rates AS r (minute, queue, enqueued, acked, nacked, dead_lettered) \
+                 SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::int8[], $5::int8[], \
+                 $6::int8[]) \
+                 ON CONFLICT (minute, queue) DO UPDATE SET \
+                 enqueued = r.enqueued + EXCLUDED.enqueued, acked = r.acked + EXCLUDED.acked, \
+                 nacked = r.nacked + EXCLUDED.nacked, \
+                 dead_lettered = r.dead_lettered + EXCLUDED.dead_lettered",
+                &[&minutes, &queues, &enq, &ack, &nack, &dead],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        tx.execute("DELETE FROM sepp_rates WHERE minute < $1", &[&keep_from])
+            .await
+            .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn rates(&self, from: i64) -> Result<Vec<RateBucket>, StorageError> {
+        let client = self.shared.client().await?;
+        let rows = client
+            .query(
+                "SELECT minute, queue, enqueued, acked, nacked, dead_lettered FROM sepp_rates \
+                 WHERE minute >= $1 ORDER BY minute, queue",
+                &[&from],
+            )
+            .await
+            .map_err(pg_err)?;
+        let n = |r: &Row, i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
+        Ok(rows
+            .iter()
+            .map(|r| RateBucket {
+                minute: r.get(0),
+                queue: r.get(1),
+                counts: RateCounts {
+                    enqueued: n(r, 2),
+                    acked: n(r, 3),
+                    nacked: n(r, 4),
+                    dead_lettered: n(r, 5),
+                },
+            })
+            .collect())
     }
 
     async fn create_queues(&self, names: &[String]) -> Result<(), StorageError> {
