@@ -379,7 +379,9 @@ impl Queue {
     /// [`QueueError::InvalidArgument`] for a malformed name; [`QueueError::QueueNotFound`];
     /// [`QueueError::QueueNotEmpty`] naming the counts; [`QueueError::Storage`].
     pub async fn delete_queue(&self, queue: &str) -> Result<QueueStats, QueueError> {
-        self.check_queue_name("queue", queue, NameUse::Read)?;
+        // The name's shape only: in strict mode an undeclared queue left from before can still
+        // be deleted (that is how it goes away).
+        check_queue_name("queue", queue, &self.limits, NameUse::Read)?;
         match self
             .store
             .delete_queue(queue, &lifecycle::queue_deletable)

@@ -196,9 +196,14 @@ impl Queue {
         if written {
             // Count ready jobs per queue (a batch usually fills one queue).
             let mut ready: Vec<(&str, usize)> = Vec::new();
+            // Jobs created per queue, counted once per queue into the rates.
+            let mut created: Vec<(&Arc<str>, u64)> = Vec::new();
             for (o, (queue, scheduled_at)) in outcomes.iter().zip(&placed) {
                 if matches!(o, InsertOutcome::Created(_)) {
-                    self.rates.count(queue, rates::Event::Enqueued, 1, now);
+                    match created.iter_mut().find(|(q, _)| *q == queue) {
+                        Some((_, n)) => *n += 1,
+                        None => created.push((queue, 1)),
+                    }
                 }
                 let scheduled_at = match o {
                     InsertOutcome::Created(_) => scheduled_at,
@@ -217,6 +222,9 @@ impl Queue {
             }
             for (queue, n) in ready {
                 self.signals.job_ready(queue, n);
+            }
+            for (queue, n) in created {
+                self.rates.count(queue, rates::Event::Enqueued, n, now);
             }
         }
         Ok((outcomes, placed))

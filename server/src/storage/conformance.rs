@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
             list_queues_pages_by_name_with_counts,
             max_queues_refuses_a_new_undeclared_queue_and_counts_the_declared_ones,
             only_an_empty_queue_is_deleted_and_its_keys_outlive_it,
+            strict_mode_still_deletes_an_undeclared_queue_left_from_before,
             rates_count_each_minute_sum_over_servers_and_keep_an_hour,
             list_jobs_pages_each_state_in_its_order,
             cancel_and_purge_take_ready_and_scheduled_jobs_and_keep_the_key,
@@ -1762,6 +1763,31 @@ pub(crate) mod cases {
             h.store.rates(0).await.unwrap().is_empty(),
             "old buckets are deleted"
         );
+    }
+
+    pub(crate) async fn strict_mode_still_deletes_an_undeclared_queue_left_from_before(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.server.strict_queues = true;
+            c.queues.push(QueueConfig {
+                name: "d".into(),
+                ..Default::default()
+            });
+        })
+        .await;
+        // A queue created before strict mode was set.
+        h.store
+            .create_queues(&["legacy".to_string()])
+            .await
+            .unwrap();
+        assert!(matches!(
+            h.queue.queue_stats("legacy").await,
+            Err(QueueError::UnknownQueues(_))
+        ));
+        h.queue.delete_queue("legacy").await.expect("deleted");
+        let page = h.queue.list_queues(None, "").await.unwrap();
+        assert!(page.queues.is_empty(), "{page:?}");
     }
 
     pub(crate) async fn list_jobs_pages_each_state_in_its_order(b: Box<dyn Backend>) {
