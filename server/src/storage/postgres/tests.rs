@@ -51,3 +51,63 @@ impl Backend for Postgres {
 
 crate::storage::conformance::conformance_suite!(Postgres::new());
 crate::storage::model::model_test!(Postgres::new());
+
+/// Two servers on one database enqueue into new queues at the same time: together they create
+/// exactly `max_queues` queues (the count is read under the creation lock), and each refused job
+/// names the cap.
+#[tokio::test]
+async fn several_servers_never_pass_max_queues_together() {
+    use crate::config::Config;
+    use crate::queue::Queue;
+    use crate::queue::clock::ManualClock;
+    use crate::queue::limits::Limits;
+    use crate::queue::model::{EnqueueInput, Rejection};
+    use tokio_util::sync::CancellationToken;
+
+    let db = TestDatabase::create().await;
+    let mut config = Config::default();
+    config.limits.max_queues = 4;
+    let limits = Arc::new(Limits::from_config(&config).expect("limits"));
+    let clock = Arc::new(ManualClock::new(crate::storage::conformance::T0));
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let store: Arc<dyn Store> = Arc::new(
+            PostgresStore::open(options(db.url()))
+                .await
+                .expect("open the PostgreSQL store"),
+        );
+        servers.push(Arc::new(Queue::new(
+            store,
+            limits.clone(),
+            clock.clone(),
+            CancellationToken::new(),
+        )));
+    }
+    let mut calls = Vec::new();
+    for i in 0..12 {
+        let q = servers[i % 2].clone();
+        calls.push(tokio::spawn(async move {
+            q.enqueue_batch(vec![EnqueueInput {
+                queue: format!("q{i}"),
+                job_type: "t".into(),
+                ..Default::default()
+            }])
+            .await
+            .expect("enqueue")
+            .remove(0)
+        }));
+    }
+    let (mut created, mut refused) = (0, 0);
+    for c in calls {
+        match c.await.expect("task") {
+            Ok(_) => created += 1,
+            Err(Rejection::TooManyQueues { limit: 4, .. }) => refused += 1,
+            Err(other) => panic!("unexpected rejection {other:?}"),
+        }
+    }
+    assert_eq!((created, refused), (4, 8));
+    for s in &servers {
+        let page = s.list_queues(None, "").await.expect("list");
+        assert_eq!(page.queues.len(), 4, "{page:?}");
+    }
+}
