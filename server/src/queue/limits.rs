@@ -472,6 +472,23 @@ mod tests {
     }
 
     #[test]
+    fn max_queues_has_a_range_and_counts_the_declared_queues() {
+        assert_eq!(
+            load("[limits]\nmax_queues = 0\n").unwrap_err(),
+            "config key limits.max_queues = 0 is out of range: allowed 1 to 1000000"
+        );
+        let two = "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n";
+        let err = load(&format!("[limits]\nmax_queues = 1\n{two}")).unwrap_err();
+        assert!(
+            err.contains("limits.max_queues = 1 is less than the 2 [[queues]] entries"),
+            "{err}"
+        );
+        let l = load(&format!("[limits]\nmax_queues = 2\n{two}")).unwrap();
+        assert_eq!(l.max_queues, 2);
+        assert_eq!(load("").unwrap().max_queues, 10_000, "the default");
+    }
+
+    #[test]
     fn retry_cap_below_base_is_rejected() {
         let err = load("[limits]\nretry_delay_ms = 5000\nretry_delay_max_ms = 100\n").unwrap_err();
         assert!(err.contains("retry_delay_max_ms = 100"), "{err}");
