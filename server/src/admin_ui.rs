@@ -262,11 +262,19 @@ async fn queues_page(State(ui): State<Ui>, headers: HeaderMap) -> Response {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let rates: HashMap<String, crate::queue::rates::QueueRates> =
-        match ui.queue.queue_rates(None).await {
-            Ok(r) => r.queues.into_iter().map(|q| (q.queue.clone(), q)).collect(),
+    let mut rates: HashMap<String, crate::queue::rates::QueueRates> = HashMap::new();
+    let mut token = String::new();
+    loop {
+        let r = match ui.queue.queue_rates(None, None, &token).await {
+            Ok(r) => r,
             Err(e) => return error_page(&e.to_string()),
         };
+        rates.extend(r.queues.into_iter().map(|q| (q.queue.clone(), q)));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        token = r.next_page_token;
+    }
     let mut rows = String::new();
     let mut token = String::new();
     loop {

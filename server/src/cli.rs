@@ -451,28 +451,36 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 token = page.next_page_token;
             }
             // The last complete minute's counts of each queue (a server without the call: none).
-            let rates: std::collections::HashMap<String, [u64; 4]> = match admin
-                .get_queue_rates(pb::GetQueueRatesRequest { queue: None })
-                .await
-            {
-                Ok(r) => r
-                    .into_inner()
-                    .queues
-                    .into_iter()
-                    .map(|q| {
-                        let last = |v: &[u64]| v.len().checked_sub(2).map_or(0, |i| v[i]);
-                        let counts = [
-                            last(&q.enqueued),
-                            last(&q.acked),
-                            last(&q.nacked),
-                            last(&q.dead_lettered),
-                        ];
-                        (q.queue, counts)
+            let mut rates: std::collections::HashMap<String, [u64; 4]> = Default::default();
+            let mut token = String::new();
+            loop {
+                let page = match admin
+                    .get_queue_rates(pb::GetQueueRatesRequest {
+                        queue: None,
+                        page_size: None,
+                        page_token: token,
                     })
-                    .collect(),
-                Err(s) if s.code() == tonic::Code::Unimplemented => Default::default(),
-                Err(s) => return Err(s.into()),
-            };
+                    .await
+                {
+                    Ok(r) => r.into_inner(),
+                    Err(s) if s.code() == tonic::Code::Unimplemented => break,
+                    Err(s) => return Err(s.into()),
+                };
+                let last = |v: &[u64]| v.len().checked_sub(2).map_or(0, |i| v[i]);
+                for q in page.queues {
+                    let counts = [
+                        last(&q.enqueued),
+                        last(&q.acked),
+                        last(&q.nacked),
+                        last(&q.dead_lettered),
+                    ];
+                    rates.insert(q.queue, counts);
+                }
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                token = page.next_page_token;
+            }
             let rate = |q: &str| rates.get(q).copied().unwrap_or_default();
             if conn.output == Output::Json {
                 let qs: Vec<Value> = all

@@ -285,7 +285,7 @@ async fn get_queue_rates_reports_each_minute_of_the_last_hour() {
         .unwrap();
 
     let r = admin
-        .get_queue_rates(apb::GetQueueRatesRequest { queue: None })
+        .get_queue_rates(apb::GetQueueRatesRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -303,6 +303,7 @@ async fn get_queue_rates_reports_each_minute_of_the_last_hour() {
     let one = admin
         .get_queue_rates(apb::GetQueueRatesRequest {
             queue: Some("q".into()),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -311,6 +312,7 @@ async fn get_queue_rates_reports_each_minute_of_the_last_hour() {
     let e = admin
         .get_queue_rates(apb::GetQueueRatesRequest {
             queue: Some(String::new()),
+            ..Default::default()
         })
         .await
         .unwrap_err();

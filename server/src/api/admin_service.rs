@@ -369,7 +369,10 @@ impl AdminService for AdminApi {
         req: Request<pb::GetQueueRatesRequest>,
     ) -> Result<Response<pb::GetQueueRatesResponse>, Status> {
         let r = req.into_inner();
-        let report = self.queue.queue_rates(r.queue.as_deref()).await?;
+        let report = self
+            .queue
+            .queue_rates(r.queue.as_deref(), r.page_size, &r.page_token)
+            .await?;
         let series = |q: &crate::queue::rates::QueueRates,
                       f: fn(&crate::storage::RateCounts) -> u64| {
             q.minutes.iter().map(f).collect::<Vec<u64>>()
@@ -387,6 +390,7 @@ impl AdminService for AdminApi {
                     dead_lettered: series(q, |c| c.dead_lettered),
                 })
                 .collect(),
+            next_page_token: report.next_page_token,
         }))
     }
 }

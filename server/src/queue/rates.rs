@@ -98,13 +98,15 @@ pub struct QueueRates {
     pub minutes: Vec<RateCounts>,
 }
 
-/// The rates of every queue that moved in the last hour.
+/// A page of the rates of the queues that moved in the last hour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RatesReport {
     /// The minute of the first bucket (Unix time in whole minutes).
     pub first_minute: i64,
     /// By queue name.
     pub queues: Vec<QueueRates>,
+    /// Pass back to get the next page (the last queue's name); empty on the last page.
+    pub next_page_token: String,
 }
 
 impl QueueRates {
@@ -143,19 +145,47 @@ impl Queue {
 
     /// The per-minute counts of the last [`WINDOW_MINUTES`] minutes of every queue that moved
     /// in them (or of `queue` only), summed over every server on the store, after adding this
-    /// server's own.
+    /// server's own: one page of up to `page_size` queues (default and at most 1000) after the
+    /// name `page_token`, shorter when more would pass the reply budget
+    /// (`max_reserve_reply_bytes`).
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for a malformed queue name; [`QueueError::Storage`].
-    pub async fn queue_rates(&self, queue: Option<&str>) -> Result<RatesReport, QueueError> {
+    /// [`QueueError::InvalidArgument`] for a malformed queue name, `page_size = 0` or a token
+    /// longer than a queue name may be; [`QueueError::Storage`].
+    pub async fn queue_rates(
+        &self,
+        queue: Option<&str>,
+        page_size: Option<u32>,
+        page_token: &str,
+    ) -> Result<RatesReport, QueueError> {
         if let Some(q) = queue {
             self.check_queue_name("queue", q, super::validate::NameUse::Read)?;
+        }
+        let limit = match page_size {
+            Some(0) => {
+                return Err(QueueError::InvalidArgument(
+                    "page_size is 0: ask for at least 1 queue".into(),
+                ));
+            }
+            Some(n) => n.min(super::admin::MAX_PAGE) as usize,
+            None => super::admin::MAX_PAGE as usize,
+        };
+        if page_token.len() > self.limits.max_queue_name_bytes as usize {
+            return Err(QueueError::InvalidArgument(format!(
+                "page_token ({} bytes) is not a token this server issued (a queue name of at most \
+                 max_queue_name_bytes = {})",
+                page_token.len(),
+                self.limits.max_queue_name_bytes
+            )));
         }
         self.flush_rates().await?;
         let first_minute = minute_of(self.clock.now()) - (WINDOW_MINUTES - 1);
         let mut by_queue: std::collections::BTreeMap<String, Vec<RateCounts>> = Default::default();
         for b in self.store.rates(first_minute).await? {
-            if queue.is_some_and(|q| q != b.queue) || b.counts.is_zero() {
+            if queue.is_some_and(|q| q != b.queue)
+                || b.counts.is_zero()
+                || (!page_token.is_empty() && b.queue.as_str() <= page_token)
+            {
                 continue;
             }
             let Ok(i) = usize::try_from(b.minute - first_minute) else {
@@ -169,12 +199,31 @@ impl Queue {
                 .or_insert_with(|| vec![RateCounts::default(); WINDOW_MINUTES as usize])[i]
                 .add(&b.counts);
         }
+        let mut queues: Vec<QueueRates> = by_queue
+            .into_iter()
+            .map(|(queue, minutes)| QueueRates { queue, minutes })
+            .collect();
+        let mut more = queues.len() > limit;
+        queues.truncate(limit);
+        let fit = super::reply::listing_fit(
+            queues.iter().map(|q| {
+                super::reply::queue_rates_fixed(WINDOW_MINUTES as u64) + q.queue.len() as u64
+            }),
+            u64::from(self.limits.max_queue_name_bytes),
+            self.limits.max_reserve_reply_bytes,
+        );
+        if fit < queues.len() {
+            queues.truncate(fit);
+            more = true;
+        }
+        let next_page_token = match (more, queues.last()) {
+            (true, Some(q)) => q.queue.clone(),
+            _ => String::new(),
+        };
         Ok(RatesReport {
             first_minute,
-            queues: by_queue
-                .into_iter()
-                .map(|(queue, minutes)| QueueRates { queue, minutes })
-                .collect(),
+            queues,
+            next_page_token,
         })
     }
 }

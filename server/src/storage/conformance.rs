@@ -1726,7 +1726,7 @@ pub(crate) mod cases {
         h.advance(2_000);
         assert_eq!(h.sweep().await.done.dead_lettered, 1);
 
-        let report = h.queue.queue_rates(None).await.unwrap();
+        let report = h.queue.queue_rates(None, None, "").await.unwrap();
         assert_eq!(report.first_minute, T0 / 60_000 + 1 - 59);
         let names: Vec<&str> = report.queues.iter().map(|q| q.queue.as_str()).collect();
         assert_eq!(names, ["q", "r", "s"]);
@@ -1744,21 +1744,39 @@ pub(crate) mod cases {
         assert!(q.minutes[..58].iter().all(RateCounts::is_zero));
         assert_eq!(report.queues[1].minutes[58], c(1, 0, 0, 0));
         assert_eq!(report.queues[2].minutes[59], c(1, 0, 0, 1));
-        let only_r = h.queue.queue_rates(Some("r")).await.unwrap();
+        let only_r = h.queue.queue_rates(Some("r"), None, "").await.unwrap();
         assert_eq!(only_r.queues.len(), 1);
         assert_eq!(only_r.queues[0].queue, "r");
+        // Paged by name.
+        let p1 = h.queue.queue_rates(None, Some(2), "").await.unwrap();
+        let names: Vec<&str> = p1.queues.iter().map(|q| q.queue.as_str()).collect();
+        assert_eq!((names, p1.next_page_token.as_str()), (vec!["q", "r"], "r"));
+        let p2 = h.queue.queue_rates(None, Some(2), "r").await.unwrap();
+        assert_eq!(p2.queues.len(), 1);
+        assert_eq!(
+            (p2.queues[0].queue.as_str(), p2.next_page_token.as_str()),
+            ("s", "")
+        );
+        assert!(h.queue.queue_rates(None, Some(0), "").await.is_err());
 
         // Another server on the same store adds to the same buckets.
         let other = Harness::queue_over(&h.store, &h.config, &h.clock);
         other.enqueue_batch(vec![job("q"), job("q")]).await.unwrap();
         other.flush_rates().await.unwrap();
-        let report = h.queue.queue_rates(Some("q")).await.unwrap();
+        let report = h.queue.queue_rates(Some("q"), None, "").await.unwrap();
         assert_eq!(report.queues[0].minutes[59], c(2, 0, 0, 0));
         assert_eq!(report.queues[0].minutes[58], c(3, 1, 1, 1));
 
         // An hour on, every bucket has left the window and the store.
         h.advance(60 * 60_000);
-        assert!(h.queue.queue_rates(None).await.unwrap().queues.is_empty());
+        assert!(
+            h.queue
+                .queue_rates(None, None, "")
+                .await
+                .unwrap()
+                .queues
+                .is_empty()
+        );
         assert!(
             h.store.rates(0).await.unwrap().is_empty(),
             "old buckets are deleted"
