@@ -29,6 +29,7 @@ export type ErrorCode =
   | "QUEUE_FULL"
   | "QUEUE_CLOSING"
   | "IDEMPOTENCY_KEY_CONFLICT"
+  | "TOO_MANY_QUEUES"
   | "UNKNOWN_REJECTION";
 
 /**
@@ -283,6 +284,19 @@ export declare class IdempotencyKeyConflictError extends JobRejectedError {
   readonly originalJobId: string;
 }
 
+/**
+ * The job's queue does not exist yet and the server holds `limits.max_queues` queues already.
+ * Not retried.
+ */
+export declare class TooManyQueuesError extends JobRejectedError {
+  static readonly code: "TOO_MANY_QUEUES";
+  readonly code: "TOO_MANY_QUEUES";
+  /** The queue the job would have created. */
+  readonly queue: string;
+  /** The server's `limits.max_queues`. */
+  readonly limit: number;
+}
+
 /** A rejection this client does not know (a newer server). */
 export declare class UnknownRejectionError extends JobRejectedError {
   static readonly code: "UNKNOWN_REJECTION";
@@ -317,6 +331,7 @@ export declare const errorClasses: {
   readonly QUEUE_FULL: typeof QueueFullError;
   readonly QUEUE_CLOSING: typeof QueueClosingError;
   readonly IDEMPOTENCY_KEY_CONFLICT: typeof IdempotencyKeyConflictError;
+  readonly TOO_MANY_QUEUES: typeof TooManyQueuesError;
   readonly UNKNOWN_REJECTION: typeof UnknownRejectionError;
 };
 

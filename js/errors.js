@@ -172,6 +172,14 @@ export class IdempotencyKeyConflictError extends JobRejectedError {
   static code = "IDEMPOTENCY_KEY_CONFLICT";
 }
 
+/**
+ * The job's queue does not exist yet and the server holds `limits.max_queues` queues already.
+ * Not retried. Has `queue`, `limit`.
+ */
+export class TooManyQueuesError extends JobRejectedError {
+  static code = "TOO_MANY_QUEUES";
+}
+
 /** A rejection this client does not know (a newer server). */
 export class UnknownRejectionError extends JobRejectedError {
   static code = "UNKNOWN_REJECTION";
@@ -205,6 +213,7 @@ export const errorClasses = Object.freeze({
   QUEUE_FULL: QueueFullError,
   QUEUE_CLOSING: QueueClosingError,
   IDEMPOTENCY_KEY_CONFLICT: IdempotencyKeyConflictError,
+  TOO_MANY_QUEUES: TooManyQueuesError,
   UNKNOWN_REJECTION: UnknownRejectionError,
 });
 

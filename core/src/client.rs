@@ -974,6 +974,10 @@ pub(crate) fn rejection_from_proto(r: pb::JobRejection) -> Rejection {
             limit: x.limit,
         },
         Some(R::QueueClosing(x)) => Rejection::QueueClosing { queue: x.queue },
+        Some(R::TooManyQueues(x)) => Rejection::TooManyQueues {
+            queue: x.queue,
+            limit: x.limit,
+        },
         Some(R::IdempotencyKeyConflict(x)) => Rejection::IdempotencyKeyConflict {
             original_job_id: x.original_job_id,
         },

@@ -66,6 +66,8 @@ pub enum ErrorCode {
     /// Rejection: the idempotency key names a job with other contents (queues with
     /// `key_conflict = "reject"`).
     IdempotencyKeyConflict,
+    /// Rejection: the job would create a queue past the server's `limits.max_queues`.
+    TooManyQueues,
     /// Rejection of a kind this client does not know.
     UnknownRejection,
 }
@@ -99,6 +101,7 @@ impl ErrorCode {
         ErrorCode::QueueFull,
         ErrorCode::QueueClosing,
         ErrorCode::IdempotencyKeyConflict,
+        ErrorCode::TooManyQueues,
         ErrorCode::UnknownRejection,
     ];
 
@@ -150,6 +153,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyKeyConflict => {
                 ("IDEMPOTENCY_KEY_CONFLICT", "IdempotencyKeyConflictError")
             }
+            ErrorCode::TooManyQueues => ("TOO_MANY_QUEUES", "TooManyQueuesError"),
             ErrorCode::UnknownRejection => ("UNKNOWN_REJECTION", "UnknownRejectionError"),
         }
     }
@@ -286,6 +290,15 @@ pub enum Rejection {
         /// The job the key names.
         original_job_id: String,
     },
+    /// The queue does not exist yet and the server holds `limits.max_queues` queues already.
+    /// Not retried: it lasts until an operator deletes queues or raises the cap.
+    #[error("queue {queue:?} would be a new queue past limits.max_queues ({limit})")]
+    TooManyQueues {
+        /// The queue the job would have created.
+        queue: String,
+        /// `limits.max_queues`.
+        limit: u64,
+    },
     /// A rejection this client does not know (newer server).
     #[error("job rejected for a reason this client does not know")]
     Unknown,
@@ -310,6 +323,7 @@ impl Rejection {
             Rejection::QueueFull { .. } => ErrorCode::QueueFull,
             Rejection::QueueClosing { .. } => ErrorCode::QueueClosing,
             Rejection::IdempotencyKeyConflict { .. } => ErrorCode::IdempotencyKeyConflict,
+            Rejection::TooManyQueues { .. } => ErrorCode::TooManyQueues,
             Rejection::Unknown => ErrorCode::UnknownRejection,
         }
     }
@@ -343,11 +357,13 @@ impl Rejection {
                     ..none
                 }
             }
-            Rejection::QueueFull { queue, limit } => RejectionFields {
-                queue: Some(queue.clone()),
-                limit: Some(*limit),
-                ..none
-            },
+            Rejection::QueueFull { queue, limit } | Rejection::TooManyQueues { queue, limit } => {
+                RejectionFields {
+                    queue: Some(queue.clone()),
+                    limit: Some(*limit),
+                    ..none
+                }
+            }
             Rejection::PayloadTooLarge { limit, actual }
             | Rejection::CustomMapTooLarge { limit, actual } => RejectionFields {
                 limit: Some(*limit),
@@ -402,10 +418,11 @@ impl Rejection {
 /// fields of the rejection's kind are set.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RejectionFields {
-    /// The queue named by `UNKNOWN_QUEUE`, `QUEUE_FULL` and `QUEUE_CLOSING`.
+    /// The queue named by `UNKNOWN_QUEUE`, `QUEUE_FULL`, `QUEUE_CLOSING` and
+    /// `TOO_MANY_QUEUES`.
     pub queue: Option<String>,
-    /// The limit of the size and count rejections (bytes or entries), and the depth limit of
-    /// `QUEUE_FULL`.
+    /// The limit of the size and count rejections (bytes or entries), the depth limit of
+    /// `QUEUE_FULL`, and `limits.max_queues` for `TOO_MANY_QUEUES`.
     pub limit: Option<u64>,
     /// The size or count sent, for the size and count rejections.
     pub actual: Option<u64>,

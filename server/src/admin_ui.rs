@@ -64,6 +64,7 @@ pub fn router(queue: Arc<Queue>, config: &AdminUiConfig, auth: ApiKeyAuth) -> Ro
         .route("/queues/{queue}/pause", post(pause))
         .route("/queues/{queue}/resume", post(resume))
         .route("/queues/{queue}/purge", post(purge))
+        .route("/queues/{queue}/delete", post(delete_queue))
         .route("/jobs/{id}", get(job_page))
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/find", get(find))
@@ -261,6 +262,19 @@ async fn queues_page(State(ui): State<Ui>, headers: HeaderMap) -> Response {
         Ok(s) => s,
         Err(r) => return r,
     };
+    let mut rates: HashMap<String, crate::queue::rates::QueueRates> = HashMap::new();
+    let mut token = String::new();
+    loop {
+        let r = match ui.queue.queue_rates(None, None, &token).await {
+            Ok(r) => r,
+            Err(e) => return error_page(&e.to_string()),
+        };
+        rates.extend(r.queues.into_iter().map(|q| (q.queue.clone(), q)));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        token = r.next_page_token;
+    }
     let mut rows = String::new();
     let mut token = String::new();
     loop {
@@ -272,12 +286,13 @@ async fn queues_page(State(ui): State<Ui>, headers: HeaderMap) -> Response {
             let q = enc(name);
             let _ = write!(
                 rows,
-                r#"<tr data-queue="{n}"><td><a href="/queues/{q}">{n}</a></td><td class="num"><a href="/queues/{q}?state=ready">{}</a></td><td class="num"><a href="/queues/{q}?state=scheduled">{}</a></td><td class="num"><a href="/queues/{q}?state=in_flight">{}</a></td><td class="num"><a href="/dead-letters?queue={q}">{}</a></td><td class="num">{}</td><td>{}</td></tr>"#,
+                r#"<tr data-queue="{n}"><td><a href="/queues/{q}">{n}</a></td><td class="num"><a href="/queues/{q}?state=ready">{}</a></td><td class="num"><a href="/queues/{q}?state=scheduled">{}</a></td><td class="num"><a href="/queues/{q}?state=in_flight">{}</a></td><td class="num"><a href="/dead-letters?queue={q}">{}</a></td><td class="num">{}</td><td class="rates">{}</td><td>{}</td></tr>"#,
                 st.ready,
                 st.scheduled,
                 st.in_flight,
                 st.dead_lettered,
                 st.dedup_records,
+                rates_cell(rates.get(name.as_str())),
                 if st.paused {
                     r#"<span class="badge paused">paused</span>"#
                 } else {
@@ -292,10 +307,10 @@ async fn queues_page(State(ui): State<Ui>, headers: HeaderMap) -> Response {
         token = p.next_page_token;
     }
     if rows.is_empty() {
-        rows = r#"<tr><td colspan="7">No queues yet.</td></tr>"#.into();
+        rows = r#"<tr><td colspan="8">No queues yet.</td></tr>"#.into();
     }
     let body = format!(
-        r#"<p class="hint">Refreshes every 5 s.</p><table id="queues"><thead><tr><th>Queue</th><th>Ready</th><th>Scheduled</th><th>In flight</th><th>Dead letters</th><th>Keys</th><th>State</th></tr></thead><tbody>{rows}</tbody></table><form method="post" action="/logout">{}<button class="link">Log out</button></form>"#,
+        r#"<p class="hint">Refreshes every 5 s. Last hour: jobs per minute, summed over every server (<span class="k-enq">enqueued</span>, <span class="k-ack">acked</span>, <span class="k-nack">nacked</span>, <span class="k-dead">dead-lettered</span>); the numbers are the last complete minute.</p><table id="queues"><thead><tr><th>Queue</th><th>Ready</th><th>Scheduled</th><th>In flight</th><th>Dead letters</th><th>Keys</th><th>Last hour</th><th>State</th></tr></thead><tbody>{rows}</tbody></table><form method="post" action="/logout">{}<button class="link">Log out</button></form>"#,
         csrf_field(&s)
     );
     page("Queues", &body, true).into_response()
@@ -405,8 +420,17 @@ async fn jobs_page(
             r#"<form method="post" action="/queues/{qe}/pause">{c}<button id="pause">Pause</button></form>"#
         )
     };
+    // Only an empty queue can be deleted (the server refuses otherwise, naming the counts).
+    let delete = if stats.ready + stats.scheduled + stats.in_flight + stats.dead_lettered == 0 {
+        format!(
+            r#"<form method="post" action="/queues/{qe}/delete" onsubmit="return confirm('Delete this empty queue? Its paused state goes with it; its live dedup records stay until their window ends, and a new job creates the queue again.')">{c}<button id="delete-queue" class="danger">Delete queue</button></form>"#
+        )
+    } else {
+        r#"<span class="hint">Delete queue: possible once it holds no job in any state.</span>"#
+            .to_string()
+    };
     let body = format!(
-        r#"<div class="actions">{pause}<form method="post" action="/queues/{qe}/purge" onsubmit="return confirm('Cancel every ready and scheduled job of this queue? This cannot be undone.')">{c}<button class="danger">Purge ready and scheduled</button></form></div><nav class="tabs">{tabs}</nav><table id="jobs"><thead><tr><th>Job id</th><th>Type</th><th>Priority</th><th>Attempt</th><th>Enqueued</th><th>Key</th><th>Last reason</th></tr></thead><tbody>{rows}</tbody></table>{next}"#
+        r#"<div class="actions">{pause}<form method="post" action="/queues/{qe}/purge" onsubmit="return confirm('Cancel every ready and scheduled job of this queue? This cannot be undone.')">{c}<button class="danger">Purge ready and scheduled</button></form>{delete}</div><nav class="tabs">{tabs}</nav><table id="jobs"><thead><tr><th>Job id</th><th>Type</th><th>Priority</th><th>Attempt</th><th>Enqueued</th><th>Key</th><th>Last reason</th></tr></thead><tbody>{rows}</tbody></table>{next}"#
     );
     page(&format!("Queue {queue}"), &body, false).into_response()
 }
@@ -547,6 +571,85 @@ async fn purge(
         }
     }
     Redirect::to(&format!("/queues/{}", enc(&queue))).into_response()
+}
+
+async fn delete_queue(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Path(queue): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    if let Err(r) = ui.guard(&headers, Some(&f.csrf)) {
+        return r;
+    }
+    match ui.queue.delete_queue(&queue).await {
+        Ok(was) => {
+            tracing::warn!(
+                target: "sepp::audit",
+                action = "delete_queue",
+                queue = %queue,
+                dedup_records = was.dedup_records,
+                was_paused = was.paused,
+                "queue deleted by an operator (admin UI)"
+            );
+            Redirect::to("/").into_response()
+        }
+        Err(e) => error_page(&e.to_string()),
+    }
+}
+
+/// The "Last hour" cell of a queue: an inline SVG sparkline of its per-minute counts (one
+/// polyline per count, on one scale) and the last complete minute's numbers.
+fn rates_cell(r: Option<&crate::queue::rates::QueueRates>) -> String {
+    let Some(r) = r else {
+        return r#"<span class="hint">no activity</span>"#.to_string();
+    };
+    const W: f64 = 120.0;
+    const H: f64 = 24.0;
+    let series: [(&str, Vec<u64>); 4] = [
+        ("k-enq", r.minutes.iter().map(|c| c.enqueued).collect()),
+        ("k-ack", r.minutes.iter().map(|c| c.acked).collect()),
+        ("k-nack", r.minutes.iter().map(|c| c.nacked).collect()),
+        (
+            "k-dead",
+            r.minutes.iter().map(|c| c.dead_lettered).collect(),
+        ),
+    ];
+    let max = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let step = W / (r.minutes.len().max(2) - 1) as f64;
+    let mut svg = format!(
+        r#"<svg class="spark" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="jobs per minute, last hour">"#
+    );
+    for (class, v) in &series {
+        if v.iter().all(|n| *n == 0) {
+            continue;
+        }
+        let points: Vec<String> = v
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let x = i as f64 * step;
+                let y = (H - 1.0) - (*n as f64 / max) * (H - 2.0);
+                format!("{x:.1},{y:.1}")
+            })
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline class="{class}" points="{}"/>"#,
+            points.join(" ")
+        );
+    }
+    svg.push_str("</svg>");
+    let last = r.last_minute();
+    format!(
+        r#"{svg} <span class="per-min" title="enqueued / acked / nacked / dead-lettered in the last complete minute">{} / {} / {} / {}</span>"#,
+        last.enqueued, last.acked, last.nacked, last.dead_lettered
+    )
 }
 
 #[derive(Deserialize)]
@@ -724,5 +827,35 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
         assert_eq!(enc("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn the_rates_cell_draws_one_line_per_moving_count_and_the_last_complete_minute() {
+        use crate::storage::RateCounts;
+        assert!(rates_cell(None).contains("no activity"));
+        let mut minutes = vec![RateCounts::default(); 60];
+        minutes[57].enqueued = 4;
+        minutes[58] = RateCounts {
+            enqueued: 2,
+            acked: 1,
+            nacked: 0,
+            dead_lettered: 1,
+        };
+        minutes[59].enqueued = 9;
+        let cell = rates_cell(Some(&crate::queue::rates::QueueRates {
+            queue: "q".into(),
+            minutes,
+        }));
+        assert!(cell.starts_with(r#"<svg class="spark""#), "{cell}");
+        assert_eq!(
+            cell.matches("<polyline").count(),
+            3,
+            "no line for nacks: {cell}"
+        );
+        assert!(!cell.contains("k-nack"), "{cell}");
+        // The tallest point (9, the current minute) is at the top, the last x at the right.
+        assert!(cell.contains("120.0,1.0"), "{cell}");
+        assert!(cell.contains(">2 / 1 / 0 / 1</span>"), "{cell}");
+        assert!(!cell.contains("http"), "everything inline: {cell}");
     }
 }

@@ -1,5 +1,6 @@
-//! The operator CLI: `sepp queues`, `sepp schedules`, `sepp jobs`, `sepp job`, `sepp key [forget]`, `sepp cancel`,
-//! `sepp dlq list|requeue|delete`, `sepp pause`, `sepp resume`, `sepp purge`. Each is one or a
+//! The operator CLI: `sepp queues`, `sepp schedules`, `sepp jobs`, `sepp job`, `sepp key
+//! [forget]`, `sepp cancel`, `sepp dlq list|requeue|delete`, `sepp pause`, `sepp resume`,
+//! `sepp purge`, `sepp queue delete`. Each is one or a
 //! few calls of `sepp.admin.v1.AdminService` on a running server, printed as a table or, with
 //! `--output json`, as one JSON document on standard output. `sepp enqueue` bulk-enqueues a JSON
 //! Lines file through the client core ([`enqueue`]). Errors go to standard error with exit code
@@ -61,7 +62,9 @@ pub(crate) enum StateArg {
 /// The operator subcommands.
 #[derive(Subcommand, Debug)]
 pub(crate) enum Op {
-    /// Every queue with its depth by state and whether it is paused.
+    /// Every queue with its depth by state, its rates per minute (enqueued, acked, nacked,
+    /// dead-lettered in the last complete minute, summed over every server) and whether it is
+    /// paused.
     Queues,
     /// The server's `[[schedules]]` (recurring jobs) with their next and last ticks.
     Schedules,
@@ -136,6 +139,22 @@ pub(crate) enum Op {
         /// Confirms the purge (it cannot be undone).
         #[arg(long)]
         yes: bool,
+    },
+    /// One queue's lifecycle: `sepp queue delete QUEUE`.
+    Queue {
+        #[command(subcommand)]
+        command: QueueCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum QueueCommand {
+    /// Deletes a queue that holds no job in any state, freeing its place under
+    /// `limits.max_queues`; its paused flag goes with it, its live dedup records stay until
+    /// their window ends. Refused, naming the counts, while it holds jobs.
+    Delete {
+        /// The queue.
+        queue: String,
     },
 }
 
@@ -516,13 +535,48 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 }
                 token = page.next_page_token;
             }
+            // The last complete minute's counts of each queue (a server without the call: none).
+            let mut rates: std::collections::HashMap<String, [u64; 4]> = Default::default();
+            let mut token = String::new();
+            loop {
+                let page = match admin
+                    .get_queue_rates(pb::GetQueueRatesRequest {
+                        queue: None,
+                        page_size: None,
+                        page_token: token,
+                    })
+                    .await
+                {
+                    Ok(r) => r.into_inner(),
+                    Err(s) if s.code() == tonic::Code::Unimplemented => break,
+                    Err(s) => return Err(s.into()),
+                };
+                let last = |v: &[u64]| v.len().checked_sub(2).map_or(0, |i| v[i]);
+                for q in page.queues {
+                    let counts = [
+                        last(&q.enqueued),
+                        last(&q.acked),
+                        last(&q.nacked),
+                        last(&q.dead_lettered),
+                    ];
+                    rates.insert(q.queue, counts);
+                }
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                token = page.next_page_token;
+            }
+            let rate = |q: &str| rates.get(q).copied().unwrap_or_default();
             if conn.output == Output::Json {
                 let qs: Vec<Value> = all
                     .iter()
                     .map(|q| {
+                        let r = rate(&q.queue);
                         json!({"queue": q.queue, "ready": q.ready, "scheduled": q.scheduled,
                         "in_flight": q.in_flight, "dead_lettered": q.dead_lettered,
-                        "dedup_records": q.dedup_records, "paused": q.paused})
+                        "dedup_records": q.dedup_records, "paused": q.paused,
+                        "per_minute": {"enqueued": r[0], "acked": r[1], "nacked": r[2],
+                        "dead_lettered": r[3]}})
                     })
                     .collect();
                 print_json(&json!({ "queues": qs }));
@@ -530,6 +584,7 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 let rows: Vec<Vec<String>> = all
                     .iter()
                     .map(|q| {
+                        let r = rate(&q.queue);
                         vec![
                             q.queue.clone(),
                             q.ready.to_string(),
@@ -537,6 +592,10 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                             q.in_flight.to_string(),
                             q.dead_lettered.to_string(),
                             q.dedup_records.to_string(),
+                            r[0].to_string(),
+                            r[1].to_string(),
+                            r[2].to_string(),
+                            r[3].to_string(),
                             if q.paused { "paused" } else { "" }.to_string(),
                         ]
                     })
@@ -549,6 +608,10 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                         "IN_FLIGHT",
                         "DEAD",
                         "KEYS",
+                        "ENQ/MIN",
+                        "ACK/MIN",
+                        "NACK/MIN",
+                        "DLQ/MIN",
                         "PAUSED",
                     ],
                     &rows,
@@ -780,6 +843,30 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 conn,
                 json!({"queue": queue, "purged": total}),
                 format!("purged {total} jobs from {queue}"),
+            );
+        }
+        Op::Queue {
+            command: QueueCommand::Delete { queue },
+        } => {
+            let r = admin
+                .delete_queue(pb::DeleteQueueRequest {
+                    queue: queue.clone(),
+                })
+                .await?
+                .into_inner();
+            let keys = match r.dedup_records {
+                0 => String::new(),
+                n => format!(" ({n} dedup records stay until their window ends)"),
+            };
+            done(
+                conn,
+                json!({
+                    "queue": queue,
+                    "deleted": true,
+                    "dedup_records": r.dedup_records,
+                    "was_paused": r.was_paused,
+                }),
+                format!("deleted queue {queue}{keys}"),
             );
         }
     }

@@ -639,6 +639,10 @@ pub struct LimitsConfig {
     pub max_reserve_batch: u32,
     /// Most queues one Reserve may list. Default 32.
     pub max_reserve_queues: u32,
+    /// Most distinct queues the store holds (declared `[[queues]]` included), 1 – 1 000 000,
+    /// at least the number of `[[queues]]` entries. An enqueue that would create an undeclared
+    /// queue past it is rejected (`TooManyQueues`). Default 10 000.
+    pub max_queues: u64,
     /// Longest Reserve wait, in milliseconds; longer waits are clamped. Default 300 000.
     pub max_wait_timeout_ms: u64,
     /// Largest request message, in bytes. Default 16 777 216 (16 MiB).
@@ -701,6 +705,7 @@ impl Default for LimitsConfig {
             max_enqueue_batch: 256,
             max_reserve_batch: 256,
             max_reserve_queues: 32,
+            max_queues: 10_000,
             max_wait_timeout_ms: 300_000,
             max_message_bytes: 16_777_216,
             max_queue_name_bytes: 512,

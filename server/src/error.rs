@@ -11,10 +11,10 @@ use crate::storage::StorageError;
 pub enum ErrorCode {
     /// The request is malformed (`INVALID_ARGUMENT`).
     InvalidArgument,
-    /// Strict mode and an undeclared queue, or the job is in flight under another attempt
-    /// (`FAILED_PRECONDITION`).
+    /// Strict mode and an undeclared queue, the job is in flight under another attempt, or the
+    /// queue to delete holds jobs (`FAILED_PRECONDITION`).
     FailedPrecondition,
-    /// The job is not in flight (`NOT_FOUND`).
+    /// The job is not in flight, or the queue to delete does not exist (`NOT_FOUND`).
     NotFound,
     /// Storage failed (`INTERNAL`).
     Internal,
@@ -67,6 +67,27 @@ pub enum QueueError {
         /// The attempt in flight.
         current: u32,
     },
+    /// DeleteQueue: the store holds no queue of that name.
+    #[error("queue {0:?} does not exist: nothing to delete")]
+    QueueNotFound(String),
+    /// DeleteQueue: the queue still holds jobs.
+    #[error(
+        "queue {queue:?} holds {ready} ready, {scheduled} scheduled, {in_flight} in-flight and \
+         {dead_lettered} dead-lettered jobs: only an empty queue can be deleted (purge it, let \
+         in-flight jobs finish, and requeue or delete its dead letters first)"
+    )]
+    QueueNotEmpty {
+        /// The queue.
+        queue: String,
+        /// Its ready jobs.
+        ready: u64,
+        /// Its scheduled jobs.
+        scheduled: u64,
+        /// Its jobs in flight.
+        in_flight: u64,
+        /// Its dead letters.
+        dead_lettered: u64,
+    },
     /// Storage failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -77,10 +98,10 @@ impl QueueError {
     pub fn code(&self) -> ErrorCode {
         match self {
             QueueError::InvalidArgument(_) => ErrorCode::InvalidArgument,
-            QueueError::UnknownQueues(_) | QueueError::AttemptMismatch { .. } => {
-                ErrorCode::FailedPrecondition
-            }
-            QueueError::JobNotInFlight(_) => ErrorCode::NotFound,
+            QueueError::UnknownQueues(_)
+            | QueueError::AttemptMismatch { .. }
+            | QueueError::QueueNotEmpty { .. } => ErrorCode::FailedPrecondition,
+            QueueError::JobNotInFlight(_) | QueueError::QueueNotFound(_) => ErrorCode::NotFound,
             QueueError::Storage(StorageError::Unavailable(_)) => ErrorCode::Unavailable,
             QueueError::Storage(_) => ErrorCode::Internal,
         }

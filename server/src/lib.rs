@@ -192,6 +192,7 @@ pub async fn serve_with(
             .with_metrics(metrics.clone())
             .with_schedules(schedules),
     );
+    queue.create_declared_queues().await?;
     let metrics_addr = if config.metrics.enabled {
         let at = config.metrics.listen_addr;
         let listener = TcpListener::bind(at).await.map_err(|e| {
@@ -231,6 +232,9 @@ pub async fn serve_with(
         s.run_due().await;
         Some(tokio::spawn(queue::schedule::run(s, stopping.clone())))
     };
+    // Adds this server's per-minute counts to the store every few seconds; awaited with the
+    // sweeper, before the store closes, so its last flush lands.
+    let rates = tokio::spawn(queue::rates::run(queue.clone(), stopping.clone()));
     let edge = api::build(&config, queue.clone()).await?;
     let health = edge.health.clone();
     // SIGHUP reloads `auth.api_keys_file` (and does not stop the server).
@@ -308,6 +312,7 @@ pub async fn serve_with(
     if let Some(s) = scheduler {
         let _ = s.await;
     }
+    let _ = rates.await;
     store.close().await?;
     tracing::info!("storage flushed; stopped");
     Ok(Stopped { store })

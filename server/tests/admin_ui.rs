@@ -63,6 +63,17 @@ async fn the_admin_ui_in_headless_chromium() {
     .await
     .unwrap();
 
+    // An emptied queue, for the Delete queue button.
+    c.enqueue(EnqueueRequest::new("old", "t").unwrap())
+        .await
+        .unwrap();
+    let o = c
+        .reserve(ReserveOptions::new(["old"], Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .remove(0);
+    c.ack(&o.id, o.attempt).await.unwrap();
+
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/admin_ui");
     let args = serde_json::json!({
         "base": format!("http://{ui}"),
@@ -99,4 +110,17 @@ async fn the_admin_ui_in_headless_chromium() {
     let stats = admin.get_queue_stats(req).await.unwrap().into_inner();
     assert!(stats.paused);
     assert_eq!((stats.ready, stats.dead_lettered), (3, 0));
+    let mut req = tonic::Request::new(apb::ListQueuesRequest::default());
+    req.metadata_mut()
+        .insert("authorization", format!("Bearer {KEY}").parse().unwrap());
+    let names: Vec<String> = admin
+        .list_queues(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .queues
+        .into_iter()
+        .map(|q| q.queue)
+        .collect();
+    assert_eq!(names, ["mail"], "the empty queue was deleted");
 }

@@ -1,5 +1,5 @@
 //! The operator CLI (`sepp queues`, `sepp jobs`, `sepp job`, `sepp key`, `sepp cancel`,
-//! `sepp dlq ...`, `sepp pause|resume`, `sepp purge`): the real binary against a real server
+//! `sepp dlq ...`, `sepp pause|resume`, `sepp purge`, `sepp queue delete`): the real binary against a real server
 //! process with API keys on.
 
 mod common;
@@ -101,13 +101,34 @@ async fn every_operator_subcommand_against_a_real_server() {
     // queues: a table and JSON.
     let table = cli.ok(&["queues"]);
     assert!(table.starts_with("QUEUE"), "{table}");
-    let row = table.lines().find(|l| l.starts_with("mail")).unwrap();
-    assert_eq!(
-        row.split_whitespace().collect::<Vec<_>>(),
-        ["mail", "2", "0", "0", "1", "3"]
+    assert!(
+        table.lines().next().unwrap().split_whitespace().eq([
+            "QUEUE",
+            "READY",
+            "SCHEDULED",
+            "IN_FLIGHT",
+            "DEAD",
+            "KEYS",
+            "ENQ/MIN",
+            "ACK/MIN",
+            "NACK/MIN",
+            "DLQ/MIN",
+            "PAUSED"
+        ]),
+        "{table}"
     );
+    let row = table.lines().find(|l| l.starts_with("mail")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // The rates are the last complete minute's (their values are checked with a manual clock
+    // in tests/queues.rs): here only that they are numbers.
+    assert_eq!(cells[..6], ["mail", "2", "0", "0", "1", "3"], "{row}");
+    assert_eq!(cells.len(), 10, "{row}");
+    assert!(cells[6..].iter().all(|c| c.parse::<u64>().is_ok()), "{row}");
     let q = cli.json(&["queues"]);
     assert_eq!(q["queues"][0]["queue"], "mail");
+    for k in ["enqueued", "acked", "nacked", "dead_lettered"] {
+        assert!(q["queues"][0]["per_minute"][k].is_u64(), "{q}");
+    }
     assert_eq!(q["queues"][0]["ready"], 2);
     assert_eq!(q["queues"][0]["dead_lettered"], 1);
 
@@ -213,6 +234,47 @@ async fn every_operator_subcommand_against_a_real_server() {
         .unwrap()
         .clone();
     assert_eq!(bulk["ready"], 0);
+
+    // `sepp queue delete`: refused while the queue holds a job (naming the counts), then the
+    // emptied queue is deleted and no longer listed.
+    c.enqueue(EnqueueRequest::new("busy", "t").unwrap())
+        .await
+        .unwrap();
+    let (code, _, err) = cli.run(&["queue", "delete", "busy"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("FailedPrecondition") && err.contains("holds 1 ready"),
+        "{err}"
+    );
+    let del = cli.json(&["queue", "delete", "bulk"]);
+    assert_eq!(del["deleted"], true);
+    assert_eq!(del["dedup_records"], 0);
+    assert_eq!(del["was_paused"], false);
+    let qs = cli.json(&["queues"]);
+    assert!(
+        qs["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|q| q["queue"] != "bulk"),
+        "{qs}"
+    );
+    let (code, _, err) = cli.run(&["queue", "delete", "bulk"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("does not exist"), "{err}");
+    c.enqueue(EnqueueRequest::new("gone", "t").unwrap())
+        .await
+        .unwrap();
+    let j = c
+        .reserve(ReserveOptions::new(["gone"], Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .remove(0);
+    c.ack(&j.id, j.attempt).await.unwrap();
+    assert_eq!(
+        cli.ok(&["queue", "delete", "gone"]).trim(),
+        "deleted queue gone"
+    );
 
     // A server that is not there: named, with what to check.
     let out = Command::new(sepp_bin())

@@ -1,8 +1,8 @@
 // Drives the admin web UI in headless Chromium (Debian's `chromium`, through playwright-core),
 // as server/tests/admin_ui.rs sets it up: log in, read the queues page, find a job by its
-// idempotency key, requeue a dead letter, pause a queue, and check that a request without a
-// session, with a bad CSRF token, with a tampered session cookie or from a key without the
-// admin role is refused. Saves screenshots. Exits non-zero on failure.
+// idempotency key, read the rates' sparkline, requeue a dead letter, pause a queue, delete an
+// empty queue, and check that a request without a session, with a bad CSRF token, with a
+// tampered session cookie or from a key without the admin role is refused. Saves screenshots. Exits non-zero on failure.
 import { chromium, request } from "playwright-core";
 import assert from "node:assert/strict";
 
@@ -46,6 +46,9 @@ try {
   const row = page.locator('tr[data-queue="mail"] td');
   assert.equal(await row.nth(1).textContent(), "2"); // ready
   assert.equal(await row.nth(4).textContent(), "1"); // dead letters
+  // The last hour: an inline SVG sparkline and the last complete minute's four numbers.
+  assert.equal(await row.nth(6).locator("svg.spark polyline").count() >= 1, true);
+  assert.match(await row.nth(6).locator(".per-min").textContent(), /^\d+ \/ \d+ \/ \d+ \/ \d+$/);
   if (shots) await page.screenshot({ path: `${shots}/admin-ui-queues.png` });
 
   // Find a job by its idempotency key.
@@ -87,6 +90,22 @@ try {
   const nonePage = await anon.get(base + "/dead-letters", { maxRedirects: 0 });
   assert.equal(nonePage.status(), 303);
   await anon.dispose();
+
+  // Delete queue: offered only for an empty queue, refused with a bad CSRF token, and done
+  // after the confirmation.
+  await page.goto(base + "/queues/mail");
+  assert.equal(await page.locator("#delete-queue").count(), 0);
+  const badDelete = await page.request.post(base + "/queues/old/delete", {
+    form: { csrf: "0".repeat(64) },
+    maxRedirects: 0,
+  });
+  assert.equal(badDelete.status(), 403);
+  await page.goto(base + "/queues/old");
+  page.once("dialog", (d) => d.accept());
+  await page.click("#delete-queue");
+  await page.waitForURL(base + "/");
+  assert.equal(await page.locator('tr[data-queue="old"]').count(), 0);
+  assert.equal(await page.locator('tr[data-queue="mail"]').count(), 1);
 
   // A tampered cookie: the same session with its expiry moved out, or one digit of its
   // signature changed, opens nothing.

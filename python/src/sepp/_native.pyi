@@ -254,7 +254,8 @@ class Rejection:
 
     @property
     def queue(self) -> Optional[str]:
-        """The queue, for ``UNKNOWN_QUEUE``, ``QUEUE_FULL`` and ``QUEUE_CLOSING``."""
+        """The queue, for ``UNKNOWN_QUEUE``, ``QUEUE_FULL``, ``QUEUE_CLOSING`` and
+        ``TOO_MANY_QUEUES``."""
 
     @property
     def limit(self) -> Optional[int]:

@@ -33,6 +33,7 @@ call may succeed later. The hierarchy::
         ├── QueueFullError               QUEUE_FULL                (transient)
         ├── QueueClosingError            QUEUE_CLOSING             (transient)
         ├── IdempotencyKeyConflictError  IDEMPOTENCY_KEY_CONFLICT
+        ├── TooManyQueuesError           TOO_MANY_QUEUES
         └── UnknownRejectionError        UNKNOWN_REJECTION
 
 Every class is named for its code, ``<PascalCode>Error``, as in TypeScript; the core's table
@@ -86,6 +87,7 @@ __all__ = [
     "QueueFullError",
     "QueueClosingError",
     "IdempotencyKeyConflictError",
+    "TooManyQueuesError",
     "UnknownRejectionError",
     "error_class",
 ]
@@ -426,6 +428,18 @@ class IdempotencyKeyConflictError(JobRejectedError):
         return _field(self.rejection.original_job_id, "original_job_id")
 
 
+class TooManyQueuesError(_Queue):
+    """The job's queue does not exist yet and the server holds ``limits.max_queues`` queues
+    already. Not retried: it lasts until an operator deletes queues or raises the cap."""
+
+    code = "TOO_MANY_QUEUES"
+
+    @property
+    def limit(self) -> int:
+        """The server's ``limits.max_queues``, in queues."""
+        return _field(self.rejection.limit, "limit")
+
+
 class UnknownRejectionError(JobRejectedError):
     """A rejection this client does not know (a newer server)."""
 
@@ -461,6 +475,7 @@ _CLASSES: dict[str, type[SeppError]] = {
         QueueFullError,
         QueueClosingError,
         IdempotencyKeyConflictError,
+        TooManyQueuesError,
         UnknownRejectionError,
     )
 }

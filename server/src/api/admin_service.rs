@@ -370,4 +370,58 @@ impl AdminService for AdminApi {
             more,
         }))
     }
+
+    #[tracing::instrument(name = "sepp.admin.delete_queue", skip_all)]
+    async fn delete_queue(
+        &self,
+        req: Request<pb::DeleteQueueRequest>,
+    ) -> Result<Response<pb::DeleteQueueResponse>, Status> {
+        let api_key = self.auth.caller(req.metadata().as_ref());
+        let queue = req.into_inner().queue;
+        let was = self.queue.delete_queue(&queue).await?;
+        tracing::warn!(
+            target: "sepp::audit",
+            action = "delete_queue",
+            api_key = api_key.as_deref().unwrap_or("-"),
+            queue = %queue,
+            dedup_records = was.dedup_records,
+            was_paused = was.paused,
+            "queue deleted by an operator"
+        );
+        Ok(Response::new(pb::DeleteQueueResponse {
+            dedup_records: was.dedup_records,
+            was_paused: was.paused,
+        }))
+    }
+
+    #[tracing::instrument(name = "sepp.admin.get_queue_rates", skip_all)]
+    async fn get_queue_rates(
+        &self,
+        req: Request<pb::GetQueueRatesRequest>,
+    ) -> Result<Response<pb::GetQueueRatesResponse>, Status> {
+        let r = req.into_inner();
+        let report = self
+            .queue
+            .queue_rates(r.queue.as_deref(), r.page_size, &r.page_token)
+            .await?;
+        let series = |q: &crate::queue::rates::QueueRates,
+                      f: fn(&crate::storage::RateCounts) -> u64| {
+            q.minutes.iter().map(f).collect::<Vec<u64>>()
+        };
+        Ok(Response::new(pb::GetQueueRatesResponse {
+            first_minute: Some(ms_timestamp(report.first_minute * 60_000)),
+            queues: report
+                .queues
+                .iter()
+                .map(|q| pb::QueueRates {
+                    queue: q.queue.clone(),
+                    enqueued: series(q, |c| c.enqueued),
+                    acked: series(q, |c| c.acked),
+                    nacked: series(q, |c| c.nacked),
+                    dead_lettered: series(q, |c| c.dead_lettered),
+                })
+                .collect(),
+            next_page_token: report.next_page_token,
+        }))
+    }
 }

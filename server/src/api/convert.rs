@@ -177,6 +177,9 @@ pub(crate) fn rejection_out(r: Rejection) -> pb::JobRejection {
         }
         Rejection::QueueFull { queue, limit } => Reason::QueueFull(pb::QueueFull { queue, limit }),
         Rejection::QueueClosing { queue } => Reason::QueueClosing(pb::QueueClosing { queue }),
+        Rejection::TooManyQueues { queue, limit } => {
+            Reason::TooManyQueues(pb::TooManyQueues { queue, limit })
+        }
         Rejection::IdempotencyKeyConflict { original_job_id } => {
             Reason::IdempotencyKeyConflict(pb::IdempotencyKeyConflict {
                 original_job_id: original_job_id.to_string(),

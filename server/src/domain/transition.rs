@@ -193,6 +193,23 @@ pub enum InsertOutcome {
         /// The queue's `max_queue_depth`.
         limit: u64,
     },
+    /// The job's queue does not exist yet and the store holds `limit` queues already.
+    TooManyQueues {
+        /// `limits.max_queues`.
+        limit: u64,
+    },
+}
+
+impl InsertOutcome {
+    /// True for the outcomes that refuse the job (an atomic batch with one writes nothing).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            InsertOutcome::QueueFull { .. }
+                | InsertOutcome::KeyConflict { .. }
+                | InsertOutcome::TooManyQueues { .. }
+        )
+    }
 }
 
 /// The enqueue rule's decision for a whole batch.

@@ -10,6 +10,7 @@ use crate::domain::{
     JobInfo, JobState, KeyRecord, ListState, QueueStats, Stage, StoredJob,
 };
 use crate::error::QueueError;
+use crate::storage::QueueDeletion;
 
 /// Default and largest page of `list_dead_letters`.
 pub const DEFAULT_PAGE: u32 = 100;
@@ -139,7 +140,12 @@ fn page_limit(page_size: Option<u32>, default: u32) -> Result<u32, QueueError> {
 }
 
 impl Queue {
-    fn check_queue_name(&self, field: &str, queue: &str, use_: NameUse) -> Result<(), QueueError> {
+    pub(super) fn check_queue_name(
+        &self,
+        field: &str,
+        queue: &str,
+        use_: NameUse,
+    ) -> Result<(), QueueError> {
         check_queue_name(field, queue, &self.limits, use_)?;
         if self.limits.strict_queues && !self.limits.is_declared(queue) {
             return Err(QueueError::UnknownQueues(vec![queue.to_string()]));
@@ -362,6 +368,49 @@ impl Queue {
                 .job_ready(queue, usize::try_from(ready).unwrap_or(usize::MAX));
         }
         Ok(())
+    }
+
+    /// Deletes `queue` if it holds no job in any state ([`lifecycle::queue_deletable`]), with
+    /// its paused flag; its dedup records (and the tombstones they name) stay until their
+    /// window ends. Returns the queue's counts just before (its dedup records and paused flag).
+    /// An enqueue after it creates the queue anew (counted against `limits.max_queues`).
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a malformed name; [`QueueError::QueueNotFound`];
+    /// [`QueueError::QueueNotEmpty`] naming the counts; [`QueueError::Storage`].
+    pub async fn delete_queue(&self, queue: &str) -> Result<QueueStats, QueueError> {
+        // The name's shape only: in strict mode an undeclared queue left from before can still
+        // be deleted (that is how it goes away).
+        check_queue_name("queue", queue, &self.limits, NameUse::Read)?;
+        match self
+            .store
+            .delete_queue(queue, &lifecycle::queue_deletable)
+            .await?
+        {
+            QueueDeletion::Deleted(stats) => Ok(stats),
+            QueueDeletion::NotFound => Err(QueueError::QueueNotFound(queue.to_string())),
+            QueueDeletion::Refused(s) => Err(QueueError::QueueNotEmpty {
+                queue: queue.to_string(),
+                ready: s.ready,
+                scheduled: s.scheduled,
+                in_flight: s.in_flight,
+                dead_lettered: s.dead_lettered,
+            }),
+        }
+    }
+
+    /// Creates every declared queue (`[[queues]]`) the store does not hold, so that each counts
+    /// against `limits.max_queues` from the start. Called once by `serve`.
+    ///
+    /// # Errors
+    /// The store's failure.
+    pub async fn create_declared_queues(&self) -> Result<(), crate::storage::StorageError> {
+        let mut names: Vec<String> = self.limits.declared_names().map(str::to_string).collect();
+        if names.is_empty() {
+            return Ok(());
+        }
+        names.sort_unstable();
+        self.store.create_queues(&names).await
     }
 
     /// Counts of `queue`'s jobs by state.

@@ -16,11 +16,16 @@
 //!    On a queue with `on_duplicate = "replace_pending"`, a hit on a job that is still ready
 //!    or scheduled is `Replaced` instead ([`replaces`]): the store writes this job's contents
 //!    into it. Only the first job of a batch with a key can replace; a repeat of it is a hit;
-//! 3. a queue that holds `max_queue_depth` jobs, counting those this batch creates before this
+//! 3. a job whose queue the store does not hold yet creates it, unless the queue is undeclared
+//!    and the store holds `limits.max_queues` queues already, counting those this batch
+//!    creates before this job (`TooManyQueues`). A declared queue is never refused: every
+//!    `[[queues]]` entry is created at start-up and counted, and the configuration refuses a
+//!    cap below their number. A dedup hit creates nothing, so it is never refused by the cap;
+//! 4. a queue that holds `max_queue_depth` jobs, counting those this batch creates before this
 //!    one, refuses it (`QueueFull`); a dedup hit creates nothing, so it does not count;
-//! 4. otherwise the job is created.
+//! 5. otherwise the job is created.
 //!
-//! An atomic batch with any `QueueFull` or `KeyConflict` writes nothing.
+//! An atomic batch with any `QueueFull`, `TooManyQueues` or `KeyConflict` writes nothing.
 
 use super::dedup;
 use crate::domain::{
@@ -51,12 +56,21 @@ pub fn prepass(jobs: &[NewJob]) -> Vec<Option<u32>> {
     first
 }
 
-/// The plan of a batch, from the jobs, their [`prepass`], what the store read, whether the
-/// batch is atomic, and the time of the transition.
+/// The cap on the number of queues (`limits.max_queues`) and which queues it spares.
+pub struct QueueCap<'a> {
+    /// Most queues the store holds.
+    pub max: u64,
+    /// True for a queue the cap never refuses (a declared one).
+    pub exempt: &'a (dyn Fn(&str) -> bool + Sync),
+}
+
+/// The plan of a batch, from the jobs, their [`prepass`], what the store read, the queue cap,
+/// whether the batch is atomic, and the time of the transition.
 pub fn decide(
     jobs: &[NewJob],
     repeats: &[Option<u32>],
     facts: &dyn EnqueueFacts,
+    cap: &QueueCap<'_>,
     atomic: bool,
     now: UnixMs,
 ) -> EnqueuePlan {
@@ -66,12 +80,17 @@ pub fn decide(
     let mut held: Vec<Option<Fingerprint>> = Vec::with_capacity(jobs.len());
     // Jobs this batch creates per queue with a depth limit (batches rarely span many queues).
     let mut created: Vec<(&str, u64)> = Vec::new();
+    // Queues this batch creates, in order (the store's count is read once, on the first).
+    let mut new_queues: Vec<&str> = Vec::new();
+    let mut count: Option<u64> = None;
     for (i, job) in jobs.iter().enumerate() {
         let mine = job.dedup.as_ref().and_then(|d| d.fingerprint);
         if let Some(j) = repeats.get(i).copied().flatten() {
             let first = held[j as usize];
             let outcome = match outcomes[j as usize] {
-                full @ InsertOutcome::QueueFull { .. } => full,
+                full @ (InsertOutcome::QueueFull { .. } | InsertOutcome::TooManyQueues { .. }) => {
+                    full
+                }
                 InsertOutcome::KeyConflict { original: id } if dedup::conflicts(first, mine) => {
                     InsertOutcome::KeyConflict { original: id }
                 }
@@ -122,6 +141,14 @@ pub fn decide(
             continue;
         }
         held.push(mine);
+        if !new_queues.contains(&&*job.queue) && !facts.queue_exists(&job.queue) {
+            let held_now = *count.get_or_insert_with(|| facts.queue_count());
+            if !(cap.exempt)(&job.queue) && held_now + new_queues.len() as u64 >= cap.max {
+                outcomes.push(InsertOutcome::TooManyQueues { limit: cap.max });
+                continue;
+            }
+            new_queues.push(&job.queue);
+        }
         if let Some(limit) = job.max_queue_depth {
             let slot = match created.iter().position(|(q, _)| *q == &*job.queue) {
                 Some(s) => s,
@@ -138,12 +165,7 @@ pub fn decide(
         }
         outcomes.push(InsertOutcome::Created(job.id));
     }
-    let refused = outcomes.iter().any(|o| {
-        matches!(
-            o,
-            InsertOutcome::QueueFull { .. } | InsertOutcome::KeyConflict { .. }
-        )
-    });
+    let refused = outcomes.iter().any(InsertOutcome::is_refusal);
     EnqueuePlan {
         outcomes,
         write: !(atomic && refused),
@@ -178,6 +200,15 @@ mod tests {
     use crate::domain::{DedupClaim, JobId, KeyRecord};
     use std::sync::Arc;
 
+    fn never(_: &str) -> bool {
+        false
+    }
+
+    const NO_CAP: QueueCap<'static> = QueueCap {
+        max: u64::MAX,
+        exempt: &never,
+    };
+
     struct Facts {
         records: Vec<Option<KeyRecord>>,
         depth: u64,
@@ -189,6 +220,12 @@ mod tests {
         }
         fn depth(&self, _: &str) -> u64 {
             self.depth
+        }
+        fn queue_exists(&self, _: &str) -> bool {
+            true
+        }
+        fn queue_count(&self) -> u64 {
+            1
         }
         fn stage(&self, _: JobId) -> Option<crate::domain::Stage> {
             Some(crate::domain::Stage::InFlight { expires: 1 })
@@ -243,6 +280,7 @@ mod tests {
                 records: vec![],
                 depth: 0,
             },
+            &NO_CAP,
             false,
             0,
         );
@@ -264,7 +302,7 @@ mod tests {
             records: vec![record(9, 50)],
             depth: 0,
         };
-        let at = |now| decide(&jobs, &prepass(&jobs), &facts, false, now).outcomes[0];
+        let at = |now| decide(&jobs, &prepass(&jobs), &facts, &NO_CAP, false, now).outcomes[0];
         assert_eq!(
             at(49),
             InsertOutcome::Deduplicated(JobId(9), JobState::InFlight)
@@ -284,7 +322,7 @@ mod tests {
             records: vec![],
             depth: 1,
         };
-        let plan = decide(&jobs, &prepass(&jobs), &facts, false, 0);
+        let plan = decide(&jobs, &prepass(&jobs), &facts, &NO_CAP, false, 0);
         assert_eq!(
             plan.outcomes,
             vec![
@@ -295,7 +333,7 @@ mod tests {
             ]
         );
         assert!(plan.write, "best effort writes the jobs it accepts");
-        let atomic = decide(&jobs, &prepass(&jobs), &facts, true, 0);
+        let atomic = decide(&jobs, &prepass(&jobs), &facts, &NO_CAP, true, 0);
         assert!(
             !atomic.write,
             "an atomic batch with a refusal writes nothing"
@@ -309,7 +347,7 @@ mod tests {
             records: vec![],
             depth: 1,
         };
-        let plan = decide(&jobs, &prepass(&jobs), &facts, false, 0);
+        let plan = decide(&jobs, &prepass(&jobs), &facts, &NO_CAP, false, 0);
         assert_eq!(
             plan.outcomes,
             vec![
@@ -340,7 +378,7 @@ mod tests {
         };
         let decide1 = |j: NewJob, f: &Facts, atomic| {
             let jobs = [j];
-            decide(&jobs, &prepass(&jobs), f, atomic, 0)
+            decide(&jobs, &prepass(&jobs), f, &NO_CAP, atomic, 0)
         };
         assert_eq!(
             decide1(keyed(1, "a", 5), &facts(5), false).outcomes,
@@ -374,7 +412,7 @@ mod tests {
             records: vec![],
             depth: 0,
         };
-        let plan = decide(&jobs, &prepass(&jobs), &no_records, false, 0);
+        let plan = decide(&jobs, &prepass(&jobs), &no_records, &NO_CAP, false, 0);
         assert_eq!(
             plan.outcomes,
             vec![
@@ -398,7 +436,7 @@ mod tests {
             depth: 0,
         };
         assert_eq!(
-            decide(&jobs, &prepass(&jobs), &record, false, 0).outcomes,
+            decide(&jobs, &prepass(&jobs), &record, &NO_CAP, false, 0).outcomes,
             vec![
                 InsertOutcome::KeyConflict { original: JobId(9) },
                 InsertOutcome::KeyConflict { original: JobId(9) },
@@ -417,6 +455,12 @@ mod tests {
             fn depth(&self, _: &str) -> u64 {
                 0
             }
+            fn queue_exists(&self, _: &str) -> bool {
+                true
+            }
+            fn queue_count(&self) -> u64 {
+                1
+            }
             fn stage(&self, _: JobId) -> Option<Stage> {
                 self.0
             }
@@ -433,7 +477,7 @@ mod tests {
         };
         let one = |j: NewJob, stage| {
             let jobs = [j];
-            decide(&jobs, &prepass(&jobs), &At(stage), false, 0).outcomes[0]
+            decide(&jobs, &prepass(&jobs), &At(stage), &NO_CAP, false, 0).outcomes[0]
         };
         let later = Placement::Scheduled { due: 50 };
         assert_eq!(
@@ -481,10 +525,90 @@ mod tests {
         // In one batch only the first job with the key replaces; a repeat is a hit of it.
         let jobs = [replacing(None), replacing(None)];
         assert_eq!(
-            decide(&jobs, &prepass(&jobs), &At(Some(Stage::Ready)), true, 0).outcomes,
+            decide(
+                &jobs,
+                &prepass(&jobs),
+                &At(Some(Stage::Ready)),
+                &NO_CAP,
+                true,
+                0
+            )
+            .outcomes,
             vec![
                 InsertOutcome::Replaced(JobId(9), Placement::Ready),
                 InsertOutcome::Deduplicated(JobId(9), JobState::Ready),
+            ]
+        );
+    }
+
+    /// Queues `a` and `b` exist; the store holds `held` queues.
+    struct Held(u64);
+
+    impl EnqueueFacts for Held {
+        fn record(&self, _: usize) -> Option<KeyRecord> {
+            None
+        }
+        fn depth(&self, _: &str) -> u64 {
+            0
+        }
+        fn queue_exists(&self, queue: &str) -> bool {
+            queue == "a" || queue == "b"
+        }
+        fn queue_count(&self) -> u64 {
+            self.0
+        }
+        fn stage(&self, _: JobId) -> Option<Stage> {
+            None
+        }
+    }
+
+    #[test]
+    fn a_new_undeclared_queue_past_max_queues_is_refused_and_existing_ones_work() {
+        let on = |id, queue: &str, key| {
+            let mut j = job(id, key, None);
+            j.queue = Arc::from(queue);
+            j
+        };
+        let declared = |q: &str| q == "d";
+        let cap = QueueCap {
+            max: 3,
+            exempt: &declared,
+        };
+        // Two queues held, room for one more: the first new queue takes it, and its later jobs
+        // go in; a second new queue is refused, a declared one is not, existing ones work.
+        let jobs = [
+            on(1, "x", None),
+            on(2, "y", Some("k")),
+            on(3, "x", None),
+            on(4, "y", Some("k")),
+            on(5, "d", None),
+            on(6, "a", None),
+        ];
+        let plan = decide(&jobs, &prepass(&jobs), &Held(2), &cap, false, 0);
+        assert_eq!(
+            plan.outcomes,
+            vec![
+                InsertOutcome::Created(JobId(1)),
+                InsertOutcome::TooManyQueues { limit: 3 },
+                InsertOutcome::Created(JobId(3)),
+                InsertOutcome::TooManyQueues { limit: 3 },
+                InsertOutcome::Created(JobId(5)),
+                InsertOutcome::Created(JobId(6)),
+            ]
+        );
+        assert!(plan.write, "best effort writes the jobs it accepts");
+        let atomic = decide(&jobs, &prepass(&jobs), &Held(2), &cap, true, 0);
+        assert!(
+            !atomic.write,
+            "an atomic batch with a refusal writes nothing"
+        );
+        // At the cap (or past it, after the cap was lowered), only existing queues take jobs.
+        let jobs = [on(1, "b", None), on(2, "z", None)];
+        assert_eq!(
+            decide(&jobs, &prepass(&jobs), &Held(5), &cap, false, 0).outcomes,
+            vec![
+                InsertOutcome::Created(JobId(1)),
+                InsertOutcome::TooManyQueues { limit: 3 },
             ]
         );
     }

@@ -9,6 +9,7 @@
 //!   its retention).
 //! - [`lease_expired`]: redeliver, or on the last attempt dead-letter with `LEASE_EXPIRED`.
 //! - [`requeue`]: a dead letter enqueued anew (same id, attempt 1 next, enqueued now).
+//! - [`queue_deletable`]: a queue can be deleted only when it holds no job.
 
 use super::NackStrategy;
 use super::backoff;
@@ -118,6 +119,14 @@ pub const CANCELLED_REASON: &str = "cancelled by an operator";
 /// answers its id), nothing otherwise.
 pub fn cancelled(job: JobFacts<'_>, now: UnixMs) -> Finish {
     leave(job, now, None, now)
+}
+
+/// Whether a queue with these counts may be deleted: only when it holds no job in any state
+/// (ready, scheduled, in flight, dead-lettered). Its dedup records do not count: they stay
+/// after the queue, until their window ends, so that a producer's retry of a key still
+/// answers the job the key created; a paused flag goes with the queue.
+pub fn queue_deletable(stats: &crate::domain::QueueStats) -> bool {
+    stats.ready + stats.scheduled + stats.in_flight + stats.dead_lettered == 0
 }
 
 /// What an expired lease does: redeliver with the next attempt, or on the last attempt

@@ -153,6 +153,8 @@ pub struct Limits {
     pub max_worker_id_bytes: u32,
     /// Longest nack reason kept, in bytes (longer ones are truncated).
     pub max_reason_bytes: u32,
+    /// Most distinct queues the store holds (`limits.max_queues`).
+    pub max_queues: u64,
     /// Only declared queues exist.
     pub strict_queues: bool,
     /// Dead letters are kept (retention > 0).
@@ -194,6 +196,7 @@ impl Limits {
             max_encoding_bytes: l.max_encoding_bytes,
             max_worker_id_bytes: l.max_worker_id_bytes,
             max_reason_bytes: l.max_reason_bytes,
+            max_queues: l.max_queues,
             strict_queues: config.server.strict_queues,
             dead_letter_retention_enabled: config.storage.dead_letter_retention_ms > 0,
             dead_letter_retention_ms: config.storage.dead_letter_retention_ms,
@@ -211,6 +214,11 @@ impl Limits {
     pub fn is_declared(&self, queue: &str) -> bool {
         self.declared.contains_key(queue)
     }
+
+    /// The names of the `[[queues]]` entries, in no order.
+    pub fn declared_names(&self) -> impl Iterator<Item = &str> {
+        self.declared.keys().map(String::as_str)
+    }
 }
 
 /// Range and consistency checks of `[limits]`, the per-queue defaults (including
@@ -226,6 +234,16 @@ fn check(config: &Config) -> Result<(), ConfigError> {
     check_range("limits.max_enqueue_batch", l.max_enqueue_batch, 1, 100_000)?;
     check_range("limits.max_reserve_batch", l.max_reserve_batch, 1, 100_000)?;
     check_range("limits.max_reserve_queues", l.max_reserve_queues, 1, 1024)?;
+    check_range("limits.max_queues", l.max_queues, 1, 1_000_000)?;
+    if (config.queues.len() as u64) > l.max_queues {
+        return Err(ConfigError(format!(
+            "config key limits.max_queues = {} is less than the {} [[queues]] entries: every \
+             declared queue counts, so raise it to at least {}",
+            l.max_queues,
+            config.queues.len(),
+            config.queues.len()
+        )));
+    }
     check_range(
         "limits.max_wait_timeout_ms",
         l.max_wait_timeout_ms,
@@ -451,6 +469,23 @@ mod tests {
             err,
             "config key limits.default_priority = 12 is out of range: allowed 0 to 9"
         );
+    }
+
+    #[test]
+    fn max_queues_has_a_range_and_counts_the_declared_queues() {
+        assert_eq!(
+            load("[limits]\nmax_queues = 0\n").unwrap_err(),
+            "config key limits.max_queues = 0 is out of range: allowed 1 to 1000000"
+        );
+        let two = "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n";
+        let err = load(&format!("[limits]\nmax_queues = 1\n{two}")).unwrap_err();
+        assert!(
+            err.contains("limits.max_queues = 1 is less than the 2 [[queues]] entries"),
+            "{err}"
+        );
+        let l = load(&format!("[limits]\nmax_queues = 2\n{two}")).unwrap();
+        assert_eq!(l.max_queues, 2);
+        assert_eq!(load("").unwrap().max_queues, 10_000, "the default");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod lease;
 pub mod lifecycle;
 pub mod limits;
 pub mod model;
+pub mod rates;
 pub mod reply;
 pub mod reserve;
 pub mod schedule;
@@ -96,6 +97,8 @@ pub struct Queue {
     /// The `[[schedules]]` it enqueues ([`schedule`]); none unless set with
     /// [`Queue::with_schedules`].
     schedules: Arc<schedule::Schedules>,
+    /// This server's per-minute counts not yet added to the store ([`rates`]).
+    rates: rates::Rates,
 }
 
 impl Queue {
@@ -118,6 +121,7 @@ impl Queue {
             shutdown,
             metrics: Metrics::disabled(),
             schedules: Arc::default(),
+            rates: rates::Rates::default(),
         }
     }
 
@@ -191,21 +195,29 @@ impl Queue {
             .iter()
             .map(|j| (j.queue.clone(), j.scheduled_at))
             .collect();
+        let limits = &*self.limits;
+        let declared = |q: &str| limits.is_declared(q);
+        let cap = enqueue::QueueCap {
+            max: limits.max_queues,
+            exempt: &declared,
+        };
         let rule = |jobs: &[NewJob], facts: &dyn EnqueueFacts| -> EnqueuePlan {
-            enqueue::decide(jobs, &repeats, facts, atomic, now)
+            enqueue::decide(jobs, &repeats, facts, &cap, atomic, now)
         };
         let outcomes = self.store.enqueue(jobs, &rule, now).await?;
-        let written = !(atomic
-            && outcomes.iter().any(|o| {
-                matches!(
-                    o,
-                    InsertOutcome::QueueFull { .. } | InsertOutcome::KeyConflict { .. }
-                )
-            }));
+        let written = !(atomic && outcomes.iter().any(InsertOutcome::is_refusal));
         if written {
             // Count ready jobs per queue (a batch usually fills one queue).
             let mut ready: Vec<(&str, usize)> = Vec::new();
+            // Jobs created per queue, counted once per queue into the rates.
+            let mut created: Vec<(&Arc<str>, u64)> = Vec::new();
             for (o, (queue, scheduled_at)) in outcomes.iter().zip(&placed) {
+                if matches!(o, InsertOutcome::Created(_)) {
+                    match created.iter_mut().find(|(q, _)| *q == queue) {
+                        Some((_, n)) => *n += 1,
+                        None => created.push((queue, 1)),
+                    }
+                }
                 let scheduled_at = match o {
                     InsertOutcome::Created(_) => scheduled_at,
                     // A replaced job may have moved (from scheduled to ready, or later).
@@ -223,6 +235,9 @@ impl Queue {
             }
             for (queue, n) in ready {
                 self.signals.job_ready(queue, n);
+            }
+            for (queue, n) in created {
+                self.rates.count(queue, rates::Event::Enqueued, n, now);
             }
         }
         Ok((outcomes, placed))
@@ -494,6 +509,8 @@ impl Queue {
             .settle(job_id, attempt, id, &rule, LastReason::Unchanged, now)
             .await?;
         self.metrics.acked(&settled.queue);
+        self.rates
+            .count(&settled.queue, rates::Event::Acked, 1, now);
         Ok(())
     }
 
@@ -534,8 +551,12 @@ impl Queue {
             .settle(job_id, attempt, id, &rule, LastReason::Set(reason), now)
             .await?;
         self.metrics.nacked(&settled.queue);
+        self.rates
+            .count(&settled.queue, rates::Event::Nacked, 1, now);
         let dead = matches!(settled.plan, Settle::Finish(_));
         if dead {
+            self.rates
+                .count(&settled.queue, rates::Event::DeadLettered, 1, now);
             self.metrics
                 .dead_lettered(lifecycle::nack_cause(strategy), 1);
         }
@@ -659,6 +680,10 @@ fn insert_outcome(o: InsertOutcome, queue: &str) -> JobOutcome {
             original_job_id: original,
         }),
         InsertOutcome::QueueFull { limit } => Err(Rejection::QueueFull {
+            queue: queue.to_string(),
+            limit,
+        }),
+        InsertOutcome::TooManyQueues { limit } => Err(Rejection::TooManyQueues {
             queue: queue.to_string(),
             limit,
         }),

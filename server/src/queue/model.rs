@@ -131,6 +131,14 @@ pub enum Rejection {
         /// The queue.
         queue: String,
     },
+    /// The queue does not exist yet, is not declared, and the store holds `limits.max_queues`
+    /// queues already. Lasts until an operator deletes queues (or raises the cap).
+    TooManyQueues {
+        /// The queue the job would have created.
+        queue: String,
+        /// `limits.max_queues`.
+        limit: u64,
+    },
 }
 
 impl Rejection {
@@ -151,6 +159,7 @@ impl Rejection {
             Rejection::InvalidRequest { .. } => "invalid_request",
             Rejection::QueueFull { .. } => "queue_full",
             Rejection::QueueClosing { .. } => "queue_closing",
+            Rejection::TooManyQueues { .. } => "too_many_queues",
             Rejection::IdempotencyKeyConflict { .. } => "idempotency_key_conflict",
         }
     }

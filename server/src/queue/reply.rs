@@ -122,6 +122,13 @@ const JOB_INFO_FIXED: u64 = FIELD + (FIELD + 36) + 5 * FIELD + 5 * SCALAR + 4 * 
 /// five counts and the paused flag.
 pub const QUEUE_SUMMARY_FIXED: u64 = 2 * FIELD + 6 * SCALAR;
 
+/// The bytes one queue's entry takes in a GetQueueRates reply besides its name, at most: its
+/// header, the name's header and four packed series of `minutes` counts (each a header and a
+/// varint per count).
+pub fn queue_rates_fixed(minutes: u64) -> u64 {
+    2 * FIELD + 4 * (FIELD + minutes * 10)
+}
+
 /// The bytes `j` takes in a ListJobs reply, at most.
 pub fn job_info_bytes(j: &JobInfo) -> u64 {
     JOB_INFO_FIXED

@@ -94,6 +94,10 @@ impl Queue {
         for (queue, n) in &done.ready {
             self.signals.job_ready(queue, *n);
         }
+        for (queue, n) in &done.dead_lettered_by_queue {
+            self.rates
+                .count(queue, super::rates::Event::DeadLettered, *n as u64, now);
+        }
         let d = done.deadlines;
         let retention_ms = i64::try_from(retention).unwrap_or(i64::MAX);
         let next_deadline = [
@@ -244,7 +248,11 @@ mod tests {
                 .collect();
             let repeats = crate::queue::enqueue::prepass(&jobs);
             let rule = |jobs: &[NewJob], facts: &dyn crate::storage::EnqueueFacts| {
-                crate::queue::enqueue::decide(jobs, &repeats, facts, false, t0)
+                let cap = crate::queue::enqueue::QueueCap {
+                    max: u64::MAX,
+                    exempt: &|_: &str| false,
+                };
+                crate::queue::enqueue::decide(jobs, &repeats, facts, &cap, false, t0)
             };
             store.enqueue(jobs, &rule, t0).await.unwrap();
         }

@@ -81,6 +81,10 @@ macro_rules! conformance_suite {
             queue_stats_count_each_state,
             gauges_report_every_queue_its_oldest_ready_job_and_the_dedup_records,
             list_queues_pages_by_name_with_counts,
+            max_queues_refuses_a_new_undeclared_queue_and_counts_the_declared_ones,
+            only_an_empty_queue_is_deleted_and_its_keys_outlive_it,
+            strict_mode_still_deletes_an_undeclared_queue_left_from_before,
+            rates_count_each_minute_sum_over_servers_and_keep_an_hour,
             list_jobs_pages_each_state_in_its_order,
             cancel_and_purge_take_ready_and_scheduled_jobs_and_keep_the_key,
             a_waiting_reserve_gets_a_job_enqueued_later,
@@ -1617,6 +1621,275 @@ pub(crate) mod cases {
         let page = h.queue.list_queues(None, "").await.unwrap();
         assert_eq!(page.queues.len(), 5);
         assert!(page.next_page_token.is_empty());
+    }
+
+    pub(crate) async fn max_queues_refuses_a_new_undeclared_queue_and_counts_the_declared_ones(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.limits.max_queues = 3;
+            c.queues.push(QueueConfig {
+                name: "d".into(),
+                ..Default::default()
+            });
+        })
+        .await;
+        h.queue.create_declared_queues().await.expect("declared");
+        h.queue.create_declared_queues().await.expect("twice");
+        let names = |h: &Harness| {
+            let q = h.queue.clone();
+            async move {
+                let page = q.list_queues(None, "").await.unwrap();
+                page.queues.into_iter().map(|(n, _)| n).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            names(&h).await,
+            ["d"],
+            "a declared queue exists from the start"
+        );
+        let a = h.put(job("a")).await;
+        h.put(job("b")).await;
+        let too_many = |o: &JobOutcome, queue: &str| match o {
+            Err(Rejection::TooManyQueues { queue: q, limit: 3 }) if q == queue => {}
+            other => panic!("expected TooManyQueues for {queue}, got {other:?}"),
+        };
+        let out = h.enqueue(vec![job("c"), job("a"), job("c")]).await;
+        too_many(&out[0], "c");
+        assert!(out[1].is_ok(), "an existing queue keeps taking jobs");
+        too_many(&out[2], "c");
+        let atomic = h
+            .queue
+            .enqueue_atomic(vec![job("b"), job("c")])
+            .await
+            .unwrap();
+        match atomic {
+            Err(f) => {
+                assert_eq!(f.len(), 1);
+                assert_eq!(f[0].0, 1);
+                too_many(&Err(f[0].1.clone()), "c");
+            }
+            Ok(_) => panic!("an atomic batch that would create a queue past the cap is refused"),
+        }
+        assert_eq!(
+            h.stats("b").await.ready,
+            1,
+            "the refused atomic batch wrote nothing"
+        );
+        assert_eq!(names(&h).await, ["a", "b", "d"]);
+        // An emptied queue still counts until it is deleted; then its place is free.
+        let j = h.reserve_one("a", 30_000).await.expect("a's first job");
+        assert_eq!(j.id, a);
+        h.queue.ack(&a.to_string(), 1).await.unwrap();
+        let j = h.reserve_one("a", 30_000).await.expect("a's second job");
+        h.queue.ack(&j.id.to_string(), 1).await.unwrap();
+        too_many(&h.enqueue(vec![job("c")]).await[0], "c");
+        h.queue.delete_queue("a").await.expect("a is empty");
+        let c = h.put(job("c")).await;
+        h.queue
+            .ack(&h.reserve_one("c", 30_000).await.unwrap().id.to_string(), 1)
+            .await
+            .unwrap();
+        assert_eq!(h.state(c).await, None);
+        // Queues are kept, empty ones too, across a restart, and counted after it.
+        let h = h.reopen().await;
+        assert_eq!(names(&h).await, ["b", "c", "d"]);
+        too_many(&h.enqueue(vec![job("e")]).await[0], "e");
+        assert!(
+            h.enqueue(vec![job("d")]).await[0].is_ok(),
+            "a declared queue is never refused"
+        );
+    }
+
+    pub(crate) async fn only_an_empty_queue_is_deleted_and_its_keys_outlive_it(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 600_000).await;
+        let not_empty = |r: Result<crate::domain::QueueStats, QueueError>, want: [u64; 4]| match r {
+            Err(
+                e @ QueueError::QueueNotEmpty {
+                    ready,
+                    scheduled,
+                    in_flight,
+                    dead_lettered,
+                    ..
+                },
+            ) => {
+                assert_eq!([ready, scheduled, in_flight, dead_lettered], want);
+                assert_eq!(e.code(), crate::error::ErrorCode::FailedPrecondition);
+            }
+            other => panic!("expected QueueNotEmpty {want:?}, got {other:?}"),
+        };
+        let keyed_id = h.put(keyed("q", "k")).await;
+        h.put(EnqueueInput {
+            scheduled_at: Some(Ok(T0 + 60_000)),
+            ..job("q")
+        })
+        .await;
+        not_empty(h.queue.delete_queue("q").await, [1, 1, 0, 0]);
+        h.queue.purge_queue("q", None).await.unwrap();
+        let id = h.put(job("q")).await;
+        h.reserve_one("q", 30_000).await.expect("the job");
+        not_empty(h.queue.delete_queue("q").await, [0, 0, 1, 0]);
+        h.queue
+            .nack(&id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        not_empty(h.queue.delete_queue("q").await, [0, 0, 0, 1]);
+        h.queue
+            .delete_dead_letters(SelectorInput {
+                job_ids: vec![id.to_string()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        h.queue.set_paused("q", true).await.unwrap();
+        // Empty: deleted with its paused flag; its key's record stays.
+        let was = h.queue.delete_queue("q").await.expect("empty");
+        assert!(was.paused);
+        assert_eq!(was.dedup_records, 1);
+        let page = h.queue.list_queues(None, "").await.unwrap();
+        assert!(page.queues.is_empty(), "{page:?}");
+        match h.queue.delete_queue("q").await {
+            Err(e @ QueueError::QueueNotFound(_)) => {
+                assert_eq!(e.code(), crate::error::ErrorCode::NotFound);
+            }
+            other => panic!("expected QueueNotFound, got {other:?}"),
+        }
+        // A retry of the producer's enqueue still answers the job the key created, and
+        // creates nothing (not even the queue).
+        let out = h.enqueue(vec![keyed("q", "k")]).await;
+        assert_eq!(accepted(&out[0]), (keyed_id, true), "a dedup hit");
+        assert!(
+            h.queue
+                .list_queues(None, "")
+                .await
+                .unwrap()
+                .queues
+                .is_empty()
+        );
+        // A new job creates the queue anew, unpaused.
+        let fresh = h.put(job("q")).await;
+        assert!(!h.stats("q").await.paused);
+        assert_eq!(h.reserve_one("q", 30_000).await.map(|j| j.id), Some(fresh));
+        assert!(matches!(
+            h.queue.delete_queue("no-such-queue").await,
+            Err(QueueError::QueueNotFound(_))
+        ));
+        assert!(matches!(
+            h.queue.delete_queue("").await,
+            Err(QueueError::InvalidArgument(_))
+        ));
+    }
+
+    pub(crate) async fn rates_count_each_minute_sum_over_servers_and_keep_an_hour(
+        b: Box<dyn Backend>,
+    ) {
+        use crate::storage::RateCounts;
+        let h = Harness::new(b, |c| c.storage.dead_letter_retention_ms = 600_000).await;
+        assert_eq!(T0 % 60_000, 0, "the cases start on a minute");
+        // Minute 0: 3 enqueued on q, 1 on r; one acked, one nacked into the dead letters.
+        for _ in 0..3 {
+            h.put(job("q")).await;
+        }
+        h.put(job("r")).await;
+        let got = h.reserve(&["q"], 2, 30_000).await;
+        h.queue.ack(&got[0].id.to_string(), 1).await.unwrap();
+        h.queue
+            .nack(&got[1].id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        // Minute 1: one enqueued, then dead-lettered by the sweeper when its lease runs out.
+        h.advance(60_000);
+        h.put(EnqueueInput {
+            max_attempts: Some(1),
+            ..job("s")
+        })
+        .await;
+        h.reserve_one("s", 1_000).await.expect("s's job");
+        h.advance(2_000);
+        assert_eq!(h.sweep().await.done.dead_lettered, 1);
+
+        let report = h.queue.queue_rates(None, None, "").await.unwrap();
+        assert_eq!(report.first_minute, T0 / 60_000 + 1 - 59);
+        let names: Vec<&str> = report.queues.iter().map(|q| q.queue.as_str()).collect();
+        assert_eq!(names, ["q", "r", "s"]);
+        let c = |enqueued, acked, nacked, dead_lettered| RateCounts {
+            enqueued,
+            acked,
+            nacked,
+            dead_lettered,
+        };
+        let q = &report.queues[0];
+        assert_eq!(q.minutes.len(), 60);
+        assert_eq!(q.minutes[58], c(3, 1, 1, 1));
+        assert_eq!(q.minutes[59], c(0, 0, 0, 0));
+        assert_eq!(q.last_minute(), c(3, 1, 1, 1), "the last complete minute");
+        assert!(q.minutes[..58].iter().all(RateCounts::is_zero));
+        assert_eq!(report.queues[1].minutes[58], c(1, 0, 0, 0));
+        assert_eq!(report.queues[2].minutes[59], c(1, 0, 0, 1));
+        let only_r = h.queue.queue_rates(Some("r"), None, "").await.unwrap();
+        assert_eq!(only_r.queues.len(), 1);
+        assert_eq!(only_r.queues[0].queue, "r");
+        // Paged by name.
+        let p1 = h.queue.queue_rates(None, Some(2), "").await.unwrap();
+        let names: Vec<&str> = p1.queues.iter().map(|q| q.queue.as_str()).collect();
+        assert_eq!((names, p1.next_page_token.as_str()), (vec!["q", "r"], "r"));
+        let p2 = h.queue.queue_rates(None, Some(2), "r").await.unwrap();
+        assert_eq!(p2.queues.len(), 1);
+        assert_eq!(
+            (p2.queues[0].queue.as_str(), p2.next_page_token.as_str()),
+            ("s", "")
+        );
+        assert!(h.queue.queue_rates(None, Some(0), "").await.is_err());
+
+        // Another server on the same store adds to the same buckets.
+        let other = Harness::queue_over(&h.store, &h.config, &h.clock);
+        other.enqueue_batch(vec![job("q"), job("q")]).await.unwrap();
+        other.flush_rates().await.unwrap();
+        let report = h.queue.queue_rates(Some("q"), None, "").await.unwrap();
+        assert_eq!(report.queues[0].minutes[59], c(2, 0, 0, 0));
+        assert_eq!(report.queues[0].minutes[58], c(3, 1, 1, 1));
+
+        // An hour on, every bucket has left the window and the store.
+        h.advance(60 * 60_000);
+        assert!(
+            h.queue
+                .queue_rates(None, None, "")
+                .await
+                .unwrap()
+                .queues
+                .is_empty()
+        );
+        assert!(
+            h.store.rates(0).await.unwrap().is_empty(),
+            "old buckets are deleted"
+        );
+    }
+
+    pub(crate) async fn strict_mode_still_deletes_an_undeclared_queue_left_from_before(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.server.strict_queues = true;
+            c.queues.push(QueueConfig {
+                name: "d".into(),
+                ..Default::default()
+            });
+        })
+        .await;
+        // A queue created before strict mode was set.
+        h.store
+            .create_queues(&["legacy".to_string()])
+            .await
+            .unwrap();
+        assert!(matches!(
+            h.queue.queue_stats("legacy").await,
+            Err(QueueError::UnknownQueues(_))
+        ));
+        h.queue.delete_queue("legacy").await.expect("deleted");
+        let page = h.queue.list_queues(None, "").await.unwrap();
+        assert!(page.queues.is_empty(), "{page:?}");
     }
 
     pub(crate) async fn list_jobs_pages_each_state_in_its_order(b: Box<dyn Backend>) {

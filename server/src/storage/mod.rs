@@ -94,6 +94,12 @@ pub trait EnqueueFacts {
     fn record(&self, i: usize) -> Option<KeyRecord>;
     /// Jobs `queue` holds (ready + scheduled + in flight).
     fn depth(&self, queue: &str) -> u64;
+    /// Whether the store holds `queue` (it was created by an enqueue, a pause or at start-up
+    /// and not deleted since). Asked for every queue of the batch.
+    fn queue_exists(&self, queue: &str) -> bool;
+    /// How many queues the store holds. Asked only when a queue of the batch does not exist;
+    /// then no other transition creates or deletes a queue until this one is applied.
+    fn queue_count(&self) -> u64;
     /// Where job `id` is (the job a dedup record names), from what the store holds in memory
     /// where it can (a hit is answered without a disk read); `None` when nothing of it is left.
     fn stage(&self, id: JobId) -> Option<Stage>;
@@ -122,6 +128,20 @@ pub type ReserveFitRule<'a> = dyn Fn(u32, u64, usize) -> Fit + Sync + 'a;
 /// What stays of a dead letter that is drained, deleted or past its retention
 /// (`queue::lifecycle::leave`): a tombstone or nothing.
 pub type RemovalRule<'a> = dyn Fn(JobFacts<'_>) -> Finish + Sync + 'a;
+
+/// Whether a queue with these counts may be deleted (`queue::lifecycle::queue_deletable`).
+pub type DeleteQueueRule<'a> = dyn Fn(&QueueStats) -> bool + Sync + 'a;
+
+/// What [`Store::delete_queue`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueDeletion {
+    /// The store holds no such queue.
+    NotFound,
+    /// The rule refused: the queue's counts, as read. Nothing changed.
+    Refused(QueueStats),
+    /// The queue is gone: its counts just before (the dedup records and the paused flag it had).
+    Deleted(QueueStats),
+}
 
 /// A settlement as applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +203,8 @@ pub struct Maintenance {
     pub more: bool,
     /// Queues that got ready jobs.
     pub ready: ReadyJobs,
+    /// Queues whose jobs were dead-lettered by lease expiry, and how many each.
+    pub dead_lettered_by_queue: ReadyJobs,
     /// What is due next.
     pub deadlines: Deadlines,
 }
@@ -220,6 +242,46 @@ pub struct StoreGauges {
     /// The `created_at` of the dedup record that expires next (the oldest one when every
     /// queue has the same window).
     pub next_expiring_dedup_created_at: Option<UnixMs>,
+}
+
+/// What happened to one queue's jobs in one minute, counted by the servers that did it
+/// (`queue::rates`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateCounts {
+    /// Jobs created by enqueues.
+    pub enqueued: u64,
+    /// Deliveries acked.
+    pub acked: u64,
+    /// Deliveries nacked (retried or dead-lettered).
+    pub nacked: u64,
+    /// Jobs dead-lettered (by a nack, or by lease expiry on their last attempt).
+    pub dead_lettered: u64,
+}
+
+impl RateCounts {
+    /// Adds `other` to these counts.
+    pub fn add(&mut self, other: &RateCounts) {
+        self.enqueued += other.enqueued;
+        self.acked += other.acked;
+        self.nacked += other.nacked;
+        self.dead_lettered += other.dead_lettered;
+    }
+
+    /// True when every count is 0.
+    pub fn is_zero(&self) -> bool {
+        *self == RateCounts::default()
+    }
+}
+
+/// One queue's counts of one minute (Unix milliseconds / 60 000).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateBucket {
+    /// The minute: Unix time in whole minutes.
+    pub minute: i64,
+    /// The queue.
+    pub queue: String,
+    /// Its counts.
+    pub counts: RateCounts,
 }
 
 /// Told of each durable commit, for the metrics (`crate::metrics`): how many writes the batch
@@ -342,6 +404,29 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counts of a queue's jobs by state.
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError>;
+
+    /// Adds `buckets` to the per-minute counts the store keeps (a bucket's counts are added to
+    /// what the same queue and minute hold, so several servers sum up), then removes every
+    /// bucket of a minute before `keep_from`.
+    async fn add_rates(&self, buckets: &[RateBucket], keep_from: i64) -> Result<(), StorageError>;
+
+    /// Every bucket of a minute at or after `from`, by minute then queue.
+    async fn rates(&self, from: i64) -> Result<Vec<RateBucket>, StorageError>;
+
+    /// Creates the queues of `names` that the store does not hold (unpaused, empty); the others
+    /// are left as they are. Not subject to `limits.max_queues` (the declared queues, at
+    /// start-up).
+    async fn create_queues(&self, names: &[String]) -> Result<(), StorageError>;
+
+    /// Deletes `queue` if `rule` allows it given the queue's counts, read in the same atomic
+    /// step as the deletion (a job enqueued concurrently is either counted or enqueued after,
+    /// into a new queue of the same name). The queue's record goes with its paused flag; its
+    /// dedup records and the tombstones they name stay until their own time.
+    async fn delete_queue(
+        &self,
+        queue: &str,
+        rule: &DeleteQueueRule<'_>,
+    ) -> Result<QueueDeletion, StorageError>;
 
     /// Every queue's counts, the age of its oldest ready job, and the dedup records: what a
     /// metrics scrape reports. Queues are sorted by name.

@@ -62,6 +62,12 @@ impl EnqueueFacts for NoFacts {
     fn depth(&self, _: &str) -> u64 {
         0
     }
+    fn queue_exists(&self, _: &str) -> bool {
+        true
+    }
+    fn queue_count(&self) -> u64 {
+        0
+    }
     fn stage(&self, _: JobId) -> Option<crate::domain::Stage> {
         None
     }
@@ -97,6 +103,26 @@ impl Store for EmptyStore {
     }
     async fn forget_key(&self, _: &str, _: &str) -> Result<Option<KeyRecord>, StorageError> {
         Ok(None)
+    }
+    async fn create_queues(&self, _: &[String]) -> Result<(), StorageError> {
+        Ok(())
+    }
+    async fn add_rates(
+        &self,
+        _: &[crate::storage::RateBucket],
+        _: i64,
+    ) -> Result<(), StorageError> {
+        Ok(())
+    }
+    async fn rates(&self, _: i64) -> Result<Vec<crate::storage::RateBucket>, StorageError> {
+        Ok(Vec::new())
+    }
+    async fn delete_queue(
+        &self,
+        _: &str,
+        _: &crate::storage::DeleteQueueRule<'_>,
+    ) -> Result<crate::storage::QueueDeletion, StorageError> {
+        Ok(crate::storage::QueueDeletion::NotFound)
     }
     async fn list_queues(
         &self,

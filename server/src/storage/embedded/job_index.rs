@@ -134,9 +134,27 @@ impl JobIndex {
         self.queues.get(queue).map_or(0, QueueIndex::depth)
     }
 
-    /// Adds a job (new or recovered) and files it under its stage.
+    /// How many queues the index holds.
+    pub(crate) fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Removes a queue's share of the index (its jobs must be gone; tombstones may stay).
+    pub(crate) fn remove_queue(&mut self, name: &str) -> Option<QueueIndex> {
+        self.queues.remove(name)
+    }
+
+    /// Adds a job (new or recovered) and files it under its stage. A tombstone does not create
+    /// its queue (the queue may have been deleted since the job finished): it shares the
+    /// queue's name only while the queue exists.
     pub(crate) fn insert(&mut self, id: JobId, mut meta: Meta) {
-        meta.queue = self.intern(&meta.queue);
+        meta.queue = match meta.stage {
+            Stage::Tombstone { .. } => match self.queues.get_key_value(&*meta.queue) {
+                Some((k, _)) => k.clone(),
+                None => meta.queue,
+            },
+            _ => self.intern(&meta.queue),
+        };
         meta.job_type = self.intern_job_type(&meta.job_type);
         self.next_seq = self.next_seq.max(meta.seq + 1);
         self.place(id, &meta);
@@ -279,6 +297,10 @@ impl JobIndex {
     }
 
     fn place(&mut self, id: JobId, m: &Meta) {
+        if let Stage::Tombstone { until, .. } = m.stage {
+            self.tombstones.insert((until, id));
+            return;
+        }
         let q = self.queues.entry(m.queue.clone()).or_default();
         match m.stage {
             Stage::Ready => {
@@ -296,13 +318,15 @@ impl JobIndex {
                 q.dead.insert((failed_at, id));
                 self.dead.insert((failed_at, id));
             }
-            Stage::Tombstone { until, .. } => {
-                self.tombstones.insert((until, id));
-            }
+            Stage::Tombstone { .. } => {}
         }
     }
 
     fn unplace(&mut self, id: JobId, m: &Meta) {
+        if let Stage::Tombstone { until, .. } = m.stage {
+            self.tombstones.remove(&(until, id));
+            return;
+        }
         let Some(q) = self.queues.get_mut(&m.queue) else {
             return;
         };
@@ -322,9 +346,7 @@ impl JobIndex {
                 q.dead.remove(&(failed_at, id));
                 self.dead.remove(&(failed_at, id));
             }
-            Stage::Tombstone { until, .. } => {
-                self.tombstones.remove(&(until, id));
-            }
+            Stage::Tombstone { .. } => {}
         }
     }
 }

@@ -45,10 +45,11 @@ use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::JobIndex;
 use super::{
-    CommitObserver, Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance,
-    QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled,
-    StorageError, StorageHealth, Store, StoreGauges, SweepPass,
+    CommitObserver, Deadlines, DeleteQueueRule, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule,
+    Maintenance, QueueDeletion, QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule,
+    SettleRule, Settled, StorageError, StorageHealth, Store, StoreGauges, SweepPass,
 };
+use super::{RateBucket, RateCounts};
 use crate::domain::{
     CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit,
     InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord, LastReason, ListState, NewJob,
@@ -100,6 +101,10 @@ struct Shared {
 /// The embedded [`Store`].
 pub struct EmbeddedStore {
     shared: Arc<Shared>,
+    /// The per-minute counts ([`Store::add_rates`]), in memory only: this process is the only
+    /// server of the store, and a restart starts the hour afresh. At most the queues × 60
+    /// minutes the queue layer keeps.
+    rates: Mutex<std::collections::BTreeMap<(i64, String), RateCounts>>,
     /// The flusher thread; joined by [`Store::close`].
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
     report: RecoveryReport,
@@ -168,6 +173,7 @@ impl EmbeddedStore {
             .map_err(|e| StorageError::Io(format!("cannot start the flusher thread: {e}")))?;
         Ok(EmbeddedStore {
             shared,
+            rates: Mutex::default(),
             flusher: Mutex::new(Some(flusher)),
             report,
         })
@@ -434,6 +440,14 @@ impl EnqueueFacts for Facts<'_> {
         self.st.jobs.depth(queue)
     }
 
+    fn queue_exists(&self, queue: &str) -> bool {
+        self.st.jobs.queue(queue).is_some()
+    }
+
+    fn queue_count(&self) -> u64 {
+        self.st.jobs.queue_count() as u64
+    }
+
     fn stage(&self, id: JobId) -> Option<Stage> {
         self.st.jobs.get(id).map(|m| m.stage)
     }
@@ -604,6 +618,16 @@ impl Store for EmbeddedStore {
                         dedup_until: job.dedup.as_ref().map(|d| d.expires_at),
                         reply_bytes: job.reply_bytes,
                     };
+                    if st.jobs.queue(&meta.queue).is_none() {
+                        // The job creates its queue: its record makes the queue outlive its
+                        // jobs (and a restart) until an operator deletes it.
+                        let rec = QueueRecord { paused: false };
+                        ops.push(WriteOp::put(
+                            Ks::Queues,
+                            meta.queue.as_bytes(),
+                            rec.encode(),
+                        ));
+                    }
                     ops.push(WriteOp::put(Ks::Jobs, job.id.to_bytes(), body));
                     ops.push(meta_put(job.id, &meta));
                     if let (Some(key), Some(claim)) = (key, &job.dedup) {
@@ -836,6 +860,9 @@ impl Store for EmbeddedStore {
                         }
                     }
                     Expiry::Finish(finish) => {
+                        if let Some(q) = st.jobs.get(id).map(|m| m.queue.clone()) {
+                            push_ready(&mut report.dead_lettered_by_queue, &q);
+                        }
                         Shared::apply_finish(&mut st, id, finish, &mut ops);
                         report.dead_lettered += 1;
                     }
@@ -1126,6 +1153,80 @@ impl Store for EmbeddedStore {
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
         Ok(stats_of(&self.shared.lock(), queue))
+    }
+
+    async fn add_rates(&self, buckets: &[RateBucket], keep_from: i64) -> Result<(), StorageError> {
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        for b in buckets {
+            rates
+                .entry((b.minute, b.queue.clone()))
+                .or_default()
+                .add(&b.counts);
+        }
+        *rates = rates.split_off(&(keep_from, String::new()));
+        Ok(())
+    }
+
+    async fn rates(&self, from: i64) -> Result<Vec<RateBucket>, StorageError> {
+        let rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(rates
+            .range((from, String::new())..)
+            .map(|((minute, queue), counts)| RateBucket {
+                minute: *minute,
+                queue: queue.clone(),
+                counts: *counts,
+            })
+            .collect())
+    }
+
+    async fn create_queues(&self, names: &[String]) -> Result<(), StorageError> {
+        let sh = &*self.shared;
+        let batch = {
+            let mut st = sh.lock();
+            sh.commit.check_writable()?;
+            let mut ops = Vec::new();
+            for name in names {
+                if st.jobs.queue(name).is_none() {
+                    st.jobs.intern(&Arc::from(name.as_str()));
+                    let rec = QueueRecord { paused: false };
+                    ops.push(WriteOp::put(Ks::Queues, name.as_bytes(), rec.encode()));
+                }
+            }
+            if ops.is_empty() {
+                return Ok(());
+            }
+            sh.commit.append(ops)
+        };
+        sh.commit.wait(batch).await
+    }
+
+    async fn delete_queue(
+        &self,
+        queue: &str,
+        rule: &DeleteQueueRule<'_>,
+    ) -> Result<QueueDeletion, StorageError> {
+        let sh = &*self.shared;
+        let (batch, stats) = {
+            let mut st = sh.lock();
+            sh.commit.check_writable()?;
+            if st.jobs.queue(queue).is_none() {
+                return Ok(QueueDeletion::NotFound);
+            }
+            let stats = stats_of(&st, queue);
+            if !rule(&stats) {
+                return Ok(QueueDeletion::Refused(stats));
+            }
+            if stats.ready + stats.scheduled + stats.in_flight + stats.dead_lettered > 0 {
+                return Err(invalid_plan("a queue that holds jobs cannot be deleted"));
+            }
+            st.jobs.remove_queue(queue);
+            let batch = sh
+                .commit
+                .append(vec![WriteOp::delete(Ks::Queues, queue.as_bytes())]);
+            (batch, stats)
+        };
+        sh.commit.wait(batch).await?;
+        Ok(QueueDeletion::Deleted(stats))
     }
 
     async fn list_queues(

@@ -31,10 +31,11 @@ pub(crate) mod tls;
 use self::group_commit::GroupCommit;
 use super::embedded::codec::Body;
 use super::{
-    BackupReport, Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance,
-    QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled,
-    StorageError, StorageHealth, Store, StoreGauges, SweepPass,
+    BackupReport, Deadlines, DeleteQueueRule, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule,
+    Maintenance, QueueDeletion, QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule,
+    SettleRule, Settled, StorageError, StorageHealth, Store, StoreGauges, SweepPass,
 };
+use super::{RateBucket, RateCounts};
 use crate::domain::{
     CancelSelector, DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry,
     Fingerprint, Finish, Fit, InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord,
@@ -396,6 +397,12 @@ struct Facts {
     depths: Vec<(String, u64)>,
     /// Where the jobs the live records name are, read with the records.
     stages: Vec<(JobId, Stage)>,
+    /// The batch's queues that have a `sepp_queues` row, each locked `FOR KEY SHARE` until
+    /// `COMMIT` (a DeleteQueue waits for it).
+    queues: Vec<String>,
+    /// Rows of `sepp_queues`, read under [`QUEUE_CREATE_LOCK`] when a queue of the batch has
+    /// none.
+    queue_count: Option<u64>,
 }
 
 impl EnqueueFacts for Facts {
@@ -410,9 +417,51 @@ impl EnqueueFacts for Facts {
             .map_or(0, |(_, n)| *n)
     }
 
+    fn queue_exists(&self, queue: &str) -> bool {
+        self.queues.iter().any(|q| q == queue)
+    }
+
+    fn queue_count(&self) -> u64 {
+        self.queue_count.unwrap_or(self.queues.len() as u64)
+    }
+
     fn stage(&self, id: JobId) -> Option<Stage> {
         self.stages.iter().find(|(j, _)| *j == id).map(|(_, s)| *s)
     }
+}
+
+/// The transaction-level advisory lock under which a queue is created (an arbitrary constant:
+/// "sepp" + 2): the count of queues read under it stays true until `COMMIT`, so that two
+/// servers cannot both take the last place under `limits.max_queues`.
+const QUEUE_CREATE_LOCK: i64 = 0x7365_7070_0000_0002;
+
+/// Which of the queues `$1` exist, locked so that a DeleteQueue waits for this transaction.
+const QUEUES_HELD: &str = "SELECT name FROM sepp_queues WHERE name = ANY($1::text[]) FOR KEY SHARE";
+
+/// The queues of `jobs` that exist, and, when one does not, how many queues exist (read under
+/// [`QUEUE_CREATE_LOCK`]).
+async fn queue_facts(
+    client: &impl GenericClient,
+    jobs: &[NewJob],
+) -> Result<(Vec<String>, Option<u64>), tokio_postgres::Error> {
+    let mut names: Vec<&str> = jobs.iter().map(|j| &*j.queue).collect();
+    names.sort_unstable();
+    names.dedup();
+    let held = |rows: Vec<Row>| -> Vec<String> { rows.iter().map(|r| r.get(0)).collect() };
+    let known = held(client.cached_query(QUEUES_HELD, &[&names]).await?);
+    if known.len() == names.len() {
+        return Ok((known, None));
+    }
+    client
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&QUEUE_CREATE_LOCK])
+        .await?;
+    // Read again under the lock: a queue created meanwhile by another server exists now.
+    let known = held(client.cached_query(QUEUES_HELD, &[&names]).await?);
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM sepp_queues", &[])
+        .await?
+        .get(0);
+    Ok((known, Some(u64::try_from(n).unwrap_or(0))))
 }
 
 /// A fingerprint as its column stores it (the same 64 bits, as a signed `bigint`).
@@ -491,6 +540,7 @@ async fn enqueue_in(
     now: UnixMs,
 ) -> Result<(Vec<InsertOutcome>, bool), tokio_postgres::Error> {
     let n = jobs.len();
+    let (queues, queue_count) = queue_facts(client, jobs).await?;
     // The first job of each (queue, key) claims it; claims in key order, so that two batches
     // claiming the same keys lock them in one order.
     let mut firsts: Vec<usize> = Vec::new();
@@ -600,6 +650,8 @@ async fn enqueue_in(
             records,
             depths,
             stages,
+            queues: queues.clone(),
+            queue_count,
         },
     );
     let fits = plan.outcomes.len() == n
@@ -684,6 +736,23 @@ async fn enqueue_in(
         .filter(|(_, o)| matches!(o, InsertOutcome::Created(_)))
         .map(|(j, _)| j)
         .collect();
+    let mut new_queues: Vec<&str> = created
+        .iter()
+        .map(|j| &*j.queue)
+        .filter(|q| !queues.iter().any(|k| k == q))
+        .collect();
+    if !new_queues.is_empty() {
+        new_queues.sort_unstable();
+        new_queues.dedup();
+        // The jobs create their queues (under QUEUE_CREATE_LOCK, taken in `queue_facts`).
+        client
+            .execute(
+                "INSERT INTO sepp_queues (name, paused) SELECT unnest($1::text[]), false \
+                 ON CONFLICT (name) DO NOTHING",
+                &[&new_queues],
+            )
+            .await?;
+    }
     if !created.is_empty() {
         let ids: Vec<Uuid> = created.iter().map(|j| uuid(j.id)).collect();
         let queues: Vec<&str> = created.iter().map(|j| &*j.queue).collect();
@@ -734,6 +803,40 @@ async fn enqueue_in(
         .await?;
     }
     Ok((plan.outcomes, true))
+}
+
+/// The counts of `queue`, read through `client` (inside a transaction when it is one).
+async fn stats_in(
+    client: &impl GenericClient,
+    queue: &str,
+) -> Result<QueueStats, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT stage, count(*) FROM sepp_jobs WHERE queue = $1 GROUP BY stage",
+            &[&queue],
+        )
+        .await?;
+    let mut s = QueueStats::default();
+    for r in &rows {
+        let n = u64::try_from(r.get::<_, i64>(1)).unwrap_or(0);
+        match r.get::<_, i16>(0) {
+            READY => s.ready = n,
+            SCHEDULED => s.scheduled = n,
+            IN_FLIGHT => s.in_flight = n,
+            DEAD => s.dead_lettered = n,
+            _ => {}
+        }
+    }
+    let r = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM sepp_dedup WHERE queue = $1), \
+             coalesce((SELECT paused FROM sepp_queues WHERE name = $1), false)",
+            &[&queue],
+        )
+        .await?;
+    s.dedup_records = u64::try_from(r.get::<_, i64>(0)).unwrap_or(0);
+    s.paused = r.get(1);
+    Ok(s)
 }
 
 /// What job inspection reports of a row (the key read from its body, none for a tombstone).
@@ -1276,6 +1379,7 @@ impl Store for PostgresStore {
                         apply_finish(&tx, row.id, finish, &LastReason::Unchanged, "", &[])
                             .await
                             .map_err(pg_err)?;
+                        push_ready(&mut report.dead_lettered_by_queue, &row.queue);
                         report.dead_lettered += 1;
                     }
                 }
@@ -1674,8 +1778,7 @@ impl Store for PostgresStore {
             let client = self.shared.client().await?;
             client
                 .query(
-                    "SELECT name FROM (SELECT DISTINCT queue AS name FROM sepp_jobs \
-                     UNION SELECT name FROM sepp_queues) q \
+                    "SELECT name FROM sepp_queues \
                      WHERE $1::text IS NULL OR name > $1 ORDER BY name LIMIT $2",
                     &[&after, &(i64::from(limit) + 1)],
                 )
@@ -1888,35 +1991,127 @@ impl Store for PostgresStore {
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {
         let client = self.shared.client().await?;
+        stats_in(&client, queue).await.map_err(pg_err)
+    }
+
+    async fn add_rates(&self, buckets: &[RateBucket], keep_from: i64) -> Result<(), StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        // In (minute, queue) order, so that servers adding to the same buckets lock them in one
+        // order.
+        let mut sorted: Vec<&RateBucket> = buckets.iter().collect();
+        sorted.sort_by(|a, b| (a.minute, &a.queue).cmp(&(b.minute, &b.queue)));
+        let col = |f: fn(&RateCounts) -> u64| -> Vec<i64> {
+            sorted
+                .iter()
+                .map(|b| i64::try_from(f(&b.counts)).unwrap_or(i64::MAX))
+                .collect()
+        };
+        let minutes: Vec<i64> = sorted.iter().map(|b| b.minute).collect();
+        let queues: Vec<&str> = sorted.iter().map(|b| b.queue.as_str()).collect();
+        let (enq, ack, nack, dead) = (
+            col(|c| c.enqueued),
+            col(|c| c.acked),
+            col(|c| c.nacked),
+            col(|c| c.dead_lettered),
+        );
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        if !sorted.is_empty() {
+            tx.execute(
+                "INSERT INTO sepp_rates AS r (minute, queue, enqueued, acked, nacked, dead_lettered) \
+                 SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::int8[], $5::int8[], \
+                 $6::int8[]) \
+                 ON CONFLICT (minute, queue) DO UPDATE SET \
+                 enqueued = r.enqueued + EXCLUDED.enqueued, acked = r.acked + EXCLUDED.acked, \
+                 nacked = r.nacked + EXCLUDED.nacked, \
+                 dead_lettered = r.dead_lettered + EXCLUDED.dead_lettered",
+                &[&minutes, &queues, &enq, &ack, &nack, &dead],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        tx.execute("DELETE FROM sepp_rates WHERE minute < $1", &[&keep_from])
+            .await
+            .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn rates(&self, from: i64) -> Result<Vec<RateBucket>, StorageError> {
+        let client = self.shared.client().await?;
         let rows = client
             .query(
-                "SELECT stage, count(*) FROM sepp_jobs WHERE queue = $1 GROUP BY stage",
+                "SELECT minute, queue, enqueued, acked, nacked, dead_lettered FROM sepp_rates \
+                 WHERE minute >= $1 ORDER BY minute, queue",
+                &[&from],
+            )
+            .await
+            .map_err(pg_err)?;
+        let n = |r: &Row, i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
+        Ok(rows
+            .iter()
+            .map(|r| RateBucket {
+                minute: r.get(0),
+                queue: r.get(1),
+                counts: RateCounts {
+                    enqueued: n(r, 2),
+                    acked: n(r, 3),
+                    nacked: n(r, 4),
+                    dead_lettered: n(r, 5),
+                },
+            })
+            .collect())
+    }
+
+    async fn create_queues(&self, names: &[String]) -> Result<(), StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let client = sh.client().await?;
+        client
+            .execute(
+                "INSERT INTO sepp_queues (name, paused) SELECT unnest($1::text[]), false \
+                 ON CONFLICT (name) DO NOTHING",
+                &[&names],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn delete_queue(
+        &self,
+        queue: &str,
+        rule: &DeleteQueueRule<'_>,
+    ) -> Result<QueueDeletion, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let mut client = sh.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        // FOR UPDATE waits for every enqueue that holds the row FOR KEY SHARE (its jobs are
+        // committed when the counts below are read, each statement seeing what is committed
+        // when it starts) and keeps new ones out until COMMIT.
+        let row = tx
+            .query_opt(
+                "SELECT paused FROM sepp_queues WHERE name = $1 FOR UPDATE",
                 &[&queue],
             )
             .await
             .map_err(pg_err)?;
-        let mut s = QueueStats::default();
-        for r in &rows {
-            let n = u64::try_from(r.get::<_, i64>(1)).unwrap_or(0);
-            match r.get::<_, i16>(0) {
-                READY => s.ready = n,
-                SCHEDULED => s.scheduled = n,
-                IN_FLIGHT => s.in_flight = n,
-                DEAD => s.dead_lettered = n,
-                _ => {}
-            }
+        if row.is_none() {
+            return Ok(QueueDeletion::NotFound);
         }
-        let r = client
-            .query_one(
-                "SELECT (SELECT count(*) FROM sepp_dedup WHERE queue = $1), \
-                 coalesce((SELECT paused FROM sepp_queues WHERE name = $1), false)",
-                &[&queue],
-            )
+        let stats = stats_in(&tx, queue).await.map_err(pg_err)?;
+        if !rule(&stats) {
+            return Ok(QueueDeletion::Refused(stats));
+        }
+        if stats.ready + stats.scheduled + stats.in_flight + stats.dead_lettered > 0 {
+            return Err(invalid_plan("a queue that holds jobs cannot be deleted"));
+        }
+        tx.execute("DELETE FROM sepp_queues WHERE name = $1", &[&queue])
             .await
             .map_err(pg_err)?;
-        s.dedup_records = u64::try_from(r.get::<_, i64>(0)).unwrap_or(0);
-        s.paused = r.get(1);
-        Ok(s)
+        tx.commit().await.map_err(pg_err)?;
+        Ok(QueueDeletion::Deleted(stats))
     }
 
     fn listen(&self, listener: Arc<dyn ReadyListener>) {
