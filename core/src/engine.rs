@@ -295,15 +295,22 @@ struct Inner {
 }
 
 impl Inner {
-    /// Removes the job from the held set and tells its lease why; `None` when it was not
-    /// held (settled, lost, timed out or abandoned already). The returned entry keeps the
-    /// slot until it is dropped.
-    fn let_go(&self, key: &Key, end: LeaseEnd) -> Option<Held> {
+    /// Removes the job from the held set, counts it (`count`) and then tells its lease why;
+    /// `None` when it was not held (settled, lost, timed out or abandoned already). The count
+    /// comes first: a host that stops the worker as soon as the lease's end reaches it gets a
+    /// report that includes the job. The returned entry keeps the slot until it is dropped.
+    fn let_go(
+        &self,
+        key: &Key,
+        end: LeaseEnd,
+        count: impl FnOnce(&mut WorkerReport),
+    ) -> Option<Held> {
         let held = self
             .held
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key)?;
+        self.count(count);
         held.stop.cancel();
         held.end.send_replace(Some(end));
         Some(held)
@@ -311,8 +318,10 @@ impl Inner {
 
     /// The lease of `key` is lost: free its slot, with no network call.
     fn lose(&self, key: &Key) {
-        if self.let_go(key, LeaseEnd::Lost).is_some() {
-            self.count(|r| r.lease_lost += 1);
+        if self
+            .let_go(key, LeaseEnd::Lost, |r| r.lease_lost += 1)
+            .is_some()
+        {
             self.settled.notify_waiters();
         }
     }
@@ -603,10 +612,13 @@ impl Engine {
 async fn abandon(inner: &Arc<Inner>, keys: Vec<Key>, reason: &str) -> usize {
     let taken: Vec<(Key, Held)> = keys
         .into_iter()
-        .filter_map(|k| inner.let_go(&k, LeaseEnd::Abandoned).map(|h| (k, h)))
+        .filter_map(|k| {
+            inner
+                .let_go(&k, LeaseEnd::Abandoned, |r| r.abandoned += 1)
+                .map(|h| (k, h))
+        })
         .collect();
     let n = taken.len();
-    inner.count(|r| r.abandoned += n as u64);
     futures_util::future::join_all(
         taken
             .into_iter()
@@ -634,10 +646,9 @@ fn start_timer(inner: &Arc<Inner>, lease: &Lease, limit: Duration) {
             _ = tokio::time::sleep(limit) => {}
             _ = stop.cancelled() => return,
         }
-        let Some(held) = inner.let_go(&key, LeaseEnd::TimedOut) else {
+        let Some(held) = inner.let_go(&key, LeaseEnd::TimedOut, |r| r.nacked += 1) else {
             return;
         };
-        inner.count(|r| r.nacked += 1);
         let reason = format!(
             "the handler ran past handler_timeout ({} ms)",
             limit.as_millis()
@@ -750,10 +761,9 @@ fn hold(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) -> Lease {
 /// A job of a type the host has no handler for: nacked with the queue's retry policy.
 async fn refuse_unhandled(inner: Arc<Inner>, lease: Lease) {
     let key: Key = (lease.job.id.clone(), lease.job.attempt);
-    let Some(held) = inner.let_go(&key, LeaseEnd::Settled) else {
+    let Some(held) = inner.let_go(&key, LeaseEnd::Settled, |r| r.nacked += 1) else {
         return;
     };
-    inner.count(|r| r.nacked += 1);
     let reason = format!("no handler for job type {:?}", lease.job.job_type);
     tracing::warn!(job_id = key.0, attempt = key.1, "{reason}");
     inner
@@ -764,10 +774,9 @@ async fn refuse_unhandled(inner: Arc<Inner>, lease: Lease) {
 /// A job reserved during shutdown, never handed out: give it back at once.
 async fn release_unstarted(inner: &Arc<Inner>, lease: Lease) {
     let key: Key = (lease.job.id.clone(), lease.job.attempt);
-    let Some(held) = inner.let_go(&key, LeaseEnd::Abandoned) else {
+    let Some(held) = inner.let_go(&key, LeaseEnd::Abandoned, |r| r.abandoned += 1) else {
         return;
     };
-    inner.count(|r| r.abandoned += 1);
     inner
         .nack_held(
             &key,
