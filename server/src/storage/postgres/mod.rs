@@ -28,7 +28,7 @@ mod listen;
 pub(crate) mod schema;
 pub(crate) mod tls;
 
-use self::group_commit::GroupCommit;
+use self::group_commit::{GroupCommit, ToCaller};
 use super::embedded::codec::Body;
 use super::{
     BackupReport, Deadlines, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule, Maintenance,
@@ -347,14 +347,19 @@ impl PostgresStore {
             )),
         })?);
         let (health, _) = tokio::sync::watch::channel(StorageHealth::Serving);
+        let origin = u64::try_from(Uuid::new_v4().as_u128() >> 64).unwrap_or(1);
         let shared = Arc::new(Shared {
-            commit: GroupCommit::new(pool.clone()),
+            commit: GroupCommit::new(
+                pool.clone(),
+                origin,
+                group_commit::flush_slots(opts.pool_size),
+            ),
             pool,
             closed: AtomicBool::new(false),
             health,
             listener: OnceLock::new(),
             sweeping: tokio::sync::Mutex::new(()),
-            origin: u64::try_from(Uuid::new_v4().as_u128() >> 64).unwrap_or(1),
+            origin,
             cfg: listen_cfg,
             tls,
             stop: tokio_util::sync::CancellationToken::new(),
@@ -424,19 +429,6 @@ fn fingerprint_of(v: Option<i64>) -> Option<Fingerprint> {
     v.and_then(|v| Fingerprint::new(u64::from_ne_bytes(v.to_ne_bytes())))
 }
 
-/// Claims `key` on `queue` for `id`, unless a live record holds it: the one statement that
-/// decides between concurrent enqueues of a key. Returns true when the claim was written
-/// (no record, or an expired one replaced in place).
-const CLAIM: &str = "INSERT INTO sepp_dedup AS d (queue, key, job_id, created_at, expires_at, fingerprint) \
-     VALUES ($1, $2, $3, $4, $5, $6) \
-     ON CONFLICT (queue, key) DO UPDATE \
-     SET job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, \
-     fingerprint = EXCLUDED.fingerprint \
-     WHERE d.expires_at <= $4 \
-     RETURNING job_id";
-
-/// The enqueue of one batch inside the group-commit transaction (between its savepoint and
-/// the release). Returns the outcomes and whether anything is to be kept.
 /// The hot paths' statements go through each pooled connection's statement cache (deadpool's
 /// `prepare_cached`): a statement is parsed and planned once per connection instead of once per
 /// call, which saves a round trip to the database per statement. Only for SQL whose text comes
@@ -462,15 +454,6 @@ trait Cached: GenericClient + Sync {
         self.query_opt(&st, params).await
     }
 
-    async fn cached_query_one(
-        &self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
-        let st = self.prepare_cached(sql).await?;
-        self.query_one(&st, params).await
-    }
-
     async fn cached_execute(
         &self,
         sql: &str,
@@ -482,259 +465,6 @@ trait Cached: GenericClient + Sync {
 }
 
 impl<T: GenericClient + Sync> Cached for T {}
-
-async fn enqueue_in(
-    client: &impl GenericClient,
-    origin: u64,
-    jobs: &[NewJob],
-    rule: &EnqueueRule<'_>,
-    now: UnixMs,
-) -> Result<(Vec<InsertOutcome>, bool), tokio_postgres::Error> {
-    let n = jobs.len();
-    // The first job of each (queue, key) claims it; claims in key order, so that two batches
-    // claiming the same keys lock them in one order.
-    let mut firsts: Vec<usize> = Vec::new();
-    {
-        let mut seen = std::collections::HashSet::new();
-        for (i, j) in jobs.iter().enumerate() {
-            if let Some(d) = &j.dedup
-                && seen.insert((&*j.queue, d.key.as_str()))
-            {
-                firsts.push(i);
-            }
-        }
-    }
-    firsts.sort_by(|a, b| {
-        let (ja, jb) = (&jobs[*a], &jobs[*b]);
-        (&*ja.queue, ja.dedup.as_ref().map(|d| &d.key))
-            .cmp(&(&*jb.queue, jb.dedup.as_ref().map(|d| &d.key)))
-    });
-    let mut records: Vec<Option<KeyRecord>> = vec![None; n];
-    let mut claimed = vec![false; n];
-    let mut stages: Vec<(JobId, Stage)> = Vec::new();
-    // The job type of each job a live record names (a replaced job keeps its own).
-    let mut kept_types: Vec<(JobId, String)> = Vec::new();
-    for &i in &firsts {
-        let job = &jobs[i];
-        let Some(d) = &job.dedup else { continue };
-        let won = client
-            .cached_query_opt(
-                CLAIM,
-                &[
-                    &&*job.queue,
-                    &d.key,
-                    &uuid(job.id),
-                    &now,
-                    &d.expires_at,
-                    &fingerprint_column(d.fingerprint),
-                ],
-            )
-            .await?;
-        if won.is_some() {
-            claimed[i] = true;
-        } else {
-            let r = client
-                .cached_query_one(
-                    "SELECT job_id, created_at, expires_at, fingerprint FROM sepp_dedup \
-                     WHERE queue = $1 AND key = $2",
-                    &[&&*job.queue, &d.key],
-                )
-                .await?;
-            let original = job_id(r.get(0));
-            records[i] = Some(KeyRecord {
-                job_id: original,
-                created_at: r.get(1),
-                expires_at: r.get(2),
-                fingerprint: fingerprint_of(r.get(3)),
-            });
-            if !stages.iter().any(|(j, _)| *j == original) {
-                // A hit that may replace the job's contents (`on_duplicate =
-                // "replace_pending"`) locks its row until COMMIT: a concurrent Reserve either
-                // leased it before (the rule then sees it in flight) or skips it (SKIP LOCKED)
-                // until the replacement is committed.
-                let lock = if d.replace.is_some() {
-                    " FOR UPDATE"
-                } else {
-                    ""
-                };
-                let row = client
-                    .cached_query_opt(
-                        &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1{lock}"),
-                        &[&uuid(original)],
-                    )
-                    .await?;
-                if let Some(row) = row {
-                    // A row that cannot be read is left out: the rule then takes the job as gone.
-                    if let Ok(row) = JobRow::from_row(&row) {
-                        stages.push((original, row.stage));
-                        kept_types.push((original, row.job_type));
-                    }
-                }
-            }
-        }
-    }
-    // Depths of the queues with a limit, each under a transaction lock of its queue so that
-    // two servers cannot both fill the last place.
-    let mut depths: Vec<(String, u64)> = Vec::new();
-    for j in jobs {
-        if j.max_queue_depth.is_some() && !depths.iter().any(|(q, _)| q == &*j.queue) {
-            client
-                .execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended($1, 7365707000))",
-                    &[&&*j.queue],
-                )
-                .await?;
-            let c: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM sepp_jobs WHERE queue = $1 AND stage IN (0, 1, 2)",
-                    &[&&*j.queue],
-                )
-                .await?
-                .get(0);
-            depths.push((j.queue.to_string(), u64::try_from(c).unwrap_or(0)));
-        }
-    }
-    let plan = rule(
-        jobs,
-        &Facts {
-            records,
-            depths,
-            stages,
-        },
-    );
-    let fits = plan.outcomes.len() == n
-        && plan.outcomes.iter().zip(jobs).all(|(o, j)| match o {
-            InsertOutcome::Created(id) => *id == j.id,
-            InsertOutcome::Replaced(id, _) => {
-                j.dedup.as_ref().is_some_and(|d| d.replace.is_some())
-                    && kept_types.iter().any(|(k, _)| k == id)
-            }
-            _ => true,
-        });
-    if !fits {
-        // A bug in the queue layer: nothing is kept (the caller rolls back).
-        tracing::error!("the enqueue plan does not match its batch");
-        return Ok((plan.outcomes, false));
-    }
-    if !plan.write {
-        return Ok((plan.outcomes, false));
-    }
-    // Claims of jobs that are not created (refused by the depth limit) are given back.
-    for (i, o) in plan.outcomes.iter().enumerate() {
-        if claimed[i]
-            && !matches!(o, InsertOutcome::Created(_))
-            && let Some(d) = &jobs[i].dedup
-        {
-            client
-                .execute(
-                    "DELETE FROM sepp_dedup WHERE queue = $1 AND key = $2 AND job_id = $3",
-                    &[&&*jobs[i].queue, &d.key, &uuid(jobs[i].id)],
-                )
-                .await?;
-        }
-    }
-    // Hits that replace a pending job's contents, on the row locked above: one statement
-    // writes the whole body, so a Reserve reads the old or the new one.
-    for (j, o) in jobs.iter().zip(&plan.outcomes) {
-        let InsertOutcome::Replaced(target, placement) = *o else {
-            continue;
-        };
-        let (Some(claim), Some((_, job_type))) = (
-            j.dedup.as_ref(),
-            kept_types.iter().find(|(k, _)| *k == target),
-        ) else {
-            continue;
-        };
-        let Some(replace) = claim.replace else {
-            continue;
-        };
-        let due = match placement {
-            Placement::Scheduled { due } => Some(due),
-            Placement::Ready => None,
-        };
-        let body = Body {
-            job_type: job_type.clone(),
-            payload: j.payload.clone(),
-            trace_context: j.trace_context.clone(),
-            custom: j.custom.clone(),
-            scheduled_at: due,
-            idempotency_key: Some(claim.key.clone()),
-        }
-        .encode();
-        client
-            .execute(
-                "UPDATE sepp_jobs SET body = $2, reply_bytes = $3, due_at = $4, \
-                 stage = CASE WHEN $4::int8 IS NULL THEN 0 ELSE 1 END \
-                 WHERE id = $1 AND stage IN (0, 1)",
-                &[
-                    &uuid(target),
-                    &body,
-                    &i32::try_from(replace.reply_bytes).unwrap_or(i32::MAX),
-                    &due,
-                ],
-            )
-            .await?;
-        if due.is_none() {
-            notify_ready(client, origin, std::iter::once(&*j.queue)).await?;
-        }
-    }
-    let created: Vec<&NewJob> = jobs
-        .iter()
-        .zip(&plan.outcomes)
-        .filter(|(_, o)| matches!(o, InsertOutcome::Created(_)))
-        .map(|(j, _)| j)
-        .collect();
-    if !created.is_empty() {
-        let ids: Vec<Uuid> = created.iter().map(|j| uuid(j.id)).collect();
-        let queues: Vec<&str> = created.iter().map(|j| &*j.queue).collect();
-        let types: Vec<&str> = created.iter().map(|j| j.job_type.as_str()).collect();
-        let prios: Vec<i16> = created.iter().map(|j| i16::from(j.priority)).collect();
-        let enq: Vec<i64> = created.iter().map(|j| j.enqueued_at).collect();
-        let maxa: Vec<i32> = created
-            .iter()
-            .map(|j| i32::try_from(j.max_attempts).unwrap_or(i32::MAX))
-            .collect();
-        let due: Vec<Option<i64>> = created.iter().map(|j| j.scheduled_at).collect();
-        let until: Vec<Option<i64>> = created
-            .iter()
-            .map(|j| j.dedup.as_ref().map(|d| d.expires_at))
-            .collect();
-        let sizes: Vec<i32> = created
-            .iter()
-            .map(|j| i32::try_from(j.reply_bytes).unwrap_or(i32::MAX))
-            .collect();
-        let bodies: Vec<Vec<u8>> = created.iter().map(|j| Body::of(j).encode()).collect();
-        // `unnest … WITH ORDINALITY` yields the rows in array order, so `nextval` numbers them
-        // in batch order (enqueue order).
-        client
-            .cached_execute(
-                "INSERT INTO sepp_jobs (id, queue, job_type, priority, seq, enqueued_at, attempt, \
-                 max_attempts, stage, due_at, dedup_until, reply_bytes, body) \
-                 SELECT t.id, t.queue, t.job_type, t.priority, nextval('sepp_job_seq'), \
-                 t.enqueued_at, 0, t.max_attempts, \
-                 CASE WHEN t.due_at IS NULL THEN 0 ELSE 1 END, t.due_at, t.dedup_until, \
-                 t.reply_bytes, t.body \
-                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int2[], $5::int8[], \
-                 $6::int4[], $7::int8[], $8::int8[], $9::int4[], $10::bytea[]) \
-                 WITH ORDINALITY AS t(id, queue, job_type, priority, enqueued_at, max_attempts, \
-                 due_at, dedup_until, reply_bytes, body, ord)",
-                &[
-                    &ids, &queues, &types, &prios, &enq, &maxa, &due, &until, &sizes, &bodies,
-                ],
-            )
-            .await?;
-        notify_ready(
-            client,
-            origin,
-            created
-                .iter()
-                .filter(|j| j.scheduled_at.is_none())
-                .map(|j| &*j.queue),
-        )
-        .await?;
-    }
-    Ok((plan.outcomes, true))
-}
 
 /// What job inspection reports of a row (the key read from its body, none for a tombstone).
 fn stored_of(row: JobRow) -> Result<StoredJob, StorageError> {
@@ -947,41 +677,19 @@ impl Store for PostgresStore {
     ) -> Result<Vec<InsertOutcome>, StorageError> {
         let sh = &*self.shared;
         sh.check_writable()?;
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let mut slot = sh.commit.join().await?;
-            sh.check_writable()?;
-            let client = slot.client();
-            if let Err(e) = client.batch_execute("SAVEPOINT sepp_enqueue").await {
-                slot.poison();
-                return Err(pg_err(e));
-            }
-            let result = enqueue_in(client, sh.origin, &jobs, rule, now).await;
-            let keep = matches!(result, Ok((_, true)));
-            let end = if keep {
-                "RELEASE SAVEPOINT sepp_enqueue"
-            } else {
-                "ROLLBACK TO SAVEPOINT sepp_enqueue"
-            };
-            if let Err(e) = client.batch_execute(end).await {
-                slot.poison();
-                return Err(pg_err(e));
-            }
-            match result {
-                Ok((outcomes, _)) => {
-                    // A hit may name a job of this same (uncommitted) transaction: every reply
-                    // waits for the COMMIT.
-                    slot.wait().await?;
-                    return Ok(outcomes);
+        let jobs = Arc::new(jobs);
+        let mut flush = sh.commit.submit(jobs.clone(), now)?;
+        // The flusher asks for this enqueue's plan (again, if the flush is retried) and tells
+        // its outcome after COMMIT.
+        while let Some(msg) = flush.recv().await {
+            match msg {
+                ToCaller::Decide(facts, plan) => {
+                    let _ = plan.send(rule(&jobs, &facts));
                 }
-                Err(e) if is_retryable(&e) && attempts < 4 => {
-                    drop(slot);
-                    continue;
-                }
-                Err(e) => return Err(pg_err(e)),
+                ToCaller::Done(outcome) => return outcome,
             }
         }
+        Err(StorageError::Unavailable("the group commit stopped".into()))
     }
 
     async fn reserve(
