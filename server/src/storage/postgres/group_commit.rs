@@ -30,6 +30,7 @@
 //! enqueue of the flush with `Unavailable` (and says that the enqueue may or may not be stored
 //! when it happened during the `COMMIT`).
 
+use super::cursor::Cursors;
 use super::{
     Cached, FACT_COLUMNS, Facts, JobRow, fingerprint_column, fingerprint_of, is_retryable, job_id,
     pg_err, pool_err, uuid,
@@ -75,6 +76,8 @@ struct Inner {
     pool: Pool,
     /// This store's id in its `NOTIFY` payloads.
     origin: u64,
+    /// The Reserve cursors, forgotten where a flush makes jobs ready before them.
+    cursors: Arc<Cursors>,
     waiting: std::sync::Mutex<Vec<Waiting>>,
     wake: Notify,
     /// Set by `close` (under `waiting`'s lock): no enqueue is taken after it.
@@ -90,10 +93,11 @@ pub(crate) struct GroupCommit {
 impl GroupCommit {
     /// Starts the flusher (needs a Tokio runtime): at most `slots` flushes in flight, each on a
     /// pooled connection of its own.
-    pub(crate) fn new(pool: Pool, origin: u64, slots: usize) -> Self {
+    pub(crate) fn new(pool: Pool, origin: u64, cursors: Arc<Cursors>, slots: usize) -> Self {
         let inner = Arc::new(Inner {
             pool,
             origin,
+            cursors,
             waiting: std::sync::Mutex::new(Vec::new()),
             wake: Notify::new(),
             closed: AtomicBool::new(false),
@@ -795,20 +799,21 @@ async fn run(inner: &Inner, batch: &[Waiting]) -> Result<Vec<Option<Vec<InsertOu
     let bodies: Vec<&[u8]> = rows.iter().map(|r| r.body.as_slice()).collect();
     // One wake-up per queue that got ready jobs (delivered at COMMIT, dropped on rollback).
     let mut ready: Vec<(&str, usize)> = Vec::new();
+    // Pending jobs made ready by a replacement (they keep their place in line).
+    let replaced_ready: Vec<&str> = replaces
+        .iter()
+        .filter(|r| r.due_at.is_none())
+        .filter_map(|r| {
+            keys.iter()
+                .find(|k| k.record.is_some_and(|rec| rec.job_id == r.id))
+                .map(|k| k.queue)
+        })
+        .collect();
     let readies = rows
         .iter()
         .filter(|r| r.due_at.is_none())
         .map(|r| &*r.job.queue)
-        .chain(
-            replaces
-                .iter()
-                .filter(|r| r.due_at.is_none())
-                .filter_map(|r| {
-                    keys.iter()
-                        .find(|k| k.record.is_some_and(|rec| rec.job_id == r.id))
-                        .map(|k| k.queue)
-                }),
-        );
+        .chain(replaced_ready.iter().copied());
     for q in readies {
         match ready.iter_mut().find(|(x, _)| *x == q) {
             Some((_, n)) => *n += 1,
@@ -913,6 +918,14 @@ async fn run(inner: &Inner, batch: &[Waiting]) -> Result<Vec<Option<Vec<InsertOu
             retryable: false,
             refused: false,
         });
+    }
+    for r in rows.iter().filter(|r| r.due_at.is_none()) {
+        inner
+            .cursors
+            .new_job(&r.job.queue, i16::from(r.job.priority));
+    }
+    for q in &replaced_ready {
+        inner.cursors.forget(q);
     }
     Ok(outcomes)
 }

@@ -12,22 +12,25 @@
 //!   statement decides between concurrent enqueues of one key (on any server) and replaces an
 //!   expired record in place; when it returns nothing, a live record holds the key, locked by
 //!   the statement, and is read for the rule. No check-then-insert.
-//! - **Group commit** (`group_commit`): concurrent enqueues on one server share one
-//!   transaction, each in its own savepoint; the committer commits it once and every enqueue
-//!   of it replies after that `COMMIT`.
+//! - **Group commit** (`group_commit`): the enqueues waiting on one server are done by one
+//!   flush, in one transaction and a fixed number of statements (multi-row statements over
+//!   `unnest` arrays); every enqueue of it replies after that `COMMIT`.
 //! - **Reserve**: `FOR UPDATE SKIP LOCKED` over the partial index `sepp_jobs_ready (queue,
 //!   priority DESC, seq) WHERE stage = 0`, so a reserve reads the jobs it returns (plus those
-//!   other reserves hold), not the queue.
+//!   other reserves hold), not the queue; it starts after where the last one on this server
+//!   stopped when it can (`cursor`), past the index entries of the jobs leased before.
 //! - **Settlements** are fenced in the `UPDATE … WHERE` itself (the attempt the rule saw, and a
 //!   lease not yet [`crate::domain::reached`] at the time passed in), besides the row lock.
 //! - **Sweeper**: `maintain` runs only in the server that gets the transaction-level advisory
 //!   lock `SWEEP_LOCK`; each pass is a bounded set of statements (`LIMIT budget`).
 
+mod cursor;
 mod group_commit;
 mod listen;
 pub(crate) mod schema;
 pub(crate) mod tls;
 
+use self::cursor::Cursors;
 use self::group_commit::{GroupCommit, ToCaller};
 use super::embedded::codec::Body;
 use super::{
@@ -280,6 +283,8 @@ struct Shared {
     sweeping: tokio::sync::Mutex<()>,
     /// This store's id in its `NOTIFY` payloads.
     origin: u64,
+    /// Where the last Reserve of each queue stopped (a hint).
+    cursors: Arc<Cursors>,
     /// The connection settings, for the `LISTEN` connection.
     cfg: tokio_postgres::Config,
     /// Its TLS connector ([`tls::connection`]).
@@ -348,12 +353,15 @@ impl PostgresStore {
         })?);
         let (health, _) = tokio::sync::watch::channel(StorageHealth::Serving);
         let origin = u64::try_from(Uuid::new_v4().as_u128() >> 64).unwrap_or(1);
+        let cursors = Arc::new(Cursors::default());
         let shared = Arc::new(Shared {
             commit: GroupCommit::new(
                 pool.clone(),
                 origin,
+                cursors.clone(),
                 group_commit::flush_slots(opts.pool_size),
             ),
+            cursors,
             pool,
             closed: AtomicBool::new(false),
             health,
@@ -509,13 +517,18 @@ fn listing_sql(state: ListState) -> (&'static str, &'static str, &'static str) {
 /// Tells every server listening (`LISTEN sepp_ready`) which queues got ready jobs, as
 /// `<origin> <count> <queue>` (`origin`: the sending store, which ignores its own: its queue
 /// layer woke its waiters already); delivered at `COMMIT`, dropped on rollback.
+///
+/// Also forgets this server's Reserve cursor of each of those queues ([`Cursors`]): jobs made
+/// ready now may sit before it.
 async fn notify_ready<'a>(
     client: &impl GenericClient,
-    origin: u64,
+    sh: &Shared,
     queues: impl Iterator<Item = &'a str>,
 ) -> Result<(), tokio_postgres::Error> {
+    let origin = sh.origin;
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for q in queues {
+        sh.cursors.forget(q);
         match counts.iter_mut().find(|(x, _)| *x == q) {
             Some((_, n)) => *n += 1,
             None => counts.push((q, 1)),
@@ -717,35 +730,80 @@ impl Store for PostgresStore {
             .collect();
         let mut taken: Vec<Uuid> = Vec::new();
         let mut used = 0u64;
-        'queues: for queue in &spec.queues {
-            if paused.contains(queue) {
-                continue;
-            }
-            let left = i64::from(spec.max_jobs) - taken.len() as i64;
-            if left <= 0 {
-                break;
-            }
-            let rows = tx
-                .cached_query(
-                    "SELECT id, reply_bytes FROM sepp_jobs WHERE queue = $1 AND stage = 0 \
-                     ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-                    &[queue, &left],
-                )
-                .await
-                .map_err(pg_err)?;
-            for r in &rows {
-                let size = u32::try_from(r.get::<_, i32>(1)).unwrap_or(0);
-                match fit(size, used, taken.len()) {
-                    Fit::Take(n) => used = used.saturating_add(n),
-                    Fit::Skip | Fit::Stop => break 'queues,
+        let mut touched: Vec<&str> = Vec::new();
+        let result = async {
+            'queues: for queue in &spec.queues {
+                if paused.contains(queue) {
+                    continue;
                 }
-                taken.push(r.get(0));
+                let left = i64::from(spec.max_jobs) - taken.len() as i64;
+                if left <= 0 {
+                    break;
+                }
+                touched.push(queue);
+                // From this server's cursor first (`cursor.rs`), from the start of the queue
+                // when that finds fewer jobs than asked.
+                let mut rows = Vec::new();
+                if let Some((priority, seq)) = sh.cursors.get(queue) {
+                    rows = tx
+                        .cached_query(
+                            "SELECT id, reply_bytes, priority, seq FROM sepp_jobs \
+                             WHERE queue = $1 AND stage = 0 AND priority = $3 AND seq > $4 \
+                             ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+                            &[queue, &left, &priority, &seq],
+                        )
+                        .await?;
+                }
+                if (rows.len() as i64) < left {
+                    // The rows the first scan locked come back in this one (this transaction
+                    // holds their locks), in their place.
+                    rows = tx
+                        .cached_query(
+                            "SELECT id, reply_bytes, priority, seq FROM sepp_jobs \
+                             WHERE queue = $1 AND stage = 0 \
+                             ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+                            &[queue, &left],
+                        )
+                        .await?;
+                }
+                let mut last = None;
+                let mut stopped = false;
+                for r in &rows {
+                    let size = u32::try_from(r.get::<_, i32>(1)).unwrap_or(0);
+                    match fit(size, used, taken.len()) {
+                        Fit::Take(n) => used = used.saturating_add(n),
+                        Fit::Skip | Fit::Stop => {
+                            stopped = true;
+                            break;
+                        }
+                    }
+                    taken.push(r.get(0));
+                    last = Some((r.get::<_, i16>(2), r.get::<_, i64>(3)));
+                }
+                match last {
+                    // The queue may hold more after the last job taken.
+                    Some((priority, seq)) if stopped || rows.len() as i64 == left => {
+                        sh.cursors.set(queue, priority, seq);
+                    }
+                    _ => sh.cursors.forget(queue),
+                }
+                if stopped {
+                    break 'queues;
+                }
             }
+            Ok::<_, tokio_postgres::Error>(())
+        }
+        .await;
+        if let Err(e) = result {
+            for q in touched {
+                sh.cursors.forget(q);
+            }
+            return Err(pg_err(e));
         }
         if taken.is_empty() {
             return Ok(Vec::new());
         }
-        let rows = tx
+        let rows = match tx
             .cached_query(
                 &format!(
                     "UPDATE sepp_jobs SET stage = 2, attempt = attempt + 1, \
@@ -755,13 +813,26 @@ impl Store for PostgresStore {
                 &[&taken, &spec.lease_expires_at, &spec.worker_id],
             )
             .await
-            .map_err(pg_err)?;
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                for q in touched {
+                    sh.cursors.forget(q);
+                }
+                return Err(pg_err(e));
+            }
+        };
         let mut by_id: std::collections::HashMap<Uuid, JobRow> = std::collections::HashMap::new();
         for r in &rows {
             let row = JobRow::from_row(r)?;
             by_id.insert(uuid(row.id), row);
         }
-        tx.commit().await.map_err(pg_err)?;
+        if let Err(e) = tx.commit().await {
+            for q in touched {
+                sh.cursors.forget(q);
+            }
+            return Err(pg_err(e));
+        }
         let mut jobs = Vec::with_capacity(taken.len());
         for id in taken {
             if let Some(row) = by_id.remove(&id)
@@ -840,7 +911,7 @@ impl Store for PostgresStore {
                     .await
                     .map_err(pg_err)?;
                 if stage == READY && changed > 0 {
-                    notify_ready(&tx, sh.origin, std::iter::once(row.queue.as_str()))
+                    notify_ready(&tx, sh, std::iter::once(row.queue.as_str()))
                         .await
                         .map_err(pg_err)?;
                 }
@@ -1072,7 +1143,7 @@ impl Store for PostgresStore {
                     .iter()
                     .flat_map(|(q, n)| std::iter::repeat_n(q.to_string(), *n))
                     .collect();
-                notify_ready(&tx, sh.origin, queues.iter().map(String::as_str))
+                notify_ready(&tx, sh, queues.iter().map(String::as_str))
                     .await
                     .map_err(pg_err)?;
             }
@@ -1176,7 +1247,7 @@ impl Store for PostgresStore {
             )
             .await
             .map_err(pg_err)?;
-            notify_ready(&tx, sh.origin, ready_queues.iter().map(String::as_str))
+            notify_ready(&tx, sh, ready_queues.iter().map(String::as_str))
                 .await
                 .map_err(pg_err)?;
         }
@@ -1312,7 +1383,7 @@ impl Store for PostgresStore {
             push_ready(&mut ready, &row.queue);
         }
         let queues: Vec<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
-        notify_ready(&tx, sh.origin, queues.into_iter())
+        notify_ready(&tx, sh, queues.into_iter())
             .await
             .map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
@@ -1363,7 +1434,7 @@ impl Store for PostgresStore {
         if !paused && n > 0 {
             notify_ready(
                 &tx,
-                sh.origin,
+                sh,
                 std::iter::repeat_n(queue, usize::try_from(n).unwrap_or(0)),
             )
             .await
@@ -1638,6 +1709,7 @@ impl Store for PostgresStore {
                     self.shared.tls.clone(),
                     listener,
                     self.shared.origin,
+                    self.shared.cursors.clone(),
                     std::time::Duration::from_millis(self.opts.poll_interval_ms),
                     self.shared.stop.clone(),
                 ));

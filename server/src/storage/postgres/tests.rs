@@ -236,3 +236,87 @@ mod flush {
         store.close().await.unwrap();
     }
 }
+
+/// The Reserve cursor (`cursor.rs`) is a hint: jobs made ready before it are still delivered
+/// in priority and enqueue order.
+mod reserve_cursor {
+    use super::*;
+    use crate::config::Config;
+    use crate::queue::clock::ManualClock;
+    use crate::queue::limits::Limits;
+    use crate::queue::model::EnqueueInput;
+    use crate::queue::{NackStrategy, Queue, ReserveInput};
+    use tokio_util::sync::CancellationToken;
+
+    fn input(job_type: &str, priority: u32) -> EnqueueInput {
+        EnqueueInput {
+            queue: "q".into(),
+            job_type: job_type.into(),
+            priority: Some(priority),
+            max_attempts: Some(3),
+            ..Default::default()
+        }
+    }
+
+    async fn next(queue: &Queue) -> String {
+        let jobs = queue
+            .reserve(ReserveInput {
+                queues: vec!["q".into()],
+                wait_timeout_ms: None,
+                lease_ms: Some(30_000),
+                worker_id: None,
+                max_jobs: Some(1),
+            })
+            .await
+            .unwrap();
+        assert_eq!(jobs.len(), 1);
+        jobs[0].job_type.clone()
+    }
+
+    #[tokio::test]
+    async fn jobs_made_ready_before_the_cursor_come_first() {
+        let db = TestDatabase::create().await;
+        let store: Arc<dyn Store> = Arc::new(PostgresStore::open(options(db.url())).await.unwrap());
+        let queue = Queue::new(
+            store.clone(),
+            Arc::new(Limits::from_config(&Config::default()).unwrap()),
+            Arc::new(ManualClock::new(1_000_000)),
+            CancellationToken::new(),
+        );
+        queue
+            .enqueue_batch(vec![input("a", 0), input("b", 0), input("c", 0)])
+            .await
+            .unwrap();
+        assert_eq!(next(&queue).await, "a");
+        // A new job of a higher priority sorts before the cursor (after "a").
+        queue.enqueue_batch(vec![input("urgent", 5)]).await.unwrap();
+        assert_eq!(next(&queue).await, "urgent");
+        let b = queue
+            .reserve(ReserveInput {
+                queues: vec!["q".into()],
+                wait_timeout_ms: None,
+                lease_ms: Some(30_000),
+                worker_id: None,
+                max_jobs: Some(1),
+            })
+            .await
+            .unwrap();
+        assert_eq!(b[0].job_type, "b");
+        // A retry (not dead-lettered) keeps its place in line: before the cursor (after "b"),
+        // before "c".
+        assert!(
+            !queue
+                .nack(
+                    &b[0].id.to_string(),
+                    b[0].attempt,
+                    NackStrategy::Delay(0),
+                    None
+                )
+                .await
+                .unwrap()
+        );
+        assert_eq!(next(&queue).await, "b");
+        assert_eq!(next(&queue).await, "c");
+        store.close().await.unwrap();
+    }
+}
