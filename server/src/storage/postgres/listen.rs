@@ -29,6 +29,7 @@ pub(crate) async fn run(
     tls: tokio_postgres_rustls::MakeRustlsConnect,
     listener: Arc<dyn ReadyListener>,
     origin: u64,
+    cursors: Arc<super::cursor::Cursors>,
     poll: Duration,
     stop: CancellationToken,
 ) {
@@ -52,6 +53,7 @@ pub(crate) async fn run(
                 if ok {
                     // Notifications sent before this LISTEN (while disconnected, or before the
                     // first one) are not delivered: waiters look once now.
+                    cursors.forget_all();
                     listener.all_may_be_ready();
                     let mut tick = tokio::time::interval(poll);
                     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -59,12 +61,16 @@ pub(crate) async fn run(
                     loop {
                         tokio::select! {
                             () = stop.cancelled() => return,
-                            _ = tick.tick() => listener.all_may_be_ready(),
+                            _ = tick.tick() => {
+                                cursors.forget_all();
+                                listener.all_may_be_ready();
+                            }
                             m = messages.next() => match m {
                                 Some(Ok(AsyncMessage::Notification(n))) => {
                                     if let Some((from, count, queue)) = parse(n.payload())
                                         && from != origin
                                     {
+                                        cursors.forget(queue);
                                         listener.jobs_ready(queue, count);
                                     }
                                 }
@@ -85,6 +91,7 @@ pub(crate) async fn run(
             }
         }
         // While disconnected, waiters still look every `poll`.
+        cursors.forget_all();
         listener.all_may_be_ready();
         tokio::select! {
             () = stop.cancelled() => return,

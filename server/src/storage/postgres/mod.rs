@@ -12,23 +12,26 @@
 //!   statement decides between concurrent enqueues of one key (on any server) and replaces an
 //!   expired record in place; when it returns nothing, a live record holds the key, locked by
 //!   the statement, and is read for the rule. No check-then-insert.
-//! - **Group commit** (`group_commit`): concurrent enqueues on one server share one
-//!   transaction, each in its own savepoint; the committer commits it once and every enqueue
-//!   of it replies after that `COMMIT`.
+//! - **Group commit** (`group_commit`): the enqueues waiting on one server are done by one
+//!   flush, in one transaction and a fixed number of statements (multi-row statements over
+//!   `unnest` arrays); every enqueue of it replies after that `COMMIT`.
 //! - **Reserve**: `FOR UPDATE SKIP LOCKED` over the partial index `sepp_jobs_ready (queue,
 //!   priority DESC, seq) WHERE stage = 0`, so a reserve reads the jobs it returns (plus those
-//!   other reserves hold), not the queue.
+//!   other reserves hold), not the queue; it starts after where the last one on this server
+//!   stopped when it can (`cursor`), past the index entries of the jobs leased before.
 //! - **Settlements** are fenced in the `UPDATE … WHERE` itself (the attempt the rule saw, and a
 //!   lease not yet [`crate::domain::reached`] at the time passed in), besides the row lock.
 //! - **Sweeper**: `maintain` runs only in the server that gets the transaction-level advisory
 //!   lock `SWEEP_LOCK`; each pass is a bounded set of statements (`LIMIT budget`).
 
+mod cursor;
 mod group_commit;
 mod listen;
 pub(crate) mod schema;
 pub(crate) mod tls;
 
-use self::group_commit::GroupCommit;
+use self::cursor::Cursors;
+use self::group_commit::{GroupCommit, ToCaller};
 use super::embedded::codec::Body;
 use super::{
     BackupReport, Deadlines, DeleteQueueRule, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule,
@@ -281,6 +284,8 @@ struct Shared {
     sweeping: tokio::sync::Mutex<()>,
     /// This store's id in its `NOTIFY` payloads.
     origin: u64,
+    /// Where the last Reserve of each queue stopped (a hint).
+    cursors: Arc<Cursors>,
     /// The connection settings, for the `LISTEN` connection.
     cfg: tokio_postgres::Config,
     /// Its TLS connector ([`tls::connection`]).
@@ -348,14 +353,22 @@ impl PostgresStore {
             )),
         })?);
         let (health, _) = tokio::sync::watch::channel(StorageHealth::Serving);
+        let origin = u64::try_from(Uuid::new_v4().as_u128() >> 64).unwrap_or(1);
+        let cursors = Arc::new(Cursors::default());
         let shared = Arc::new(Shared {
-            commit: GroupCommit::new(pool.clone()),
+            commit: GroupCommit::new(
+                pool.clone(),
+                origin,
+                cursors.clone(),
+                group_commit::flush_slots(opts.pool_size),
+            ),
+            cursors,
             pool,
             closed: AtomicBool::new(false),
             health,
             listener: OnceLock::new(),
             sweeping: tokio::sync::Mutex::new(()),
-            origin: u64::try_from(Uuid::new_v4().as_u128() >> 64).unwrap_or(1),
+            origin,
             cfg: listen_cfg,
             tls,
             stop: tokio_util::sync::CancellationToken::new(),
@@ -438,32 +451,6 @@ const QUEUE_CREATE_LOCK: i64 = 0x7365_7070_0000_0002;
 /// Which of the queues `$1` exist, locked so that a DeleteQueue waits for this transaction.
 const QUEUES_HELD: &str = "SELECT name FROM sepp_queues WHERE name = ANY($1::text[]) FOR KEY SHARE";
 
-/// The queues of `jobs` that exist, and, when one does not, how many queues exist (read under
-/// [`QUEUE_CREATE_LOCK`]).
-async fn queue_facts(
-    client: &impl GenericClient,
-    jobs: &[NewJob],
-) -> Result<(Vec<String>, Option<u64>), tokio_postgres::Error> {
-    let mut names: Vec<&str> = jobs.iter().map(|j| &*j.queue).collect();
-    names.sort_unstable();
-    names.dedup();
-    let held = |rows: Vec<Row>| -> Vec<String> { rows.iter().map(|r| r.get(0)).collect() };
-    let known = held(client.cached_query(QUEUES_HELD, &[&names]).await?);
-    if known.len() == names.len() {
-        return Ok((known, None));
-    }
-    client
-        .execute("SELECT pg_advisory_xact_lock($1)", &[&QUEUE_CREATE_LOCK])
-        .await?;
-    // Read again under the lock: a queue created meanwhile by another server exists now.
-    let known = held(client.cached_query(QUEUES_HELD, &[&names]).await?);
-    let n: i64 = client
-        .query_one("SELECT count(*) FROM sepp_queues", &[])
-        .await?
-        .get(0);
-    Ok((known, Some(u64::try_from(n).unwrap_or(0))))
-}
-
 /// A fingerprint as its column stores it (the same 64 bits, as a signed `bigint`).
 fn fingerprint_column(f: Option<Fingerprint>) -> Option<i64> {
     f.map(|f| i64::from_ne_bytes(f.get().to_ne_bytes()))
@@ -473,19 +460,6 @@ fn fingerprint_of(v: Option<i64>) -> Option<Fingerprint> {
     v.and_then(|v| Fingerprint::new(u64::from_ne_bytes(v.to_ne_bytes())))
 }
 
-/// Claims `key` on `queue` for `id`, unless a live record holds it: the one statement that
-/// decides between concurrent enqueues of a key. Returns true when the claim was written
-/// (no record, or an expired one replaced in place).
-const CLAIM: &str = "INSERT INTO sepp_dedup AS d (queue, key, job_id, created_at, expires_at, fingerprint) \
-     VALUES ($1, $2, $3, $4, $5, $6) \
-     ON CONFLICT (queue, key) DO UPDATE \
-     SET job_id = EXCLUDED.job_id, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, \
-     fingerprint = EXCLUDED.fingerprint \
-     WHERE d.expires_at <= $4 \
-     RETURNING job_id";
-
-/// The enqueue of one batch inside the group-commit transaction (between its savepoint and
-/// the release). Returns the outcomes and whether anything is to be kept.
 /// The hot paths' statements go through each pooled connection's statement cache (deadpool's
 /// `prepare_cached`): a statement is parsed and planned once per connection instead of once per
 /// call, which saves a round trip to the database per statement. Only for SQL whose text comes
@@ -511,15 +485,6 @@ trait Cached: GenericClient + Sync {
         self.query_opt(&st, params).await
     }
 
-    async fn cached_query_one(
-        &self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
-        let st = self.prepare_cached(sql).await?;
-        self.query_one(&st, params).await
-    }
-
     async fn cached_execute(
         &self,
         sql: &str,
@@ -531,279 +496,6 @@ trait Cached: GenericClient + Sync {
 }
 
 impl<T: GenericClient + Sync> Cached for T {}
-
-async fn enqueue_in(
-    client: &impl GenericClient,
-    origin: u64,
-    jobs: &[NewJob],
-    rule: &EnqueueRule<'_>,
-    now: UnixMs,
-) -> Result<(Vec<InsertOutcome>, bool), tokio_postgres::Error> {
-    let n = jobs.len();
-    let (queues, queue_count) = queue_facts(client, jobs).await?;
-    // The first job of each (queue, key) claims it; claims in key order, so that two batches
-    // claiming the same keys lock them in one order.
-    let mut firsts: Vec<usize> = Vec::new();
-    {
-        let mut seen = std::collections::HashSet::new();
-        for (i, j) in jobs.iter().enumerate() {
-            if let Some(d) = &j.dedup
-                && seen.insert((&*j.queue, d.key.as_str()))
-            {
-                firsts.push(i);
-            }
-        }
-    }
-    firsts.sort_by(|a, b| {
-        let (ja, jb) = (&jobs[*a], &jobs[*b]);
-        (&*ja.queue, ja.dedup.as_ref().map(|d| &d.key))
-            .cmp(&(&*jb.queue, jb.dedup.as_ref().map(|d| &d.key)))
-    });
-    let mut records: Vec<Option<KeyRecord>> = vec![None; n];
-    let mut claimed = vec![false; n];
-    let mut stages: Vec<(JobId, Stage)> = Vec::new();
-    // The job type of each job a live record names (a replaced job keeps its own).
-    let mut kept_types: Vec<(JobId, String)> = Vec::new();
-    for &i in &firsts {
-        let job = &jobs[i];
-        let Some(d) = &job.dedup else { continue };
-        let won = client
-            .cached_query_opt(
-                CLAIM,
-                &[
-                    &&*job.queue,
-                    &d.key,
-                    &uuid(job.id),
-                    &now,
-                    &d.expires_at,
-                    &fingerprint_column(d.fingerprint),
-                ],
-            )
-            .await?;
-        if won.is_some() {
-            claimed[i] = true;
-        } else {
-            let r = client
-                .cached_query_one(
-                    "SELECT job_id, created_at, expires_at, fingerprint FROM sepp_dedup \
-                     WHERE queue = $1 AND key = $2",
-                    &[&&*job.queue, &d.key],
-                )
-                .await?;
-            let original = job_id(r.get(0));
-            records[i] = Some(KeyRecord {
-                job_id: original,
-                created_at: r.get(1),
-                expires_at: r.get(2),
-                fingerprint: fingerprint_of(r.get(3)),
-            });
-            if !stages.iter().any(|(j, _)| *j == original) {
-                // A hit that may replace the job's contents (`on_duplicate =
-                // "replace_pending"`) locks its row until COMMIT: a concurrent Reserve either
-                // leased it before (the rule then sees it in flight) or skips it (SKIP LOCKED)
-                // until the replacement is committed.
-                let lock = if d.replace.is_some() {
-                    " FOR UPDATE"
-                } else {
-                    ""
-                };
-                let row = client
-                    .cached_query_opt(
-                        &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1{lock}"),
-                        &[&uuid(original)],
-                    )
-                    .await?;
-                if let Some(row) = row {
-                    // A row that cannot be read is left out: the rule then takes the job as gone.
-                    if let Ok(row) = JobRow::from_row(&row) {
-                        stages.push((original, row.stage));
-                        kept_types.push((original, row.job_type));
-                    }
-                }
-            }
-        }
-    }
-    // Depths of the queues with a limit, each under a transaction lock of its queue so that
-    // two servers cannot both fill the last place.
-    let mut depths: Vec<(String, u64)> = Vec::new();
-    for j in jobs {
-        if j.max_queue_depth.is_some() && !depths.iter().any(|(q, _)| q == &*j.queue) {
-            client
-                .execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended($1, 7365707000))",
-                    &[&&*j.queue],
-                )
-                .await?;
-            let c: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM sepp_jobs WHERE queue = $1 AND stage IN (0, 1, 2)",
-                    &[&&*j.queue],
-                )
-                .await?
-                .get(0);
-            depths.push((j.queue.to_string(), u64::try_from(c).unwrap_or(0)));
-        }
-    }
-    let plan = rule(
-        jobs,
-        &Facts {
-            records,
-            depths,
-            stages,
-            queues: queues.clone(),
-            queue_count,
-        },
-    );
-    let fits = plan.outcomes.len() == n
-        && plan.outcomes.iter().zip(jobs).all(|(o, j)| match o {
-            InsertOutcome::Created(id) => *id == j.id,
-            InsertOutcome::Replaced(id, _) => {
-                j.dedup.as_ref().is_some_and(|d| d.replace.is_some())
-                    && kept_types.iter().any(|(k, _)| k == id)
-            }
-            _ => true,
-        });
-    if !fits {
-        // A bug in the queue layer: nothing is kept (the caller rolls back).
-        tracing::error!("the enqueue plan does not match its batch");
-        return Ok((plan.outcomes, false));
-    }
-    if !plan.write {
-        return Ok((plan.outcomes, false));
-    }
-    // Claims of jobs that are not created (refused by the depth limit) are given back.
-    for (i, o) in plan.outcomes.iter().enumerate() {
-        if claimed[i]
-            && !matches!(o, InsertOutcome::Created(_))
-            && let Some(d) = &jobs[i].dedup
-        {
-            client
-                .execute(
-                    "DELETE FROM sepp_dedup WHERE queue = $1 AND key = $2 AND job_id = $3",
-                    &[&&*jobs[i].queue, &d.key, &uuid(jobs[i].id)],
-                )
-                .await?;
-        }
-    }
-    // Hits that replace a pending job's contents, on the row locked above: one statement
-    // writes the whole body, so a Reserve reads the old or the new one.
-    for (j, o) in jobs.iter().zip(&plan.outcomes) {
-        let InsertOutcome::Replaced(target, placement) = *o else {
-            continue;
-        };
-        let (Some(claim), Some((_, job_type))) = (
-            j.dedup.as_ref(),
-            kept_types.iter().find(|(k, _)| *k == target),
-        ) else {
-            continue;
-        };
-        let Some(replace) = claim.replace else {
-            continue;
-        };
-        let due = match placement {
-            Placement::Scheduled { due } => Some(due),
-            Placement::Ready => None,
-        };
-        let body = Body {
-            job_type: job_type.clone(),
-            payload: j.payload.clone(),
-            trace_context: j.trace_context.clone(),
-            custom: j.custom.clone(),
-            scheduled_at: due,
-            idempotency_key: Some(claim.key.clone()),
-        }
-        .encode();
-        client
-            .execute(
-                "UPDATE sepp_jobs SET body = $2, reply_bytes = $3, due_at = $4, \
-                 stage = CASE WHEN $4::int8 IS NULL THEN 0 ELSE 1 END \
-                 WHERE id = $1 AND stage IN (0, 1)",
-                &[
-                    &uuid(target),
-                    &body,
-                    &i32::try_from(replace.reply_bytes).unwrap_or(i32::MAX),
-                    &due,
-                ],
-            )
-            .await?;
-        if due.is_none() {
-            notify_ready(client, origin, std::iter::once(&*j.queue)).await?;
-        }
-    }
-    let created: Vec<&NewJob> = jobs
-        .iter()
-        .zip(&plan.outcomes)
-        .filter(|(_, o)| matches!(o, InsertOutcome::Created(_)))
-        .map(|(j, _)| j)
-        .collect();
-    let mut new_queues: Vec<&str> = created
-        .iter()
-        .map(|j| &*j.queue)
-        .filter(|q| !queues.iter().any(|k| k == q))
-        .collect();
-    if !new_queues.is_empty() {
-        new_queues.sort_unstable();
-        new_queues.dedup();
-        // The jobs create their queues (under QUEUE_CREATE_LOCK, taken in `queue_facts`).
-        client
-            .execute(
-                "INSERT INTO sepp_queues (name, paused) SELECT unnest($1::text[]), false \
-                 ON CONFLICT (name) DO NOTHING",
-                &[&new_queues],
-            )
-            .await?;
-    }
-    if !created.is_empty() {
-        let ids: Vec<Uuid> = created.iter().map(|j| uuid(j.id)).collect();
-        let queues: Vec<&str> = created.iter().map(|j| &*j.queue).collect();
-        let types: Vec<&str> = created.iter().map(|j| j.job_type.as_str()).collect();
-        let prios: Vec<i16> = created.iter().map(|j| i16::from(j.priority)).collect();
-        let enq: Vec<i64> = created.iter().map(|j| j.enqueued_at).collect();
-        let maxa: Vec<i32> = created
-            .iter()
-            .map(|j| i32::try_from(j.max_attempts).unwrap_or(i32::MAX))
-            .collect();
-        let due: Vec<Option<i64>> = created.iter().map(|j| j.scheduled_at).collect();
-        let until: Vec<Option<i64>> = created
-            .iter()
-            .map(|j| j.dedup.as_ref().map(|d| d.expires_at))
-            .collect();
-        let sizes: Vec<i32> = created
-            .iter()
-            .map(|j| i32::try_from(j.reply_bytes).unwrap_or(i32::MAX))
-            .collect();
-        let bodies: Vec<Vec<u8>> = created.iter().map(|j| Body::of(j).encode()).collect();
-        // `unnest … WITH ORDINALITY` yields the rows in array order, so `nextval` numbers them
-        // in batch order (enqueue order).
-        client
-            .cached_execute(
-                "INSERT INTO sepp_jobs (id, queue, job_type, priority, seq, enqueued_at, attempt, \
-                 max_attempts, stage, due_at, dedup_until, reply_bytes, body) \
-                 SELECT t.id, t.queue, t.job_type, t.priority, nextval('sepp_job_seq'), \
-                 t.enqueued_at, 0, t.max_attempts, \
-                 CASE WHEN t.due_at IS NULL THEN 0 ELSE 1 END, t.due_at, t.dedup_until, \
-                 t.reply_bytes, t.body \
-                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int2[], $5::int8[], \
-                 $6::int4[], $7::int8[], $8::int8[], $9::int4[], $10::bytea[]) \
-                 WITH ORDINALITY AS t(id, queue, job_type, priority, enqueued_at, max_attempts, \
-                 due_at, dedup_until, reply_bytes, body, ord)",
-                &[
-                    &ids, &queues, &types, &prios, &enq, &maxa, &due, &until, &sizes, &bodies,
-                ],
-            )
-            .await?;
-        notify_ready(
-            client,
-            origin,
-            created
-                .iter()
-                .filter(|j| j.scheduled_at.is_none())
-                .map(|j| &*j.queue),
-        )
-        .await?;
-    }
-    Ok((plan.outcomes, true))
-}
 
 /// The counts of `queue`, read through `client` (inside a transaction when it is one).
 async fn stats_in(
@@ -882,13 +574,18 @@ fn listing_sql(state: ListState) -> (&'static str, &'static str, &'static str) {
 /// Tells every server listening (`LISTEN sepp_ready`) which queues got ready jobs, as
 /// `<origin> <count> <queue>` (`origin`: the sending store, which ignores its own: its queue
 /// layer woke its waiters already); delivered at `COMMIT`, dropped on rollback.
+///
+/// Also forgets this server's Reserve cursor of each of those queues ([`Cursors`]): jobs made
+/// ready now may sit before it.
 async fn notify_ready<'a>(
     client: &impl GenericClient,
-    origin: u64,
+    sh: &Shared,
     queues: impl Iterator<Item = &'a str>,
 ) -> Result<(), tokio_postgres::Error> {
+    let origin = sh.origin;
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for q in queues {
+        sh.cursors.forget(q);
         match counts.iter_mut().find(|(x, _)| *x == q) {
             Some((_, n)) => *n += 1,
             None => counts.push((q, 1)),
@@ -1050,41 +747,19 @@ impl Store for PostgresStore {
     ) -> Result<Vec<InsertOutcome>, StorageError> {
         let sh = &*self.shared;
         sh.check_writable()?;
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let mut slot = sh.commit.join().await?;
-            sh.check_writable()?;
-            let client = slot.client();
-            if let Err(e) = client.batch_execute("SAVEPOINT sepp_enqueue").await {
-                slot.poison();
-                return Err(pg_err(e));
-            }
-            let result = enqueue_in(client, sh.origin, &jobs, rule, now).await;
-            let keep = matches!(result, Ok((_, true)));
-            let end = if keep {
-                "RELEASE SAVEPOINT sepp_enqueue"
-            } else {
-                "ROLLBACK TO SAVEPOINT sepp_enqueue"
-            };
-            if let Err(e) = client.batch_execute(end).await {
-                slot.poison();
-                return Err(pg_err(e));
-            }
-            match result {
-                Ok((outcomes, _)) => {
-                    // A hit may name a job of this same (uncommitted) transaction: every reply
-                    // waits for the COMMIT.
-                    slot.wait().await?;
-                    return Ok(outcomes);
+        let jobs = Arc::new(jobs);
+        let mut flush = sh.commit.submit(jobs.clone(), now)?;
+        // The flusher asks for this enqueue's plan (again, if the flush is retried) and tells
+        // its outcome after COMMIT.
+        while let Some(msg) = flush.recv().await {
+            match msg {
+                ToCaller::Decide(facts, plan) => {
+                    let _ = plan.send(rule(&jobs, &facts));
                 }
-                Err(e) if is_retryable(&e) && attempts < 4 => {
-                    drop(slot);
-                    continue;
-                }
-                Err(e) => return Err(pg_err(e)),
+                ToCaller::Done(outcome) => return outcome,
             }
         }
+        Err(StorageError::Unavailable("the group commit stopped".into()))
     }
 
     async fn reserve(
@@ -1112,35 +787,80 @@ impl Store for PostgresStore {
             .collect();
         let mut taken: Vec<Uuid> = Vec::new();
         let mut used = 0u64;
-        'queues: for queue in &spec.queues {
-            if paused.contains(queue) {
-                continue;
-            }
-            let left = i64::from(spec.max_jobs) - taken.len() as i64;
-            if left <= 0 {
-                break;
-            }
-            let rows = tx
-                .cached_query(
-                    "SELECT id, reply_bytes FROM sepp_jobs WHERE queue = $1 AND stage = 0 \
-                     ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-                    &[queue, &left],
-                )
-                .await
-                .map_err(pg_err)?;
-            for r in &rows {
-                let size = u32::try_from(r.get::<_, i32>(1)).unwrap_or(0);
-                match fit(size, used, taken.len()) {
-                    Fit::Take(n) => used = used.saturating_add(n),
-                    Fit::Skip | Fit::Stop => break 'queues,
+        let mut touched: Vec<&str> = Vec::new();
+        let result = async {
+            'queues: for queue in &spec.queues {
+                if paused.contains(queue) {
+                    continue;
                 }
-                taken.push(r.get(0));
+                let left = i64::from(spec.max_jobs) - taken.len() as i64;
+                if left <= 0 {
+                    break;
+                }
+                touched.push(queue);
+                // From this server's cursor first (`cursor.rs`), from the start of the queue
+                // when that finds fewer jobs than asked.
+                let mut rows = Vec::new();
+                if let Some((priority, seq)) = sh.cursors.get(queue) {
+                    rows = tx
+                        .cached_query(
+                            "SELECT id, reply_bytes, priority, seq FROM sepp_jobs \
+                             WHERE queue = $1 AND stage = 0 AND priority = $3 AND seq > $4 \
+                             ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+                            &[queue, &left, &priority, &seq],
+                        )
+                        .await?;
+                }
+                if (rows.len() as i64) < left {
+                    // The rows the first scan locked come back in this one (this transaction
+                    // holds their locks), in their place.
+                    rows = tx
+                        .cached_query(
+                            "SELECT id, reply_bytes, priority, seq FROM sepp_jobs \
+                             WHERE queue = $1 AND stage = 0 \
+                             ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+                            &[queue, &left],
+                        )
+                        .await?;
+                }
+                let mut last = None;
+                let mut stopped = false;
+                for r in &rows {
+                    let size = u32::try_from(r.get::<_, i32>(1)).unwrap_or(0);
+                    match fit(size, used, taken.len()) {
+                        Fit::Take(n) => used = used.saturating_add(n),
+                        Fit::Skip | Fit::Stop => {
+                            stopped = true;
+                            break;
+                        }
+                    }
+                    taken.push(r.get(0));
+                    last = Some((r.get::<_, i16>(2), r.get::<_, i64>(3)));
+                }
+                match last {
+                    // The queue may hold more after the last job taken.
+                    Some((priority, seq)) if stopped || rows.len() as i64 == left => {
+                        sh.cursors.set(queue, priority, seq);
+                    }
+                    _ => sh.cursors.forget(queue),
+                }
+                if stopped {
+                    break 'queues;
+                }
             }
+            Ok::<_, tokio_postgres::Error>(())
+        }
+        .await;
+        if let Err(e) = result {
+            for q in touched {
+                sh.cursors.forget(q);
+            }
+            return Err(pg_err(e));
         }
         if taken.is_empty() {
             return Ok(Vec::new());
         }
-        let rows = tx
+        let rows = match tx
             .cached_query(
                 &format!(
                     "UPDATE sepp_jobs SET stage = 2, attempt = attempt + 1, \
@@ -1150,13 +870,26 @@ impl Store for PostgresStore {
                 &[&taken, &spec.lease_expires_at, &spec.worker_id],
             )
             .await
-            .map_err(pg_err)?;
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                for q in touched {
+                    sh.cursors.forget(q);
+                }
+                return Err(pg_err(e));
+            }
+        };
         let mut by_id: std::collections::HashMap<Uuid, JobRow> = std::collections::HashMap::new();
         for r in &rows {
             let row = JobRow::from_row(r)?;
             by_id.insert(uuid(row.id), row);
         }
-        tx.commit().await.map_err(pg_err)?;
+        if let Err(e) = tx.commit().await {
+            for q in touched {
+                sh.cursors.forget(q);
+            }
+            return Err(pg_err(e));
+        }
         let mut jobs = Vec::with_capacity(taken.len());
         for id in taken {
             if let Some(row) = by_id.remove(&id)
@@ -1235,7 +968,7 @@ impl Store for PostgresStore {
                     .await
                     .map_err(pg_err)?;
                 if stage == READY && changed > 0 {
-                    notify_ready(&tx, sh.origin, std::iter::once(row.queue.as_str()))
+                    notify_ready(&tx, sh, std::iter::once(row.queue.as_str()))
                         .await
                         .map_err(pg_err)?;
                 }
@@ -1468,7 +1201,7 @@ impl Store for PostgresStore {
                     .iter()
                     .flat_map(|(q, n)| std::iter::repeat_n(q.to_string(), *n))
                     .collect();
-                notify_ready(&tx, sh.origin, queues.iter().map(String::as_str))
+                notify_ready(&tx, sh, queues.iter().map(String::as_str))
                     .await
                     .map_err(pg_err)?;
             }
@@ -1572,7 +1305,7 @@ impl Store for PostgresStore {
             )
             .await
             .map_err(pg_err)?;
-            notify_ready(&tx, sh.origin, ready_queues.iter().map(String::as_str))
+            notify_ready(&tx, sh, ready_queues.iter().map(String::as_str))
                 .await
                 .map_err(pg_err)?;
         }
@@ -1708,7 +1441,7 @@ impl Store for PostgresStore {
             push_ready(&mut ready, &row.queue);
         }
         let queues: Vec<&str> = rows.iter().map(|r| r.queue.as_str()).collect();
-        notify_ready(&tx, sh.origin, queues.into_iter())
+        notify_ready(&tx, sh, queues.into_iter())
             .await
             .map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
@@ -1759,7 +1492,7 @@ impl Store for PostgresStore {
         if !paused && n > 0 {
             notify_ready(
                 &tx,
-                sh.origin,
+                sh,
                 std::iter::repeat_n(queue, usize::try_from(n).unwrap_or(0)),
             )
             .await
@@ -2125,6 +1858,7 @@ impl Store for PostgresStore {
                     self.shared.tls.clone(),
                     listener,
                     self.shared.origin,
+                    self.shared.cursors.clone(),
                     std::time::Duration::from_millis(self.opts.poll_interval_ms),
                     self.shared.stop.clone(),
                 ));
