@@ -46,6 +46,11 @@ fn hex(b: &[u8]) -> String {
 
 /// A real server exporting its spans to an in-process OTLP receiver.
 async fn traced_server(dir: &std::path::Path) -> (Process, Receiver) {
+    traced_server_with(dir, "").await
+}
+
+/// [`traced_server`] with more `[tracing]` keys.
+async fn traced_server_with(dir: &std::path::Path, tracing_keys: &str) -> (Process, Receiver) {
     let receiver = Receiver::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let otlp = listener.local_addr().unwrap();
@@ -57,7 +62,7 @@ async fn traced_server(dir: &std::path::Path) -> (Process, Receiver) {
 
     let toml = format!(
         "[server]\ndb_path = \"{}\"\n[tracing]\notlp_endpoint = \"http://{otlp}\"\n\
-         service_name = \"sepp-test\"\n[logging]\nformat = \"json\"\n",
+         service_name = \"sepp-test\"\n{tracing_keys}\n[logging]\nformat = \"json\"\n",
         dir.join("data").display()
     );
     (ServerProcess::start(dir, &toml), receiver)
@@ -157,6 +162,62 @@ async fn a_trace_runs_from_the_producer_through_the_server_to_the_worker() {
     let ack_span = spans.iter().find(|s| s.name == "sepp.ack").unwrap();
     assert!(attr(ack_span, "job_id").contains(&ack.job_id));
     assert!(attr(ack_span, "outcome").contains("acked"));
+}
+
+/// The sampling decision is made per call before its span exists: with `sample_ratio = 0`, a
+/// call under a producer's sampled trace context is exported (as its child), one under an
+/// unsampled context is not, and calls without one are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_call_follows_its_producers_sampling_decision_or_the_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, receiver) = traced_server_with(dir.path(), "sample_ratio = 0.0").await;
+    let sampled_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let unsampled_trace = "0af7651916cd43dd8448eb211c80319c";
+    let c = SeppClient::connect(server.url()).await.unwrap();
+    let enqueue = |tp: Option<String>| {
+        let mut r = EnqueueRequest::new("sampling", "t").unwrap();
+        if let Some(tp) = tp {
+            r = r.with_trace_context(tp, None);
+        }
+        c.enqueue(r)
+    };
+    enqueue(Some(format!("00-{unsampled_trace}-b7ad6b7169203331-00")))
+        .await
+        .unwrap();
+    enqueue(None).await.unwrap();
+    let jobs = c
+        .reserve(ReserveOptions::new(["sampling"], Duration::from_secs(30)).with_max_jobs(2))
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 2);
+    for j in &jobs {
+        c.ack(&j.id, j.attempt).await.unwrap();
+    }
+    let sampled = enqueue(Some(format!("00-{sampled_trace}-00f067aa0ba902b7-01")))
+        .await
+        .unwrap();
+
+    spans_after_stop(&mut server, &receiver, &["sepp.enqueue"]).await;
+    // The server has exited: everything it exported has arrived.
+    let spans = receiver.0.lock().unwrap().clone();
+    let names: Vec<(&str, String)> = spans
+        .iter()
+        .map(|s| (s.name.as_str(), hex(&s.trace_id)))
+        .collect();
+    assert_eq!(
+        names,
+        [("sepp.enqueue", sampled_trace.to_string())],
+        "only the call under the sampled context is exported"
+    );
+    assert_eq!(hex(&spans[0].parent_span_id), "00f067aa0ba902b7");
+    let job_id = spans[0]
+        .attributes
+        .iter()
+        .find(|a| a.key == "job_id")
+        .and_then(|a| a.value.as_ref())
+        .map(|v| format!("{:?}", v.value))
+        .unwrap_or_default();
+    assert!(job_id.contains(&sampled.job_id), "{job_id}");
 }
 
 /// The spans this test process ended (the producer's and the worker's), through the

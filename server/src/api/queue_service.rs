@@ -6,7 +6,8 @@ use super::convert::{
     dead_letter_out, duration_arg, enqueue_in, job_out, ms_duration, ms_timestamp, rejection_out,
 };
 use crate::queue::{NackStrategy, Queue, ReserveInput};
-use crate::telemetry::{adopt_trace_context, link_trace_context};
+use crate::rpc_span;
+use crate::telemetry::{adopt_trace_context, link_trace_context, sampled};
 use prost::Message;
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::queue_service_server::QueueService;
@@ -22,8 +23,11 @@ pub(crate) struct QueueApi {
 /// The span of an enqueue (`name`), named after its first job's queue and, before it is
 /// entered, put under the trace of its first job that carries one.
 fn enqueue_span(name: &'static str, jobs: &[pb::EnqueueRequest]) -> tracing::Span {
+    let parent = jobs.iter().find_map(|j| j.trace_context.as_ref());
+    let sampled = sampled(parent.map(|t| t.traceparent.as_str()));
     let span = if name == "sepp.enqueue" {
-        tracing::info_span!(
+        rpc_span!(
+            sampled,
             "sepp.enqueue",
             jobs = jobs.len(),
             queue = tracing::field::Empty,
@@ -32,7 +36,8 @@ fn enqueue_span(name: &'static str, jobs: &[pb::EnqueueRequest]) -> tracing::Spa
             trace_id = tracing::field::Empty,
         )
     } else {
-        tracing::info_span!(
+        rpc_span!(
+            sampled,
             "sepp.enqueue_atomic",
             jobs = jobs.len(),
             queue = tracing::field::Empty,
@@ -42,8 +47,8 @@ fn enqueue_span(name: &'static str, jobs: &[pb::EnqueueRequest]) -> tracing::Spa
     if let Some(first) = jobs.first() {
         span.record("queue", first.queue.as_str());
     }
-    if let Some(t) = jobs.iter().find_map(|j| j.trace_context.as_ref()) {
-        adopt_trace_context(&span, &t.traceparent, t.tracestate.as_deref());
+    if let Some(t) = parent {
+        adopt_trace_context(&span, &t.traceparent, t.tracestate.as_deref(), sampled);
     }
     span
 }
@@ -63,6 +68,106 @@ fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
             .original_state
             .map(|s| super::convert::job_state_out(s) as i32),
         replaced: a.replaced,
+    }
+}
+
+/// The bodies of the RPCs whose span [`QueueService`]'s methods make (sampled or not) before
+/// they run.
+impl QueueApi {
+    async fn reserve_in(
+        &self,
+        req: Request<pb::ReserveRequest>,
+    ) -> Result<Response<pb::ReserveResponse>, Status> {
+        let r = req.into_inner();
+        let input = ReserveInput {
+            queues: r.queues,
+            wait_timeout_ms: duration_arg("wait_timeout", r.wait_timeout.as_ref())?,
+            lease_ms: duration_arg("lease_duration", r.lease_duration.as_ref())?,
+            worker_id: r.worker_id,
+            max_jobs: r.max_jobs,
+        };
+        let jobs = self.queue.reserve(input).await?;
+        let span = tracing::Span::current();
+        span.record("jobs", jobs.len());
+        if let [one] = jobs.as_slice() {
+            span.record("job_id", one.id.to_string());
+            span.record("attempt", one.attempt);
+        }
+        for j in &jobs {
+            if let Some(t) = &j.trace_context {
+                link_trace_context(&t.traceparent);
+            }
+        }
+        let reply = pb::ReserveResponse {
+            jobs: jobs.into_iter().map(job_out).collect(),
+        };
+        check_reply_budget(
+            "reserve",
+            reply.jobs.len(),
+            reply.encoded_len(),
+            self.queue.limits().max_reserve_reply_bytes,
+        );
+        Ok(Response::new(reply))
+    }
+
+    async fn ack_in(
+        &self,
+        req: Request<pb::AckRequest>,
+    ) -> Result<Response<pb::AckResponse>, Status> {
+        let r = req.into_inner();
+        self.queue.ack(&r.job_id, r.attempt).await?;
+        tracing::Span::current().record("outcome", "acked");
+        Ok(Response::new(pb::AckResponse { job_id: r.job_id }))
+    }
+
+    async fn nack_in(
+        &self,
+        req: Request<pb::NackRequest>,
+    ) -> Result<Response<pb::NackResponse>, Status> {
+        use pb::nack_retry::Strategy;
+        let r = req.into_inner();
+        let strategy = match r.retry.and_then(|x| x.strategy) {
+            None | Some(Strategy::Default(_)) => NackStrategy::Default,
+            Some(Strategy::Delay(d)) => {
+                NackStrategy::Delay(duration_arg("retry.delay", Some(&d))?.unwrap_or_default())
+            }
+            Some(Strategy::DeadLetter(_)) => NackStrategy::DeadLetter,
+        };
+        let dead_lettered = self
+            .queue
+            .nack(&r.job_id, r.attempt, strategy, r.reason)
+            .await?;
+        tracing::Span::current().record(
+            "outcome",
+            if dead_lettered {
+                "dead_lettered"
+            } else {
+                "retried"
+            },
+        );
+        Ok(Response::new(pb::NackResponse {
+            job_id: r.job_id,
+            dead_lettered,
+        }))
+    }
+
+    async fn extend_in(
+        &self,
+        req: Request<pb::ExtendRequest>,
+    ) -> Result<Response<pb::ExtendResponse>, Status> {
+        let r = req.into_inner();
+        let expires = self
+            .queue
+            .extend(
+                &r.job_id,
+                r.attempt,
+                duration_arg("lease_duration", r.lease_duration.as_ref())?,
+            )
+            .await?;
+        Ok(Response::new(pb::ExtendResponse {
+            job_id: r.job_id,
+            lease_expires_at: Some(ms_timestamp(expires)),
+        }))
     }
 }
 
@@ -126,119 +231,63 @@ impl QueueService for QueueApi {
         }))
     }
 
-    #[tracing::instrument(name = "sepp.reserve", skip_all, fields(
-        queue = req.get_ref().queues.first().map(String::as_str).unwrap_or_default(),
-        jobs = tracing::field::Empty,
-        job_id = tracing::field::Empty,
-        attempt = tracing::field::Empty,
-    ))]
     async fn reserve(
         &self,
         req: Request<pb::ReserveRequest>,
     ) -> Result<Response<pb::ReserveResponse>, Status> {
-        let r = req.into_inner();
-        let input = ReserveInput {
-            queues: r.queues,
-            wait_timeout_ms: duration_arg("wait_timeout", r.wait_timeout.as_ref())?,
-            lease_ms: duration_arg("lease_duration", r.lease_duration.as_ref())?,
-            worker_id: r.worker_id,
-            max_jobs: r.max_jobs,
-        };
-        let jobs = self.queue.reserve(input).await?;
-        let span = tracing::Span::current();
-        span.record("jobs", jobs.len());
-        if let [one] = jobs.as_slice() {
-            span.record("job_id", one.id.to_string());
-            span.record("attempt", one.attempt);
-        }
-        for j in &jobs {
-            if let Some(t) = &j.trace_context {
-                link_trace_context(&t.traceparent);
-            }
-        }
-        let reply = pb::ReserveResponse {
-            jobs: jobs.into_iter().map(job_out).collect(),
-        };
-        check_reply_budget(
-            "reserve",
-            reply.jobs.len(),
-            reply.encoded_len(),
-            self.queue.limits().max_reserve_reply_bytes,
+        let span = rpc_span!(
+            sampled(None),
+            "sepp.reserve",
+            queue = req
+                .get_ref()
+                .queues
+                .first()
+                .map(String::as_str)
+                .unwrap_or_default(),
+            jobs = tracing::field::Empty,
+            job_id = tracing::field::Empty,
+            attempt = tracing::field::Empty,
         );
-        Ok(Response::new(reply))
+        self.reserve_in(req).instrument(span).await
     }
 
-    #[tracing::instrument(name = "sepp.ack", skip_all, fields(
-        job_id = req.get_ref().job_id.as_str(),
-        attempt = req.get_ref().attempt,
-        outcome = tracing::field::Empty,
-    ))]
     async fn ack(&self, req: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
-        let r = req.into_inner();
-        self.queue.ack(&r.job_id, r.attempt).await?;
-        tracing::Span::current().record("outcome", "acked");
-        Ok(Response::new(pb::AckResponse { job_id: r.job_id }))
+        let span = rpc_span!(
+            sampled(None),
+            "sepp.ack",
+            job_id = req.get_ref().job_id.as_str(),
+            attempt = req.get_ref().attempt,
+            outcome = tracing::field::Empty,
+        );
+        self.ack_in(req).instrument(span).await
     }
 
-    #[tracing::instrument(name = "sepp.nack", skip_all, fields(
-        job_id = req.get_ref().job_id.as_str(),
-        attempt = req.get_ref().attempt,
-        outcome = tracing::field::Empty,
-    ))]
     async fn nack(
         &self,
         req: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
-        use pb::nack_retry::Strategy;
-        let r = req.into_inner();
-        let strategy = match r.retry.and_then(|x| x.strategy) {
-            None | Some(Strategy::Default(_)) => NackStrategy::Default,
-            Some(Strategy::Delay(d)) => {
-                NackStrategy::Delay(duration_arg("retry.delay", Some(&d))?.unwrap_or_default())
-            }
-            Some(Strategy::DeadLetter(_)) => NackStrategy::DeadLetter,
-        };
-        let dead_lettered = self
-            .queue
-            .nack(&r.job_id, r.attempt, strategy, r.reason)
-            .await?;
-        tracing::Span::current().record(
-            "outcome",
-            if dead_lettered {
-                "dead_lettered"
-            } else {
-                "retried"
-            },
+        let span = rpc_span!(
+            sampled(None),
+            "sepp.nack",
+            job_id = req.get_ref().job_id.as_str(),
+            attempt = req.get_ref().attempt,
+            outcome = tracing::field::Empty,
         );
-        Ok(Response::new(pb::NackResponse {
-            job_id: r.job_id,
-            dead_lettered,
-        }))
+        self.nack_in(req).instrument(span).await
     }
 
-    #[tracing::instrument(name = "sepp.extend", skip_all, fields(
-        job_id = req.get_ref().job_id.as_str(),
-        attempt = req.get_ref().attempt,
-    ))]
     async fn extend(
         &self,
         req: Request<pb::ExtendRequest>,
     ) -> Result<Response<pb::ExtendResponse>, Status> {
-        let r = req.into_inner();
-        let expires = self
-            .queue
-            .extend(
-                &r.job_id,
-                r.attempt,
-                duration_arg("lease_duration", r.lease_duration.as_ref())?,
-            )
-            .await?;
-        Ok(Response::new(pb::ExtendResponse {
-            job_id: r.job_id,
-            lease_expires_at: Some(ms_timestamp(expires)),
-        }))
+        let span = rpc_span!(
+            sampled(None),
+            "sepp.extend",
+            job_id = req.get_ref().job_id.as_str(),
+            attempt = req.get_ref().attempt,
+        );
+        self.extend_in(req).instrument(span).await
     }
-
     #[tracing::instrument(name = "sepp.drain_dead_letters", skip_all)]
     async fn drain_dead_letters(
         &self,
