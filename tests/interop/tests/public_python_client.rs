@@ -55,14 +55,16 @@ fn the_public_python_client_works_against_our_server() {
     assert!(stdout.contains("walkthrough ok"), "{stdout}");
 }
 
-/// Issue 18's opt-in features configured for other queues change nothing for the public
-/// client's queues.
+/// Issue 18's opt-in features configured for other queues (key conflicts, debounce, a
+/// recurring schedule ticking every second) change nothing for the public client's queues.
 #[test]
 fn the_public_python_client_works_with_key_conflicts_and_debounce_on_for_other_queues() {
     let stdout = run_public_client_with(
         "public_client_walkthrough.py",
         "[[queues]]\nname = \"strict\"\nkey_conflict = \"reject\"\n\
-         [[queues]]\nname = \"debounced\"\non_duplicate = \"replace_pending\"\n",
+         [[queues]]\nname = \"debounced\"\non_duplicate = \"replace_pending\"\n\
+         [[schedules]]\nname = \"tick\"\nqueue = \"scheduled\"\njob_type = \"tick\"\n\
+         every_ms = 1000\ncatch_up = true\n",
     );
     assert!(stdout.contains("walkthrough ok"), "{stdout}");
 }
