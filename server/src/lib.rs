@@ -192,7 +192,17 @@ pub async fn serve_with(
             .with_metrics(metrics.clone())
             .with_schedules(schedules),
     );
-    queue.create_declared_queues().await?;
+    // A store that refuses writes for now (a full disk below `storage.min_free_bytes`, a
+    // database that is down) does not stop the start: the server serves reads and takes
+    // writes again once the store does, and a declared queue not created here is created by
+    // its first job (the queue cap never refuses a declared queue).
+    match queue.create_declared_queues().await {
+        Ok(()) => {}
+        Err(crate::storage::StorageError::Unavailable(why)) => {
+            tracing::warn!(error = %why, "the [[queues]] entries could not be created at start; their first jobs create them");
+        }
+        Err(e) => return Err(e.into()),
+    }
     let metrics_addr = if config.metrics.enabled {
         let at = config.metrics.listen_addr;
         let listener = TcpListener::bind(at).await.map_err(|e| {

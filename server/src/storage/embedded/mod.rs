@@ -1183,17 +1183,20 @@ impl Store for EmbeddedStore {
         let sh = &*self.shared;
         let batch = {
             let mut st = sh.lock();
+            let missing: Vec<&String> = names
+                .iter()
+                .filter(|n| st.jobs.queue(n).is_none())
+                .collect();
+            // Queues that exist already need no write: a restart on a full disk still starts.
+            if missing.is_empty() {
+                return Ok(());
+            }
             sh.commit.check_writable()?;
             let mut ops = Vec::new();
-            for name in names {
-                if st.jobs.queue(name).is_none() {
-                    st.jobs.intern(&Arc::from(name.as_str()));
-                    let rec = QueueRecord { paused: false };
-                    ops.push(WriteOp::put(Ks::Queues, name.as_bytes(), rec.encode()));
-                }
-            }
-            if ops.is_empty() {
-                return Ok(());
+            for name in missing {
+                st.jobs.intern(&Arc::from(name.as_str()));
+                let rec = QueueRecord { paused: false };
+                ops.push(WriteOp::put(Ks::Queues, name.as_bytes(), rec.encode()));
             }
             sh.commit.append(ops)
         };
