@@ -143,7 +143,7 @@ macro_rules! rpc_span {
         if $sampled {
             ::tracing::info_span!($name $(, $($fields)*)?)
         } else {
-            ::tracing::info_span!(target: "sepp::unsampled", $name $(, $($fields)*)?)
+            ::tracing::info_span!(target: $crate::telemetry::UNSAMPLED, $name $(, $($fields)*)?)
         }
     };
 }
