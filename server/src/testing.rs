@@ -29,8 +29,16 @@ impl TempDir {
     /// # Panics
     /// When the directory cannot be created.
     pub fn new() -> Self {
+        Self::new_in(&std::env::temp_dir())
+    }
+
+    /// Creates `sepp-test-<pid>-<n>` under `parent`.
+    ///
+    /// # Panics
+    /// When the directory cannot be created.
+    pub fn new_in(parent: &Path) -> Self {
         static N: AtomicU64 = AtomicU64::new(0);
-        let p = std::env::temp_dir().join(format!(
+        let p = parent.join(format!(
             "sepp-test-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)

@@ -20,7 +20,7 @@ use crate::queue::Queue;
 use crate::queue::clock::ManualClock;
 use crate::queue::limits::Limits;
 use crate::queue::model::EnqueueInput;
-use crate::storage::embedded::fuzz::{KEYSPACES, RawRecord, read_records, write_records};
+use crate::storage::embedded::fuzz::{KEYSPACES, RawRecord, insert_record, read_records};
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::storage::{
     EnqueueFacts, EnqueueRule, FitRule, Maintenance, ReadyJobs, ReadyListener, RemovalRule,
@@ -32,7 +32,7 @@ use sepp_proto::admin::v1::admin_service_server::AdminService;
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::queue_service_server::QueueService;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 /// The time of every fuzzed call (2024-01-01T00:00:00Z).
@@ -417,13 +417,35 @@ fn recovery_config() -> Config {
     c
 }
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("a runtime")
+/// The name of the threads of [`recovery`]'s runtimes (its blocking pool: the store's close
+/// joins its flusher from `spawn_blocking`).
+const RECOVERY_THREADS: &str = "sepp-fuzz-rt";
+
+/// Runs `f` to completion on a current-thread runtime made for it, and drops that runtime
+/// before returning, which shuts its blocking pool down and joins its threads: nothing
+/// [`recovery`] starts outlives the input. (A process-wide runtime kept the blocking thread
+/// that `EmbeddedStore::close`'s `spawn_blocking` started alive and idle after the input, for
+/// tokio's 10 s keep-alive; LeakSanitizer reported its allocation, 72 bytes, as a leak.)
+fn block_on<F: Future>(f: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .thread_name(RECOVERY_THREADS)
+        .build()
+        .expect("a runtime");
+    let out = rt.block_on(f);
+    drop(rt);
+    out
+}
+
+/// Where [`recovery`] puts its data directories: `FUZZ_TMPDIR`, else `/dev/shm` where it is a
+/// directory (tmpfs: the target tests recovery, not the disk, and an fsync there costs
+/// nothing), else the system temp directory.
+fn scratch_parent() -> &'static std::path::Path {
+    static PARENT: OnceLock<std::path::PathBuf> = OnceLock::new();
+    PARENT.get_or_init(|| match std::env::var_os("FUZZ_TMPDIR") {
+        Some(dir) => dir.into(),
+        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
     })
 }
 
@@ -457,16 +479,25 @@ fn reserve_input(queues: &[&str]) -> crate::queue::ReserveInput {
     }
 }
 
-/// The records of a data directory holding a job in every stage, on two queues (one paused),
-/// keyed and unkeyed, with payloads, custom values and trace contexts: what [`recovery`] puts
-/// arbitrary bytes into. Built once, by a real store.
-pub fn recovery_template() -> &'static [RawRecord] {
-    static TEMPLATE: OnceLock<Vec<RawRecord>> = OnceLock::new();
+/// The data directory [`recovery`] puts arbitrary bytes into: a job in every stage, on two
+/// queues (one paused), keyed and unkeyed, with payloads, custom values and trace contexts.
+/// Written once, by a real store, and kept in memory: each input gets a copy of its files.
+struct Template {
+    /// Its records, sentinels left out.
+    records: Vec<RawRecord>,
+    /// Its directories, relative to it, each after its parent.
+    dirs: Vec<std::path::PathBuf>,
+    /// Its files: path relative to it, and contents.
+    files: Vec<(std::path::PathBuf, Vec<u8>)>,
+}
+
+fn template() -> &'static Template {
+    static TEMPLATE: OnceLock<Template> = OnceLock::new();
     TEMPLATE.get_or_init(|| {
-        let dir = TempDir::new();
+        let dir = TempDir::new_in(scratch_parent());
         let path = dir.path().join("data");
         let clock = Arc::new(ManualClock::new(T0));
-        runtime().block_on(async {
+        block_on(async {
             let store: Arc<dyn Store> = Arc::new(open_store(&path, T0).expect("open"));
             let q = queue_over(store.clone(), clock.clone());
             let job = |queue: &str, key: Option<&str>, priority: u32| EnqueueInput {
@@ -529,12 +560,52 @@ pub fn recovery_template() -> &'static [RawRecord] {
             q.set_paused("r", true).await.expect("pause");
             store.close().await.expect("close");
         });
-        read_records(&path).expect("read the template")
+        let records = read_records(&path).expect("read the template");
+        let (mut dirs, mut files) = (Vec::new(), Vec::new());
+        let mut todo = vec![std::path::PathBuf::new()];
+        while let Some(rel) = todo.pop() {
+            for entry in std::fs::read_dir(path.join(&rel)).expect("list the template") {
+                let entry = entry.expect("a template entry");
+                let rel = rel.join(entry.file_name());
+                if entry.file_type().expect("a file type").is_dir() {
+                    dirs.push(rel.clone());
+                    todo.push(rel);
+                } else {
+                    let bytes = std::fs::read(entry.path()).expect("read a template file");
+                    files.push((rel, bytes));
+                }
+            }
+        }
+        Template {
+            records,
+            dirs,
+            files,
+        }
     })
 }
 
-/// Writes [`recovery_template`]'s data directory with arbitrary bytes in one record, opens a store on it
-/// and uses it: `data[0]` picks the keyspace, `data[1]` one of its records (255: a new record
+/// The records of [`recovery`]'s template data directory (sentinels left out): the records it
+/// puts arbitrary bytes into.
+pub fn recovery_template() -> &'static [RawRecord] {
+    &template().records
+}
+
+impl Template {
+    /// Writes a copy of the template at `path`.
+    fn copy_to(&self, path: &std::path::Path) -> std::io::Result<()> {
+        std::fs::create_dir(path)?;
+        for d in &self.dirs {
+            std::fs::create_dir(path.join(d))?;
+        }
+        for (f, bytes) in &self.files {
+            std::fs::write(path.join(f), bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies [`recovery_template`]'s data directory (under `FUZZ_TMPDIR`), writes arbitrary bytes
+/// into one record, opens a store on it and uses it: `data[0]` picks the keyspace, `data[1]` one of its records (255: a new record
 /// whose key is the next `data[2]` bytes), the rest is the record's value. The store either
 /// refuses to open (a clear error) or opens and serves sweeps, reserves, settlements, reads
 /// and admin calls, which may fail with errors but never panic, and closes.
@@ -542,6 +613,15 @@ pub fn recovery_template() -> &'static [RawRecord] {
 /// # Panics
 /// On a bug: a panic while recovering or serving.
 pub fn recovery(data: &[u8]) {
+    let _one_at_a_time = RECOVERY.lock().unwrap_or_else(PoisonError::into_inner);
+    recover_and_use(data);
+}
+
+/// Held by each [`recovery`] input: one at a time in a process (libFuzzer runs one at a time
+/// anyway), so that a test can tell that an input left none of its runtime's threads behind.
+static RECOVERY: Mutex<()> = Mutex::new(());
+
+fn recover_and_use(data: &[u8]) {
     let [ks, pick, rest @ ..] = data else {
         return;
     };
@@ -563,10 +643,14 @@ pub fn recovery(data: &[u8]) {
         // No key (fjall refuses one), or the sentinel, which the store never reads.
         return;
     }
-    records.push((ks, key, value));
-    let dir = TempDir::new();
+    let record = (ks, key, value);
+    let dir = TempDir::new_in(scratch_parent());
     let path = dir.path().join("data");
-    write_records(&path, &records).expect("write the data directory");
+    template()
+        .copy_to(&path)
+        .expect("copy the template data directory");
+    insert_record(&path, &record).expect("write the record");
+    records.push(record);
     let now = T0 + 1_000;
     let Ok(store) = open_store(&path, now) else {
         return;
@@ -574,7 +658,7 @@ pub fn recovery(data: &[u8]) {
     let store: Arc<dyn Store> = Arc::new(store);
     let clock = Arc::new(ManualClock::new(now));
     let q = queue_over(store.clone(), clock.clone());
-    runtime().block_on(async {
+    block_on(async {
         let mut queues: Vec<String> = records
             .iter()
             .filter(|r| r.0 == 3)
@@ -639,5 +723,41 @@ mod tests {
         config("", &[]);
         codec_bytes(&[]);
         codec_values(&[]);
+    }
+
+    /// The names of this process's threads.
+    #[cfg(target_os = "linux")]
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .expect("list /proc/self/task")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|n| n.trim_end().to_string())
+            .collect()
+    }
+
+    /// The input of the LeakSanitizer report (`AHJq`): its store opens, so its close joins
+    /// the flusher through `spawn_blocking`, which starts a blocking-pool thread. That thread
+    /// is gone once the input returns (a process-wide runtime kept it for 10 s).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_recovery_input_leaves_no_thread_of_its_runtime_behind() {
+        let _one_at_a_time = RECOVERY.lock().unwrap_or_else(PoisonError::into_inner);
+        recover_and_use(&[0x00, 0x72, 0x6a]);
+        // A joined thread leaves /proc/self/task a moment after its join returns.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            let left = thread_names()
+                .into_iter()
+                .filter(|n| n == RECOVERY_THREADS)
+                .count();
+            if left == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{left} thread(s) of the input's runtime still running 2 s after it returned"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }

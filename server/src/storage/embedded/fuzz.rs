@@ -220,7 +220,7 @@ pub fn codec_values(data: &[u8]) {
     }
 }
 
-/// The keyspaces of a data directory, in the order [`read_records`] and [`write_records`]
+/// The keyspaces of a data directory, in the order [`read_records`] and [`insert_record`]
 /// number them.
 pub const KEYSPACES: [&str; 5] = ["jobs", "meta", "dedup", "queues", "info"];
 
@@ -253,21 +253,17 @@ pub fn read_records(path: &Path) -> Result<Vec<RawRecord>, StorageError> {
     Ok(out)
 }
 
-/// Creates a data directory at `path` holding `records` (written in order; a later one of the
-/// same key wins), durably, and closes it.
+/// Adds `record` to the (closed) data directory at `path`, over any record of the same key,
+/// durably, and closes it.
 ///
 /// # Errors
-/// When the directory cannot be created or written.
-pub fn write_records(path: &Path, records: &[RawRecord]) -> Result<(), StorageError> {
-    super::create_dir_durably(path).map_err(io)?;
+/// When the directory cannot be opened or written.
+pub fn insert_record(path: &Path, record: &RawRecord) -> Result<(), StorageError> {
     let ks = open_db(path)?;
     let info = ks.db.keyspace("info", Default::default).map_err(io)?;
-    let mut b = ks.db.batch();
-    for (i, key, value) in records {
-        let k = [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues, &info][*i % KEYSPACES.len()];
-        b.insert(k, key.as_slice(), value.as_slice());
-    }
-    b.commit().map_err(io)?;
+    let (i, key, value) = record;
+    let k = [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues, &info][*i % KEYSPACES.len()];
+    k.insert(key.as_slice(), value.as_slice()).map_err(io)?;
     ks.db.persist(fjall::PersistMode::SyncAll).map_err(io)?;
     Ok(())
 }
