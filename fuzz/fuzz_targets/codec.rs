@@ -6,11 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Some((&mode, rest)) = data.split_first() {
-        if mode % 2 == 0 {
-            sepp_server::testing::fuzz::codec_bytes(rest);
-        } else {
-            sepp_server::testing::fuzz::codec_values(rest);
-        }
-    }
+    sepp_server::testing::fuzz::codec_target(data);
 });

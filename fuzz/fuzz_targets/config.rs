@@ -5,15 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let (toml, env) = match data.iter().position(|b| *b == 0) {
-        Some(i) => (&data[..i], &data[i + 1..]),
-        None => (data, &[][..]),
-    };
-    let toml = String::from_utf8_lossy(toml);
-    let env: Vec<(String, String)> = String::from_utf8_lossy(env)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (format!("SEPP_{k}"), v.to_string()))
-        .collect();
-    sepp_server::testing::fuzz::config(&toml, &env);
+    sepp_server::testing::fuzz::config_target(data);
 });

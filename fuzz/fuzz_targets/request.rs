@@ -6,7 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Some((&rpc, body)) = data.split_first() {
-        sepp_server::testing::fuzz::request(rpc, body);
-    }
+    sepp_server::testing::fuzz::request_target(data);
 });

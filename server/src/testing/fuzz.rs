@@ -410,6 +410,63 @@ pub fn config(toml: &str, env: &[(String, String)]) {
 
 pub use crate::storage::embedded::fuzz::{codec_bytes, codec_values};
 
+/// What a fuzz target runs on the fuzzer's bytes; it panics only on a bug.
+pub type Target = fn(&[u8]);
+
+/// The fuzz targets (`fuzz/fuzz_targets/<name>.rs`), each with the function it runs on the
+/// fuzzer's bytes: what the targets run and what the corpus replay test feeds the committed
+/// corpus (`fuzz/corpus/<name>/`) to.
+pub const TARGETS: [(&str, Target); 4] = [
+    ("request", request_target),
+    ("config", config_target),
+    ("codec", codec_target),
+    ("recovery", recovery),
+];
+
+/// The `request` target: `data[0]` picks the RPC and configuration ([`request`]), the rest is
+/// the request message.
+///
+/// # Panics
+/// As [`request`].
+pub fn request_target(data: &[u8]) {
+    if let Some((&rpc, body)) = data.split_first() {
+        request(rpc, body);
+    }
+}
+
+/// The `config` target: the bytes up to the first zero byte are the TOML file, the lines after
+/// it `KEY=VALUE` pairs set as `SEPP_KEY` ([`config`]).
+///
+/// # Panics
+/// As [`config`].
+pub fn config_target(data: &[u8]) {
+    let (toml, env) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let toml = String::from_utf8_lossy(toml);
+    let env: Vec<(String, String)> = String::from_utf8_lossy(env)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (format!("SEPP_{k}"), v.to_string()))
+        .collect();
+    config(&toml, &env);
+}
+
+/// The `codec` target: `data[0]` even runs [`codec_bytes`] on the rest, odd [`codec_values`].
+///
+/// # Panics
+/// As [`codec_bytes`] and [`codec_values`].
+pub fn codec_target(data: &[u8]) {
+    if let Some((&mode, rest)) = data.split_first() {
+        if mode % 2 == 0 {
+            codec_bytes(rest);
+        } else {
+            codec_values(rest);
+        }
+    }
+}
+
 /// A configuration for [`recovery`]'s stores: dead letters kept for a day.
 fn recovery_config() -> Config {
     let mut c = Config::default();
@@ -759,5 +816,58 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+    }
+
+    /// Feeds every committed corpus input of `target` (`fuzz/corpus/<target>/`) to the
+    /// function its fuzz target runs: a panic there (a crash of the target) fails the test,
+    /// naming the input. A replay of what fuzzing found, not new fuzzing.
+    fn replay_the_corpus_of(target: &str) {
+        let run = TARGETS
+            .iter()
+            .find(|(name, _)| *name == target)
+            .map(|(_, run)| *run)
+            .expect("a fuzz target of that name");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/corpus")
+            .join(target);
+        let mut inputs: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+            .map(|e| e.expect("a directory entry").path())
+            .collect();
+        inputs.sort();
+        assert!(!inputs.is_empty(), "no corpus in {}", dir.display());
+        let started = std::time::Instant::now();
+        for input in &inputs {
+            let data = std::fs::read(input).expect("read a corpus input");
+            if std::panic::catch_unwind(|| run(&data)).is_err() {
+                panic!("fuzz target {target} crashed on {}", input.display());
+            }
+        }
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!(
+            "{target}: {} inputs in {secs:.2} s ({:.0} executions/s)",
+            inputs.len(),
+            inputs.len() as f64 / secs
+        );
+    }
+
+    #[test]
+    fn the_request_corpus_passes() {
+        replay_the_corpus_of("request");
+    }
+
+    #[test]
+    fn the_config_corpus_passes() {
+        replay_the_corpus_of("config");
+    }
+
+    #[test]
+    fn the_codec_corpus_passes() {
+        replay_the_corpus_of("codec");
+    }
+
+    #[test]
+    fn the_recovery_corpus_passes() {
+        replay_the_corpus_of("recovery");
     }
 }
