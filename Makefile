@@ -52,7 +52,7 @@ no-tonic-in-core:
 
 test-rust:
 	cargo nextest run --workspace --exclude sepp-interop --exclude sepp-behaviour --no-fail-fast \
-		-E 'not test(/^storage::postgres::/) and not binary_id(sepp-server::postgres) and not binary_id(sepp-server::postgres_faults)'
+		-E 'not test(/^storage::postgres::/) and not binary_id(sepp-server::postgres) and not binary_id(sepp-server::postgres_faults) and not binary_id(sepp-server::postgres_upgrade)'
 	cargo test --workspace --doc
 
 # The conformance suite and the gRPC end-to-end suites against PostgreSQL: the test server rig
@@ -62,7 +62,10 @@ test-rust:
 # (disk_full, durability), the binary (cli) or the network edge (connections, edge, client_retry).
 # postgres_faults: several sepp processes on one database, kill -9, a private cluster restarted
 # and a failover to a promoted standby (docs/postgres.md, "Fault tests"), at CI length.
-POSTGRES_E2E := postgres postgres_faults postgres_tls admin dedup delivery enqueue_rules input_classes lease_deadline limits schedules
+# postgres_upgrade: a rolling upgrade, the previous schema's sepp (built by the test once into
+# ~/.cache/sepp-upgrade, several minutes cold) and this build on one database (docs/postgres.md,
+# "Rolling upgrades").
+POSTGRES_E2E := postgres postgres_faults postgres_upgrade postgres_tls admin dedup delivery enqueue_rules input_classes lease_deadline limits schedules
 test-rust-postgres:
 	SEPP_TEST_BACKEND=postgres cargo nextest run -p sepp-server --no-fail-fast \
 		-E 'test(/^storage::postgres::/) | $(foreach t,$(POSTGRES_E2E),binary_id(sepp-server::$(t)) |) none()'
