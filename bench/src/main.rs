@@ -90,6 +90,11 @@ struct Cli {
     /// (connections are spread over them round-robin).
     #[arg(long, value_name = "HOST:PORT")]
     target: Option<String>,
+    /// With --target: the pid of the server process behind it, so that the points report its
+    /// CPU per 1,000 jobs and RSS as when the bench starts the server (user + system time of
+    /// the process and its children, from /proc, over each measured window).
+    #[arg(long, value_name = "PID", requires = "target")]
+    server_pid: Option<u32>,
     /// The server binary. Default: $CARGO_TARGET_DIR/release/sepp, else the `sepp` next to
     /// this binary, else `<workspace>/target/release/sepp`.
     #[arg(long, value_name = "PATH")]
@@ -306,7 +311,7 @@ async fn run_points(
                 eprintln!("{mode}: {}", run.failure.as_deref().unwrap_or_default());
                 return;
             }
-            let pid = server.as_deref().map(|s| s.pid);
+            let pid = server.as_deref().map(|s| s.pid).or(cli.server_pid);
             seq += 1;
             let queue = format!(
                 "bench-{}-{seq:02}-{}-c{conns}",
@@ -502,7 +507,10 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
 
     let mut ok = true;
     if let Some(target) = &cli.target {
-        println!("driving {target} (no server CPU or RSS figures)");
+        match cli.server_pid {
+            Some(pid) => println!("driving {target} (server pid {pid})"),
+            None => println!("driving {target} (no server CPU or RSS figures)"),
+        }
         let mut run = ModeRun {
             mode: "external".into(),
             server_addr: Some(target.clone()),

@@ -36,6 +36,8 @@ pub(crate) enum Workload {
     Nokey,
     /// `enqueue_batch` of 100 keyed jobs per call.
     Batch100,
+    /// `enqueue_batch` of 1,000 keyed jobs per call (not in the default set: ask for it).
+    Batch1000,
     /// Reserve + ack of a pre-filled queue until it is empty.
     Drain,
     /// One connection: enqueue → reserve → ack.
@@ -73,6 +75,7 @@ impl Workload {
             Workload::Hits => "hits",
             Workload::Nokey => "nokey",
             Workload::Batch100 => "batch100",
+            Workload::Batch1000 => "batch1000",
             Workload::Drain => "drain",
             Workload::Cycle => "cycle",
             Workload::Published => "published",
@@ -86,6 +89,7 @@ impl Workload {
         match self {
             Workload::Cycle => "enqueue+reserve+ack cycle",
             Workload::Batch100 => "EnqueueBatch call (100 jobs)",
+            Workload::Batch1000 => "EnqueueBatch call (1,000 jobs)",
             Workload::Drain | Workload::PublishedDrain => "Reserve or Ack call",
             _ => "Enqueue call",
         }
@@ -490,8 +494,13 @@ async fn one_op(
                 Err(e) => st.error(format!("enqueue: {e}")),
             }
         }
-        Workload::Batch100 => {
-            let batch = (0..100)
+        Workload::Batch100 | Workload::Batch1000 => {
+            let size = if spec.workload == Workload::Batch100 {
+                100
+            } else {
+                1000
+            };
+            let batch = (0..size)
                 .map(|j| request(spec, Some(format!("b-{conn}-{i}-{j}"))))
                 .collect::<Result<Vec<_>, _>>();
             let batch = match batch {
