@@ -136,7 +136,7 @@ impl SeppClientBuilder {
 
     /// Most coalesced batches in flight at once, 1 or more; enqueues made while all are in
     /// flight wait and leave together in the next. Default
-    /// [`DEFAULT_MAX_BATCHES_IN_FLIGHT`](crate::coalesce::DEFAULT_MAX_BATCHES_IN_FLIGHT).
+    /// [`DEFAULT_MAX_BATCHES_IN_FLIGHT`].
     /// Unused with `coalesce(false)`. Connecting with 0 fails with
     /// [`ErrorCode::InvalidConfig`].
     #[must_use]

@@ -39,8 +39,10 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// The default of `max_batches_in_flight`: coalesced batches one client sends at once. Two,
-/// so that the server works on one batch while the reply to the other travels back.
+/// The default of `max_batches_in_flight`: coalesced batches one client sends at once.
+/// Chosen by measurement (docs/benchmarks.md, "One client shared by 32 tasks"): with 32 tasks
+/// on one client, 1 and 2 gave the most enqueues per second and 4 and 8 fewer (more slots
+/// make smaller batches); 2 keeps the server busy while one reply travels back.
 pub const DEFAULT_MAX_BATCHES_IN_FLIGHT: usize = 2;
 
 /// Most jobs in one coalesced batch until the server advertised its `max_enqueue_batch`
