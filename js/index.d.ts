@@ -167,7 +167,12 @@ export declare class SeppClient {
    * in every language): its structure (a valid queue name, a non-empty job type, priority 0
    * to 9, ...; a value that cannot be held, such as a fractional priority, is
    * `InvalidRequestError` too), then the lengths up to the idempotency key's against the
-   * limits the server advertised at connect.
+   * limits the server advertised at connect. A job that fails the checks is rejected
+   * alone and never joins a batch.
+   *
+   * Enqueues made concurrently on one client leave together as one `EnqueueBatch` call
+   * while the client's batches in flight are busy (`coalesce`, on by default); the result
+   * is still this job's own. A promise cannot be cancelled: once called, the job leaves.
    *
    * Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with
    * `limit` and `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`,
@@ -352,6 +357,20 @@ export interface ConnectOptions {
    * in all); fields left out take the defaults; `null` turns retries off.
    */
   retryPolicy?: RetryPolicy | null
+  /**
+   * Whether `enqueue` calls made concurrently on this client leave together as one
+   * `EnqueueBatch` call, each caller still getting its own result (docs/coalescing.md).
+   * `false`: one call per `enqueue`. An `enqueue` on an idle client leaves at once either
+   * way.
+   * @default true
+   */
+  coalesce?: boolean
+  /**
+   * Most coalesced batches in flight at once, at least 1; enqueues made while all are in
+   * flight wait for the next.
+   * @default 2
+   */
+  maxBatchesInFlight?: number
 }
 
 /**

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use workload::{PointSpec, Workload};
+use workload::{ClientSpec, PointSpec, Workload};
 
 /// Persist modes of the generated server config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -122,6 +122,18 @@ struct Cli {
     /// Do not write the JSON file.
     #[arg(long)]
     no_json: bool,
+    /// Every connection's task shares ONE client (one HTTP/2 connection) instead of opening
+    /// its own: each of the --connections counts is then the number of concurrent tasks
+    /// calling one client, each with one call in flight.
+    #[arg(long)]
+    shared_client: bool,
+    /// Builds the clients with `coalesce(false)`: one EnqueueBatch per enqueue, even when
+    /// concurrent enqueues share a client.
+    #[arg(long)]
+    no_coalesce: bool,
+    /// The clients' `max_batches_in_flight` (default: the client's).
+    #[arg(long, value_name = "N")]
+    max_batches_in_flight: Option<usize>,
 }
 
 fn workspace_root() -> PathBuf {
@@ -341,6 +353,11 @@ async fn run_points(
                 duration: plan.duration,
                 warmup: plan.warmup,
                 server_pid: pid,
+                client: ClientSpec {
+                    shared: cli.shared_client,
+                    coalesce: !cli.no_coalesce,
+                    max_batches_in_flight: cli.max_batches_in_flight,
+                },
             };
             let result = if workload == Workload::Published {
                 published(spec, plan, mode, run).await
@@ -427,6 +444,9 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
             },
             payload_bytes: cli.payload_bytes,
             hit_keys: cli.hit_keys,
+            shared_client: cli.shared_client,
+            coalesce: !cli.no_coalesce,
+            max_batches_in_flight: cli.max_batches_in_flight,
             target: cli.target.clone(),
             server_bin: cli
                 .target

@@ -67,6 +67,12 @@ pub(crate) struct Settings {
     pub(crate) payload_bytes: usize,
     /// Keys pre-enqueued for `hits`.
     pub(crate) hit_keys: usize,
+    /// Whether all connections' tasks share one client (`--shared-client`).
+    pub(crate) shared_client: bool,
+    /// Whether the clients coalesce concurrent enqueues (not `--no-coalesce`).
+    pub(crate) coalesce: bool,
+    /// The clients' `max_batches_in_flight`, when given.
+    pub(crate) max_batches_in_flight: Option<usize>,
     /// `--target`, when used.
     pub(crate) target: Option<String>,
     /// The server binary, when the bench started the server.

@@ -1,5 +1,6 @@
 //! The workloads and the loop that drives one measurement point: N connections, each its own
-//! [`SeppClient`] (its own HTTP/2 connection) with one request in flight at a time.
+//! [`SeppClient`] (its own HTTP/2 connection) with one request in flight at a time; or, with
+//! `--shared-client`, N tasks sharing one client.
 
 use crate::server::{BoxError, machine_busy_ticks, proc_sample};
 use hdrhistogram::Histogram;
@@ -125,6 +126,29 @@ pub(crate) struct PointSpec {
     pub(crate) warmup: Duration,
     /// The server's pid when the bench started it (CPU figures).
     pub(crate) server_pid: Option<u32>,
+    /// How the clients are built and shared.
+    pub(crate) client: ClientSpec,
+}
+
+/// How a point's clients are built and shared.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientSpec {
+    /// One client for all the point's tasks, instead of one per connection.
+    pub(crate) shared: bool,
+    /// The clients' `coalesce` setting.
+    pub(crate) coalesce: bool,
+    /// The clients' `max_batches_in_flight`, when given.
+    pub(crate) max_batches_in_flight: Option<usize>,
+}
+
+impl ClientSpec {
+    async fn connect(self, addr: String) -> Result<SeppClient, sepp_rs::ClientError> {
+        let mut b = SeppClient::builder(addr).coalesce(self.coalesce);
+        if let Some(n) = self.max_batches_in_flight {
+            b = b.max_batches_in_flight(n);
+        }
+        b.connect().await
+    }
 }
 
 /// Raw figures of one point.
@@ -252,7 +276,16 @@ const CONNECT_PARALLEL: usize = 16;
 /// Opens `n` connections, each its own client (its own HTTP/2 connection), a few at a time.
 /// `addr` may list several servers separated by commas (several sepp servers on one
 /// database): connection `i` goes to server `i % count`, so they share the load evenly.
-async fn connect_all(addr: &str, n: usize) -> Result<Vec<SeppClient>, BoxError> {
+/// With `spec.shared`, opens one client and returns `n` clones of it.
+async fn connect_all(addr: &str, n: usize, spec: ClientSpec) -> Result<Vec<SeppClient>, BoxError> {
+    if spec.shared {
+        let first = addr.split(',').next().unwrap_or(addr).trim().to_string();
+        let c = spec
+            .connect(first)
+            .await
+            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        return Ok(vec![c; n]);
+    }
     let addrs: Vec<&str> = addr
         .split(',')
         .map(str::trim)
@@ -267,7 +300,7 @@ async fn connect_all(addr: &str, n: usize) -> Result<Vec<SeppClient>, BoxError> 
     while clients.len() < n {
         while started < n && set.len() < CONNECT_PARALLEL {
             let addr = addrs[started % addrs.len()].to_string();
-            set.spawn(async move { SeppClient::connect(addr).await });
+            set.spawn(spec.connect(addr));
             started += 1;
         }
         let Some(r) = set.join_next().await else {
@@ -339,7 +372,7 @@ pub(crate) async fn run_point(spec: PointSpec) -> Result<Measured, BoxError> {
     } else {
         spec.connections
     };
-    let clients = connect_all(&spec.addr, conns).await?;
+    let clients = connect_all(&spec.addr, conns, spec.client).await?;
     match spec.workload {
         Workload::Hits => prefill(&spec, &clients, spec.hit_keys, hit_key).await?,
         Workload::Drain => prefill(&spec, &clients, spec.drain_jobs, no_key).await?,

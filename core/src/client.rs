@@ -2,6 +2,7 @@
 //! cheap clones.
 
 use crate::admin::JobState;
+use crate::coalesce::{Coalescer, DEFAULT_MAX_BATCHES_IN_FLIGHT, job_result};
 use crate::error::{
     BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, ReserveError,
 };
@@ -64,6 +65,8 @@ pub struct SeppClientBuilder {
     connect_timeout: Duration,
     max_receive_bytes: usize,
     retry: Option<RetryPolicy>,
+    coalesce: bool,
+    max_batches_in_flight: usize,
 }
 
 impl SeppClientBuilder {
@@ -115,6 +118,30 @@ impl SeppClientBuilder {
     #[must_use]
     pub fn no_retries(mut self) -> Self {
         self.retry = None;
+        self
+    }
+
+    /// Whether concurrent `enqueue` calls leave together as one `EnqueueBatch` (see
+    /// [`crate::coalesce`]). Default `true`. With `false`, each `enqueue` is its own RPC.
+    ///
+    /// Coalescing adds no wait: an enqueue on an idle client leaves at once. Each caller
+    /// gets its own ack, rejection or error. A caller that drops its future before its batch
+    /// left is not sent; after that, the job may be committed (as with a unary call whose
+    /// reply was lost).
+    #[must_use]
+    pub fn coalesce(mut self, on: bool) -> Self {
+        self.coalesce = on;
+        self
+    }
+
+    /// Most coalesced batches in flight at once, 1 or more; enqueues made while all are in
+    /// flight wait and leave together in the next. Default
+    /// [`DEFAULT_MAX_BATCHES_IN_FLIGHT`].
+    /// Unused with `coalesce(false)`. Connecting with 0 fails with
+    /// [`ErrorCode::InvalidConfig`].
+    #[must_use]
+    pub fn max_batches_in_flight(mut self, n: usize) -> Self {
+        self.max_batches_in_flight = n;
         self
     }
 
@@ -192,7 +219,19 @@ impl SeppClientBuilder {
             })
     }
 
+    /// The settings that no connection can fix.
+    fn check(&self) -> Result<(), ClientError> {
+        if self.max_batches_in_flight == 0 {
+            return Err(ClientError::new(
+                ErrorCode::InvalidConfig,
+                "max_batches_in_flight is 0: it must be at least 1",
+            ));
+        }
+        self.api_key_header().map(drop)
+    }
+
     fn finish(self, channel: Channel) -> Result<SeppClient, ClientError> {
+        self.check()?;
         let api_key = self.api_key_header()?;
         let admin = AdminServiceClient::new(channel.clone())
             .max_decoding_message_size(self.max_receive_bytes)
@@ -211,6 +250,9 @@ impl SeppClientBuilder {
                 limits: RwLock::new(None),
                 max_enqueue_batch: AtomicU32::new(0),
                 max_reason_bytes: AtomicU32::new(0),
+                coalescer: self
+                    .coalesce
+                    .then(|| Coalescer::new(self.max_batches_in_flight)),
             }),
         })
     }
@@ -223,7 +265,7 @@ impl SeppClientBuilder {
     /// [`ErrorCode::Transport`] when the server cannot be reached.
     pub async fn connect(self) -> Result<SeppClient, ClientError> {
         // Settings errors first, so that they are not hidden by a transport error.
-        self.api_key_header()?;
+        self.check()?;
         let ep = self.endpoint()?;
         let channel = ep.connect().await.map_err(|e| {
             ClientError::new(
@@ -344,6 +386,8 @@ pub(crate) struct Inner {
     /// The server's `max_reason_bytes` (0 until known, or from a server that does not
     /// advertise it: not truncated).
     max_reason_bytes: AtomicU32,
+    /// Where concurrent enqueues wait for a batch; `None` with `coalesce(false)`.
+    pub(crate) coalescer: Option<Coalescer>,
 }
 
 /// A client of a `sepp.v1` server.
@@ -386,6 +430,8 @@ impl SeppClient {
             connect_timeout: Duration::from_secs(10),
             max_receive_bytes: DEFAULT_MAX_RECEIVE_BYTES,
             retry: Some(RetryPolicy::default()),
+            coalesce: true,
+            max_batches_in_flight: DEFAULT_MAX_BATCHES_IN_FLIGHT,
         }
     }
 
@@ -428,14 +474,32 @@ impl SeppClient {
     }
 
     pub(crate) fn request<T>(&self, msg: T, extra: Option<Duration>) -> tonic::Request<T> {
+        let timeout = self
+            .inner
+            .rpc_timeout
+            .map(|t| t + extra.unwrap_or_default());
+        self.request_with_timeout(msg, timeout)
+    }
+
+    /// A request with the client's metadata and the deadline `timeout` (none for `None`).
+    pub(crate) fn request_with_timeout<T>(
+        &self,
+        msg: T,
+        timeout: Option<Duration>,
+    ) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         if let Some(k) = &self.inner.api_key {
             req.metadata_mut().insert("authorization", k.clone());
         }
-        if let Some(t) = self.inner.rpc_timeout {
-            req.set_timeout(t + extra.unwrap_or_default());
+        if let Some(t) = timeout {
+            req.set_timeout(t);
         }
         req
+    }
+
+    /// The deadline of each call, `None` for none.
+    pub(crate) fn rpc_timeout(&self) -> Option<Duration> {
+        self.inner.rpc_timeout
     }
 
     /// Runs `call` on the queue service with the retry policy for `class`.
@@ -478,11 +542,18 @@ impl SeppClient {
         }
     }
 
-    /// Enqueues one job (a batch of one on the wire).
+    /// Enqueues one job.
     ///
     /// The request is checked first, without a network call: structure
     /// ([`EnqueueRequest::validate`]) and, once the server advertised its limits, the lengths
-    /// up to the idempotency key's (see [`SeppClient::max_idempotency_key_bytes`]).
+    /// up to the idempotency key's (see [`SeppClient::max_idempotency_key_bytes`]). A job that
+    /// fails the checks is rejected here and never joins a batch.
+    ///
+    /// On the wire it is an `EnqueueBatch`: of this job alone when the client is idle or built
+    /// with [`SeppClientBuilder::coalesce`]`(false)`, else together with the other enqueues
+    /// made on this client while its batches in flight were busy (see [`crate::coalesce`]).
+    /// Either way the result is this job's own. Dropping the future before its batch left
+    /// sends nothing; after that, the job may be committed.
     ///
     /// # Errors
     /// [`EnqueueError::Rejected`] with the client's or the server's [`Rejection`] (e.g.
@@ -502,6 +573,9 @@ impl SeppClient {
     /// ```
     pub async fn enqueue(&self, request: EnqueueRequest) -> Result<EnqueueAck, EnqueueError> {
         request.check_before_sending(self.limits().as_ref())?;
+        if let Some(c) = &self.inner.coalescer {
+            return c.enqueue(self, request.to_proto()).await;
+        }
         let class = if request.is_keyed() {
             RetryClass::KeyedEnqueue
         } else {
@@ -517,16 +591,8 @@ impl SeppClient {
             })
             .await
             .map_err(|s| ClientError::from_status(&s, false))?;
-        match resp.results.into_iter().next().and_then(|r| r.outcome) {
-            Some(pb::job_result::Outcome::Success(s)) => Ok(EnqueueAck {
-                original_state: s.original_state.map(JobState::from_proto),
-                job_id: s.job_id,
-                deduplicated: s.deduplicated,
-                replaced: s.replaced,
-            }),
-            Some(pb::job_result::Outcome::Rejection(r)) => {
-                Err(EnqueueError::Rejected(rejection_from_proto(r)))
-            }
+        match resp.results.into_iter().next() {
+            Some(r) => job_result(r),
             None => Err(EnqueueError::Client(ClientError::new(
                 ErrorCode::ServerFault,
                 "the server returned no result for the job",

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`admin`] | operator calls: job and key lookup, dead-letter repair, pause/resume, stats |
 //! | [`client`] | [`SeppClient`]: connect, enqueue, reserve, ack, nack, extend, ... |
+//! | [`coalesce`] | concurrent enqueues of one client leave together as one `EnqueueBatch` |
 //! | [`request`] | [`EnqueueRequest`] and its validation, [`ReserveOptions`], [`NackRetry`] |
 //! | [`job`] | what the server returns: [`EnqueueAck`], [`Job`], dead letters, server info |
 //! | [`retry`] | [`RetryPolicy`]: what is retried, only when safe |
@@ -34,6 +35,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod coalesce;
 pub mod engine;
 pub mod error;
 pub mod job;

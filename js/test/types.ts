@@ -41,6 +41,8 @@ export async function rightUsage(): Promise<void> {
     tls: { caPem: "-----BEGIN CERTIFICATE-----", domain: "sepp.internal" },
     rpcTimeoutMs: null,
     retryPolicy: { maxRetries: 2, firstRetryDelayMs: 50 },
+    coalesce: true,
+    maxBatchesInFlight: 2,
   });
 
   const request: EnqueueRequest = {

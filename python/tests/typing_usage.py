@@ -26,6 +26,8 @@ async def produce(url: str) -> None:
         tls=sepp.TlsOptions(ca_pem=b"-----BEGIN CERTIFICATE-----"),
         rpc_timeout=None,
         retry_policy=sepp.RetryPolicy(max_retries=2, first_retry_delay=timedelta(milliseconds=20)),
+        coalesce=True,
+        max_batches_in_flight=2,
     ) as client:
         assert_type(client, sepp.SeppClient)
         assert_type(client.max_idempotency_key_bytes, Optional[int])

@@ -149,7 +149,12 @@ impl SeppClient {
     /// in every language): its structure (a valid queue name, a non-empty job type, priority 0
     /// to 9, ...; a value that cannot be held, such as a fractional priority, is
     /// `InvalidRequestError` too), then the lengths up to the idempotency key's against the
-    /// limits the server advertised at connect.
+    /// limits the server advertised at connect. A job that fails the checks is rejected
+    /// alone and never joins a batch.
+    ///
+    /// Enqueues made concurrently on one client leave together as one `EnqueueBatch` call
+    /// while the client's batches in flight are busy (`coalesce`, on by default); the result
+    /// is still this job's own. A promise cannot be cancelled: once called, the job leaves.
     ///
     /// Rejects with the job's `JobRejectedError` subclass (`IdempotencyKeyTooLongError` with
     /// `limit` and `actual` in bytes, `InvalidRequestError`, `PayloadTooLargeError`,

@@ -37,6 +37,16 @@ pub struct ConnectOptions {
     /// in all); fields left out take the defaults; `null` turns retries off.
     #[napi(ts_type = "RetryPolicy | null")]
     pub retry_policy: Option<Option<RetryPolicy>>,
+    /// Whether `enqueue` calls made concurrently on this client leave together as one
+    /// `EnqueueBatch` call, each caller still getting its own result (docs/coalescing.md).
+    /// `false`: one call per `enqueue`. An `enqueue` on an idle client leaves at once either
+    /// way.
+    /// @default true
+    pub coalesce: Option<bool>,
+    /// Most coalesced batches in flight at once, at least 1; enqueues made while all are in
+    /// flight wait for the next.
+    /// @default 2
+    pub max_batches_in_flight: Option<f64>,
 }
 
 /// TLS settings for the connection.
@@ -93,6 +103,8 @@ impl ConnectOptions {
                 connect_timeout_ms: None,
                 max_receive_bytes: None,
                 retry_policy: None,
+                coalesce: None,
+                max_batches_in_flight: None,
             });
         };
         let tls = match f.object("tls")? {
@@ -131,6 +143,8 @@ impl ConnectOptions {
             connect_timeout_ms: f.number("connectTimeoutMs")?,
             max_receive_bytes: f.number("maxReceiveBytes")?,
             retry_policy,
+            coalesce: f.boolean("coalesce")?,
+            max_batches_in_flight: f.number("maxBatchesInFlight")?,
         })
     }
 
@@ -161,6 +175,12 @@ impl ConnectOptions {
         }
         if let Some(n) = self.max_receive_bytes {
             b = b.max_receive_bytes(value::uint32("options.maxReceiveBytes", n)? as usize);
+        }
+        if let Some(on) = self.coalesce {
+            b = b.coalesce(on);
+        }
+        if let Some(n) = self.max_batches_in_flight {
+            b = b.max_batches_in_flight(value::uint32("options.maxBatchesInFlight", n)? as usize);
         }
         if let Some(None) = self.retry_policy {
             b = b.no_retries();

@@ -106,7 +106,8 @@ impl ToPython for Myself {
 #[pymethods]
 impl SeppClient {
     #[staticmethod]
-    #[pyo3(signature = (url, *, api_key=None, tls=None, rpc_timeout=MaybeGiven::Omitted, retry_policy=MaybeGiven::Omitted))]
+    #[pyo3(signature = (url, *, api_key=None, tls=None, rpc_timeout=MaybeGiven::Omitted, retry_policy=MaybeGiven::Omitted, coalesce=None, max_batches_in_flight=None))]
+    #[allow(clippy::too_many_arguments)]
     fn connect<'py>(
         py: Python<'py>,
         url: String,
@@ -114,8 +115,20 @@ impl SeppClient {
         tls: Option<PyRef<'py, TlsOptions>>,
         rpc_timeout: MaybeGiven<'py>,
         retry_policy: MaybeGiven<'py>,
+        coalesce: Option<bool>,
+        max_batches_in_flight: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut builder = sepp_rs::SeppClient::builder(url);
+        if let Some(on) = coalesce {
+            builder = builder.coalesce(on);
+        }
+        if let Some(n) = opt_u32_arg(
+            max_batches_in_flight,
+            "max_batches_in_flight",
+            Invalid::Config,
+        )? {
+            builder = builder.max_batches_in_flight(n as usize);
+        }
         if let Some(key) = api_key {
             builder = builder.api_key(key);
         }

@@ -1,12 +1,18 @@
 //! A gRPC proxy in front of a test server, for the tests that need to see or disturb what a
-//! client sends: it forwards the queue service and can lose replies or count settlements.
+//! client sends: it forwards the queue service and can lose replies, count settlements, record
+//! and hold EnqueueBatch calls. A TCP relay in front of it can cut the client's connection.
+
+// Each test file uses a part of this module.
+#![allow(dead_code)]
 
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::queue_service_client::QueueServiceClient;
 use sepp_proto::v1::queue_service_server::{QueueService, QueueServiceServer};
 use sepp_server::testing::TestServer;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use tokio::sync::{Semaphore, watch};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -17,6 +23,43 @@ pub(crate) struct Tamper {
     pub(crate) drop_enqueue_replies: Arc<AtomicU32>,
     /// Acks and nacks that passed.
     pub(crate) settlements: Arc<AtomicUsize>,
+    /// Every EnqueueBatch call received, in order of arrival: how many of its jobs were keyed
+    /// and how many were not. A watch, so that a test can await a number of calls.
+    pub(crate) enqueue_batches: Arc<watch::Sender<Vec<BatchSeen>>>,
+    /// When set, each EnqueueBatch call, once recorded, takes a permit from here before it is
+    /// forwarded: the test holds batches in flight until it adds permits.
+    pub(crate) enqueue_gate: Option<Arc<Semaphore>>,
+}
+
+/// One EnqueueBatch call as the proxy saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchSeen {
+    pub(crate) keyed: usize,
+    pub(crate) unkeyed: usize,
+}
+
+impl BatchSeen {
+    pub(crate) fn jobs(&self) -> usize {
+        self.keyed + self.unkeyed
+    }
+}
+
+impl Tamper {
+    /// A tamper whose gate holds every EnqueueBatch call until permits are added.
+    pub(crate) fn holding_enqueues() -> (Self, Arc<Semaphore>) {
+        let gate = Arc::new(Semaphore::new(0));
+        let t = Tamper {
+            enqueue_gate: Some(gate.clone()),
+            ..Tamper::default()
+        };
+        (t, gate)
+    }
+
+    /// Waits until the proxy has received `n` EnqueueBatch calls; returns them all.
+    pub(crate) async fn enqueue_batches_received(&self, n: usize) -> Vec<BatchSeen> {
+        let mut rx = self.enqueue_batches.subscribe();
+        rx.wait_for(|v| v.len() >= n).await.unwrap().clone()
+    }
 }
 
 struct Proxy {
@@ -30,6 +73,20 @@ impl QueueService for Proxy {
         &self,
         r: Request<pb::EnqueueBatchRequest>,
     ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
+        let keyed = r
+            .get_ref()
+            .jobs
+            .iter()
+            .filter(|j| j.idempotency_key.is_some())
+            .count();
+        let seen = BatchSeen {
+            keyed,
+            unkeyed: r.get_ref().jobs.len() - keyed,
+        };
+        self.tamper.enqueue_batches.send_modify(|v| v.push(seen));
+        if let Some(gate) = &self.tamper.enqueue_gate {
+            gate.acquire().await.unwrap().forget();
+        }
         let resp = self.upstream.clone().enqueue_batch(r.into_inner()).await?;
         if self
             .tamper
@@ -98,4 +155,39 @@ pub(crate) async fn proxy(server: &TestServer, tamper: Tamper) -> String {
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     format!("http://{addr}")
+}
+
+/// A TCP relay to `upstream` whose connections the test can cut; shared with the test.
+#[derive(Clone, Default)]
+pub(crate) struct Relay {
+    /// The tasks copying each accepted connection; aborting one closes both its sockets.
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Relay {
+    /// Starts relaying a local port to `upstream` (`http://host:port`); returns its URL.
+    pub(crate) async fn start(&self, upstream: &str) -> String {
+        let target = upstream.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conns = self.conns.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                });
+                conns.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// Cuts every connection accepted so far; later connections are relayed as before.
+    pub(crate) fn cut(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
 }

@@ -770,6 +770,8 @@ class SeppClient:
         tls: Optional[TlsOptions] = None,
         rpc_timeout: Optional[timedelta] = ...,
         retry_policy: Optional[RetryPolicy] = ...,
+        coalesce: Optional[bool] = None,
+        max_batches_in_flight: Optional[int] = None,
     ) -> SeppClient:
         """Connects, then reads the server's limits (`get_server_info`), so that requests are
         checked against the real `max_idempotency_key_bytes`.
@@ -783,13 +785,21 @@ class SeppClient:
             retry_policy: Automatic retries of the calls safe to retry (keyed enqueues, ack,
                 nack, extend, get_server_info; never reserve or drain_dead_letters). Default
                 ``RetryPolicy()`` (2 retries, 3 tries in all); None for none.
+            coalesce: Whether `enqueue` calls made concurrently on this client leave together
+                as one ``EnqueueBatch`` call, each caller still getting its own result (see
+                docs/coalescing.md). Default True (None: the default); False for one call per
+                `enqueue`. An `enqueue` on an idle client leaves at once either way.
+            max_batches_in_flight: Most coalesced batches in flight at once, at least 1;
+                enqueues made while all are in flight wait for the next. Default 2 (None: the
+                default).
 
         Returns:
             The connected client.
 
         Raises:
             TypeError: An argument has the wrong type.
-            InvalidConfigError: The URL, TLS settings, API key or timeout is unusable.
+            InvalidConfigError: The URL, TLS settings, API key, timeout or
+                `max_batches_in_flight` (0, negative) is unusable.
             TransportError: The server cannot be reached.
             UnauthenticatedError: The server requires an API key and `api_key` is missing or
                 wrong.
@@ -815,6 +825,12 @@ class SeppClient:
 
         The request is checked first, with no network call (see `EnqueueRequest`): its values,
         then the lengths up to the idempotency key's against the limits the server advertised.
+        A job that fails the checks is rejected here, alone, and never joins a batch.
+
+        Enqueues made concurrently on one client leave together as one ``EnqueueBatch`` while
+        the client's batches in flight are busy (``coalesce``, on by default); the result is
+        still this job's own. Cancelling the awaiting task before its batch left sends
+        nothing; after that, the job may have been committed.
 
         Args:
             request: The job.
