@@ -60,7 +60,10 @@ pub fn queue_name_shape(name: &str, use_: NameUse) -> Result<(), String> {
     if name.chars().any(char::is_control) {
         return Err("queue name must not contain control characters".into());
     }
+    // No ASCII character is in Cf, Zl or Zp, so an ASCII name (the usual case) skips the
+    // per-character category lookup.
     if use_ == NameUse::Write
+        && !name.is_ascii()
         && let Some((i, c)) = name.char_indices().find(|(_, c)| {
             matches!(
                 c.general_category(),
@@ -263,6 +266,22 @@ mod tests {
              characters (Unicode categories Cf, Zl, Zp) are not allowed"
         );
         assert!(queue_name_shape("émails.v2-ok_1", NameUse::Write).is_ok());
+    }
+
+    #[test]
+    fn no_ascii_character_is_in_the_refused_categories() {
+        // queue_name_shape skips the category lookup for ASCII names on this premise.
+        for c in (0u8..=127).map(char::from) {
+            assert!(
+                !matches!(
+                    c.general_category(),
+                    GeneralCategory::Format
+                        | GeneralCategory::LineSeparator
+                        | GeneralCategory::ParagraphSeparator
+                ),
+                "{c:?}"
+            );
+        }
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub fn prepass(jobs: &[NewJob]) -> Vec<Option<u32>> {
     if jobs.iter().filter(|j| j.dedup.is_some()).nth(1).is_none() {
         return first;
     }
-    let mut seen: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut seen: HashMap<(&str, &str), u32> = HashMap::with_capacity(jobs.len());
     for (i, job) in jobs.iter().enumerate() {
         if let Some(claim) = &job.dedup {
             match seen.entry((&*job.queue, claim.key.as_str())) {

@@ -36,17 +36,29 @@ pub(crate) struct Body {
 }
 
 impl Body {
-    /// The body of a new job: what it keeps for its whole life.
-    pub(crate) fn of(j: &NewJob) -> Self {
-        Body {
-            job_type: j.job_type.clone(),
-            payload: j.payload.clone(),
-            trace_context: j.trace_context.clone(),
-            custom: j.custom.clone(),
+    /// The encoded body of a new job (what it keeps for its whole life), written from the
+    /// job's own fields: nothing is copied before encoding.
+    pub(crate) fn encode_of(j: &NewJob) -> Vec<u8> {
+        BodyRef {
+            job_type: &j.job_type,
+            payload: j.payload.as_ref(),
+            trace_context: j.trace_context.as_ref(),
+            custom: &j.custom,
             scheduled_at: j.scheduled_at,
-            idempotency_key: j.dedup.as_ref().map(|d| d.key.clone()),
+            idempotency_key: j.dedup.as_ref().map(|d| d.key.as_str()),
         }
+        .encode()
     }
+}
+
+/// A body's fields, borrowed: what [`Body::encode`] and [`Body::encode_of`] write.
+struct BodyRef<'a> {
+    job_type: &'a str,
+    payload: Option<&'a Payload>,
+    trace_context: Option<&'a TraceContext>,
+    custom: &'a BTreeMap<String, Value>,
+    scheduled_at: Option<UnixMs>,
+    idempotency_key: Option<&'a str>,
 }
 
 /// A job's mutable part: everything the in-memory index needs, so that recovery reads only
@@ -245,15 +257,15 @@ fn cause_from_u8(v: u8) -> Option<DeadLetterCause> {
     })
 }
 
-impl Body {
-    pub(crate) fn encode(&self) -> Vec<u8> {
+impl BodyRef<'_> {
+    fn encode(&self) -> Vec<u8> {
         let payload_len = self
             .payload
             .as_ref()
             .map_or(0, |p| p.data.len() + p.encoding.len());
         let mut w = W::new(64 + self.job_type.len() + payload_len);
-        w.str(&self.job_type);
-        match &self.payload {
+        w.str(self.job_type);
+        match self.payload {
             Some(p) => {
                 w.u8(1);
                 w.bytes(&p.data);
@@ -261,7 +273,7 @@ impl Body {
             }
             None => w.u8(0),
         }
-        match &self.trace_context {
+        match self.trace_context {
             Some(t) => {
                 w.u8(1);
                 w.str(&t.traceparent);
@@ -270,7 +282,7 @@ impl Body {
             None => w.u8(0),
         }
         w.u32(self.custom.len() as u32);
-        for (k, v) in &self.custom {
+        for (k, v) in self.custom {
             w.str(k);
             match v {
                 Value::String(s) => {
@@ -292,8 +304,22 @@ impl Body {
             }
         }
         w.opt_i64(self.scheduled_at);
-        w.opt_str(self.idempotency_key.as_deref());
+        w.opt_str(self.idempotency_key);
         w.0
+    }
+}
+
+impl Body {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        BodyRef {
+            job_type: &self.job_type,
+            payload: self.payload.as_ref(),
+            trace_context: self.trace_context.as_ref(),
+            custom: &self.custom,
+            scheduled_at: self.scheduled_at,
+            idempotency_key: self.idempotency_key.as_deref(),
+        }
+        .encode()
     }
 
     pub(crate) fn decode(buf: &[u8]) -> Result<Self, StorageError> {
@@ -541,6 +567,27 @@ mod tests {
             idempotency_key: Some("k".into()),
         };
         assert_eq!(Body::decode(&body.encode()).unwrap(), body);
+        let job = NewJob {
+            job_type: body.job_type.clone(),
+            payload: body.payload.clone(),
+            trace_context: body.trace_context.clone(),
+            custom: body.custom.clone(),
+            scheduled_at: body.scheduled_at,
+            id: JobId(7),
+            queue: "q".into(),
+            priority: 0,
+            max_attempts: 1,
+            enqueued_at: 0,
+            dedup: Some(crate::domain::DedupClaim {
+                key: "k".into(),
+                expires_at: 100,
+                fingerprint: None,
+                replace: None,
+            }),
+            max_queue_depth: None,
+            reply_bytes: 1,
+        };
+        assert_eq!(Body::encode_of(&job), body.encode(), "a new job's body");
         for stage in [
             Stage::Ready,
             Stage::Scheduled { due: 5 },

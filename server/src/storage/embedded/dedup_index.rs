@@ -8,6 +8,7 @@
 
 use super::codec::split_record_key;
 use crate::domain::{Fingerprint, JobId, UnixMs, reached};
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -41,13 +42,30 @@ impl DedupIndex {
 
     /// Writes (or replaces an expired) record.
     pub(crate) fn insert(&mut self, key: &[u8], entry: DedupEntry) {
-        self.remove(key);
-        let key: Arc<[u8]> = Arc::from(key);
-        if let Some((q, _)) = split_record_key(&key) {
-            *self.per_queue.entry(q.into()).or_default() += 1;
-        }
-        self.by_expiry.insert((entry.expires_at, key.clone()));
-        self.map.insert(key, entry);
+        // One lookup in the map; the queue's count changes only for a new key (a replaced
+        // record is of the same queue), and its name is copied only for a queue's first record.
+        let key = match self.map.entry(Arc::from(key)) {
+            Entry::Occupied(mut o) => {
+                let old = o.insert(entry);
+                let key = o.key().clone();
+                self.by_expiry.remove(&(old.expires_at, key.clone()));
+                key
+            }
+            Entry::Vacant(v) => {
+                let key = v.key().clone();
+                v.insert(entry);
+                if let Some((q, _)) = split_record_key(&key) {
+                    match self.per_queue.get_mut(q) {
+                        Some(n) => *n += 1,
+                        None => {
+                            self.per_queue.insert(q.into(), 1);
+                        }
+                    }
+                }
+                key
+            }
+        };
+        self.by_expiry.insert((entry.expires_at, key));
     }
 
     /// Removes a record; returns whether there was one.
@@ -155,6 +173,23 @@ mod tests {
         assert_eq!(idx.len(), 0);
         assert_eq!(idx.count_for_queue("q"), 0);
         assert_eq!(idx.next_expiry(), None);
+    }
+
+    #[test]
+    fn a_replaced_record_keeps_one_entry_and_its_new_expiry() {
+        let mut idx = DedupIndex::default();
+        let k = record_key("q", "k");
+        idx.insert(&k, entry(100));
+        idx.insert(&record_key("q", "other"), entry(300));
+        idx.insert(&k, entry(200));
+        assert_eq!(idx.len(), 2);
+        assert_eq!(idx.count_for_queue("q"), 2);
+        assert_eq!(idx.get(&k).map(|e| e.expires_at), Some(200));
+        assert_eq!(idx.next_expiry(), Some(200), "the old expiry is gone");
+        assert_eq!(idx.purge_expired(199, 10).len(), 0);
+        assert_eq!(idx.purge_expired(200, 10).len(), 1);
+        assert_eq!(idx.count_for_queue("q"), 1);
+        assert!(idx.get(&k).is_none());
     }
 
     #[test]

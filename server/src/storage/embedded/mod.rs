@@ -547,7 +547,7 @@ impl Store for EmbeddedStore {
             .iter()
             .map(|j| j.dedup.as_ref().map(|d| record_key(&j.queue, &d.key)))
             .collect();
-        let bodies: Vec<Vec<u8>> = jobs.iter().map(|j| Body::of(j).encode()).collect();
+        let bodies: Vec<Vec<u8>> = jobs.iter().map(Body::encode_of).collect();
 
         let (outcomes, wait_for) = {
             let mut st = sh.lock();

@@ -1050,7 +1050,7 @@ fn apply<'a>(
             InsertOutcome::Created(id) => {
                 rows.push(NewRow {
                     job: j,
-                    body: Body::of(j).encode(),
+                    body: Body::encode_of(j),
                     reply_bytes: i32_of(j.reply_bytes),
                     due_at: j.scheduled_at,
                 });
