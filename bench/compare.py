@@ -29,7 +29,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchutil import ROOT, target_dir, logger
+
+log = logger("compare")
+
 BENCH = ROOT / "bench"
 
 WORKLOAD_TITLES = {
@@ -46,14 +49,6 @@ SEPP_ROWS = [("sepp", "durable", "sync_all"), ("sepp", "buffered", "buffer")]
 PEER_SYSTEMS = ["bullmq", "nats", "pgboss"]
 SYSTEM_NAMES = {"sepp": "sepp", "bullmq": "BullMQ", "nats": "NATS JetStream", "pgboss": "pg-boss"}
 COLORS = {"sepp": "#d62728", "bullmq": "#1f77b4", "nats": "#2ca02c", "pgboss": "#9467bd"}
-
-
-def log(msg: str) -> None:
-    print(f"[compare {dt.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
-
-
-def target_dir() -> Path:
-    return Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 
 
 # ---------------------------------------------------------------- running

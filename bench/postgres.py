@@ -30,32 +30,19 @@ import datetime as dt
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchutil import ROOT, target_dir, free_port, logger
+
+log = logger("postgres-bench")
+
 BENCH = ROOT / "bench"
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def log(msg: str) -> None:
-    print(f"[postgres-bench {dt.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
-
-
-def target_dir() -> Path:
-    return Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- CPU from /proc

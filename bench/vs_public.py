@@ -33,15 +33,16 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchutil import ROOT, target_dir, free_port, wait_listening, logger
+
+log = logger("vs-public")
+
 SYSTEMS = ["sepp", "public", "ceiling"]
 ENQUEUE_WORKLOADS = {"unique", "nokey", "batch100", "batch1000"}
 NAMES = {"sepp": "sepp", "public": "public sepp 0.1.1", "ceiling": "ceiling (stores nothing)"}
@@ -53,34 +54,6 @@ TITLES = {
     "batch1000": "EnqueueBatch of 1,000 keyed jobs",
     "drain": "drain (reserve + ack)",
 }
-
-
-def log(msg: str) -> None:
-    print(f"[vs-public {dt.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
-
-
-def target_dir() -> Path:
-    return Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_listening(port: int, proc: subprocess.Popen, what: str) -> None:
-    """Returns once something accepts on the port (the server is up), or raises."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within 60 s")
 
 
 def start(system: str, args: argparse.Namespace, work: Path) -> tuple[subprocess.Popen, int]:
