@@ -12,7 +12,9 @@
 #   cargo build --release --bin sepp -p sepp-server && cargo build --release -p sepp-bench
 #   bench/cost-instructions.sh
 # Env: SAMPLE_RATIO (tracing.sample_ratio when on, default 0.01), CONNS (8), DURATION (15 s),
-# SEPP_BIN (the server binary), ONLY=metrics or ONLY=tracing (turn on only that one).
+# SEPP_BIN (the server binary), ONLY=metrics or ONLY=tracing (turn on only that one),
+# LOG (the server's SEPP_LOG, default error: no log layer work; `info`, the server's default
+# level, adds the log layer's work on each RPC's span), VARIANTS (default "off on").
 # "On" is the configuration of bench/ab-operations.sh: [metrics] enabled (not scraped) and
 # [tracing] exporting to an OTLP endpoint where nothing listens.
 set -euo pipefail
@@ -36,7 +38,7 @@ run() {
       echo "[tracing]"; echo 'otlp_endpoint = "http://127.0.0.1:4399"'; echo "sample_ratio = ${SAMPLE_RATIO:-0.01}"
     fi
   } > "$d/sepp.toml"
-  coproc SRV { SEPP_LOG=error exec valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" \
+  coproc SRV { SEPP_LOG=${LOG:-error} exec valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" \
     "$BIN" --config "$d/sepp.toml" 2>"$d/server.log"; }
   read -r line <&"${SRV[0]}"
   addr=${line#sepp listening on }
@@ -63,9 +65,10 @@ print(timed if timed is not None else router)')
 }
 
 declare -A per=()
-for v in off on; do
+for v in ${VARIANTS:-off on}; do
   read -r ir rpcs < <(run "$v")
   per[$v]=$(python3 -c "print($ir/$rpcs)")
   printf '%s: %d RPCs, %.0f instructions per RPC on the request path\n' "$v" "$rpcs" "${per[$v]}"
 done
+[ -n "${per[on]:-}" ] && [ -n "${per[off]:-}" ] || exit 0
 python3 -c "print(f'on/off: {${per[on]}/${per[off]}:.3f} (sample_ratio ${SAMPLE_RATIO:-0.01}{\", only \" + \"${ONLY:-}\" if \"${ONLY:-}\" else \"\"})')"

@@ -238,6 +238,15 @@ pub fn trace_id(traceparent: &str) -> Option<&str> {
     (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
 }
 
+/// Whether `span` is exported (made on a sampled call's callsite, not on [`UNSAMPLED`]).
+/// Fields known only once a call's work is done (its outcome, the new job's id) are recorded
+/// only on such spans: the log layer prints a span's fields only with the events inside it,
+/// and none comes after them, while it would still format every recorded field (about 7 % of
+/// a unique-key enqueue's server CPU at the default `info` level).
+pub fn exported(span: &tracing::Span) -> bool {
+    span.metadata().is_some_and(|m| m.target() != UNSAMPLED)
+}
+
 /// Makes `span` (not yet entered) a child of the trace context a producer sent with its job,
 /// and records its `trace_id` (for JSON logs, with or without export). Without an
 /// OpenTelemetry layer the parent is not kept, only the field.

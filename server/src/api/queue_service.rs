@@ -7,7 +7,7 @@ use super::convert::{
 };
 use crate::queue::{NackStrategy, Queue, ReserveInput};
 use crate::rpc_span;
-use crate::telemetry::{adopt_trace_context, link_trace_context, sampled};
+use crate::telemetry::{adopt_trace_context, exported, link_trace_context, sampled};
 use prost::Message;
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::queue_service_server::QueueService;
@@ -54,10 +54,26 @@ fn enqueue_span(name: &'static str, jobs: &[pb::EnqueueRequest]) -> tracing::Spa
 }
 
 /// Records a single job's id and outcome on the current span.
-fn record_one(job_id: &str, outcome: &str) {
-    let span = tracing::Span::current();
+/// Records an enqueue's result on its span, when the span is exported ([`exported`]).
+fn record_one(span: &tracing::Span, outcome: &crate::queue::model::JobOutcome) {
+    if !exported(span) {
+        return;
+    }
+    let (job_id, what) = match outcome {
+        Ok(a) if a.deduplicated => (a.job_id.to_string(), "deduplicated"),
+        Ok(a) => (a.job_id.to_string(), "created"),
+        Err(r) => (String::new(), r.kind()),
+    };
     span.record("job_id", job_id);
-    span.record("outcome", outcome);
+    span.record("outcome", what);
+}
+
+/// Records a settled job's outcome on the current span, when it is exported ([`exported`]).
+fn record_outcome(outcome: &'static str) {
+    let span = tracing::Span::current();
+    if exported(&span) {
+        span.record("outcome", outcome);
+    }
 }
 
 fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
@@ -116,7 +132,7 @@ impl QueueApi {
     ) -> Result<Response<pb::AckResponse>, Status> {
         let r = req.into_inner();
         self.queue.ack(&r.job_id, r.attempt).await?;
-        tracing::Span::current().record("outcome", "acked");
+        record_outcome("acked");
         Ok(Response::new(pb::AckResponse { job_id: r.job_id }))
     }
 
@@ -137,14 +153,11 @@ impl QueueApi {
             .queue
             .nack(&r.job_id, r.attempt, strategy, r.reason)
             .await?;
-        tracing::Span::current().record(
-            "outcome",
-            if dead_lettered {
-                "dead_lettered"
-            } else {
-                "retried"
-            },
-        );
+        record_outcome(if dead_lettered {
+            "dead_lettered"
+        } else {
+            "retried"
+        });
         Ok(Response::new(pb::NackResponse {
             job_id: r.job_id,
             dead_lettered,
@@ -184,13 +197,8 @@ impl QueueService for QueueApi {
             .enqueue_batch(inputs)
             .instrument(span.clone())
             .await?;
-        let _entered = span.enter();
         if let [one] = outcomes.as_slice() {
-            match one {
-                Ok(a) if a.deduplicated => record_one(&a.job_id.to_string(), "deduplicated"),
-                Ok(a) => record_one(&a.job_id.to_string(), "created"),
-                Err(r) => record_one("", r.kind()),
-            }
+            record_one(&span, one);
         }
         let results = outcomes
             .into_iter()
