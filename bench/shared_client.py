@@ -13,10 +13,15 @@ both sides alike; every ratio is taken within one round, never across rounds:
   latency   one connection, one call in flight (`sepp-bench --connections 1`, unique keys),
             with coalescing (the default) and without (`--no-coalesce`): p50 and p99.
             Target: unchanged by coalescing.
-  python    `bench/python/bench.py --mode sync_all`: the `sepp` package against `grpc.aio`,
+  python    `bench/python/bench.py`: the `sepp` package against `grpc.aio`,
             50 asyncio tasks, one connection each. Target: sepp >= 3x grpc.aio.
-  node      `bench/node/bench.mjs --mode sync_all`: the `sepp` package against
+  node      `bench/node/bench.mjs`: the `sepp` package against
             `@grpc/grpc-js`, 50 promises. Target: sepp >= 4x grpc-js.
+
+The python and node parts run each client alone against a fresh server started here
+(`--target`), so that the server's CPU per job and the jobs per `EnqueueBatch` it saw are
+known, and add a reference row: the Rust client shared by as many tasks (`sepp-bench
+--shared-client --connections 50`), i.e. what the same server gives a client with no binding.
 
 Each sepp point runs on a fresh release server (its default configuration, so `sync_all`,
 plus `[metrics]` on a free port, read before and after the point for the jobs per
@@ -318,8 +323,8 @@ def binding_point(args: argparse.Namespace, which: str, client: str) -> dict[str
     started here, so that the server's CPU and the batch sizes it saw are known."""
     server = SeppServer(target_dir() / "release" / "sepp")
     try:
-        common = ["--target", server.addr, "--clients", client, "--duration", str(args.duration),
-                  "--warmup", str(args.warmup), "--json"]  # fmt: skip
+        common = ["--target", server.addr, "--clients", client, "--concurrency", str(args.binding_tasks),
+                  "--duration", str(args.duration), "--warmup", str(args.warmup), "--json"]  # fmt: skip
         if which == "python":
             cmd = [args.python, str(ROOT / "bench" / "python" / "bench.py"), *common]
         else:
@@ -357,17 +362,41 @@ def binding_point(args: argparse.Namespace, which: str, client: str) -> dict[str
     return p
 
 
+def rust_reference(args: argparse.Namespace) -> dict[str, Any]:
+    """sepp-bench --shared-client with the bindings' task count, in their figures' shape."""
+    q = sepp_point(args, args.binding_tasks, ["--shared-client"])
+    return {
+        "client": "rust",
+        "enqueues_per_s": q["jobs_per_s"],
+        "p50_ms": q["latency_ms"]["p50"],
+        "p99_ms": q["latency_ms"]["p99"],
+        "client_cpu_us_per_job": round(q["client_cpu_s_per_1k_jobs"] * 1000, 1),
+        "server_cpu_us_per_job": round(q["server_cpu_s_per_1k_jobs"] * 1000, 1),
+        "jobs_per_enqueue_batch": q["jobs_per_enqueue_batch"],
+        "loadavg_1m_start": q["loadavg_1m_start"],
+        "loadavg_1m_end": q["loadavg_1m_end"],
+        "command": q["command"],
+        "others_cpu_cores": q["others_cpu_cores"],
+    }
+
+
 def part_binding(args: argparse.Namespace, which: str) -> dict[str, Any]:
     """bench/python/bench.py (sepp against grpcio) or bench/node/bench.mjs (sepp against
     grpc-js), one client per call, alternating, each on a fresh server."""
     other = "grpcio" if which == "python" else "grpc-js"
     rounds = []
     for i in range(args.rounds):
-        order = ["sepp", other] if i % 2 == 0 else [other, "sepp"]
+        # The Rust client shared by as many tasks (sepp-bench --shared-client) runs beside
+        # them as a reference: the binding's throughput with no binding cost at all.
+        order = ["sepp", other, "rust"] if i % 2 == 0 else ["rust", other, "sepp"]
         got: dict[str, Any] = {}
         for client in order:
             log(f"{which} part, round {i + 1}/{args.rounds}: {client}")
-            p = got[client] = binding_point(args, which, client)
+            if client == "rust":
+                got[client] = rust_reference(args)
+            else:
+                got[client] = binding_point(args, which, client)
+            p = got[client]
             log(
                 f"  {p['enqueues_per_s']:,.0f}/s, p50 {p['p50_ms']:.2f} ms, client {p['client_cpu_us_per_job']} µs/job, "
                 f"server {p['server_cpu_us_per_job']} µs/job, {p['jobs_per_enqueue_batch']} jobs/batch"
@@ -432,13 +461,14 @@ def tables(res: dict[str, Any]) -> str:
         p = res[which]
         other = p["other"]
         out += [
-            f"### {which}: the sepp package against {other} (target ≥ {p['target']:g}×)",
+            f"### {which}: the sepp package against {other} (target ≥ {p['target']:g}×); "
+            f"rust: the Rust client shared by as many tasks, for reference",
             "",
             "| round | client | enqueues/s | p50 ms | p99 ms | client CPU µs/job | server CPU µs/job | jobs per EnqueueBatch | ratio | load |",
             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
         ]
         for i, r in enumerate(p["rounds"], 1):
-            for c in ("sepp", other):
+            for c in ("sepp", other, "rust"):
                 pt = r[c]
                 out.append(
                     f"| {i} | {c} | {f0(pt['enqueues_per_s'])} | {pt['p50_ms']:.2f} | {pt['p99_ms']:.2f} "
@@ -456,6 +486,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="measured seconds per point")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per point")
     ap.add_argument("--tasks", type=int, default=32, help="concurrent tasks on the one client")
+    ap.add_argument(
+        "--binding-tasks", type=int, default=50, help="the Python and Node benches' concurrency (reference row)"
+    )
     ap.add_argument("--redis-port", type=int, default=6392)
     ap.add_argument("--python", default=sys.executable, help="the Python with sepp, grpcio, grpcio-tools")
     ap.add_argument("--out", help="JSON file (default bench/results/shared-client-<stamp>.json)")
