@@ -3,7 +3,7 @@
 // proto/sepp/v1/queue.proto at run time with `@grpc/proto-loader`. See README.md.
 //
 //   node bench.mjs [--mode sync_all,buffer] [--clients sepp,grpc-js] [--concurrency 50]
-//                  [--duration 10] [--warmup 1] [--payload-bytes 256]
+//                  [--duration 10] [--warmup 1] [--payload-bytes 256] [--rounds 1]
 //                  [--server-bin PATH | --target HOST:PORT] [--json]
 //
 // For each persist mode it starts a fresh release server (listen_addr port 0, a new data
@@ -18,7 +18,7 @@ import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -35,6 +35,7 @@ const { values: flags } = parseArgs({
     duration: { type: "string", default: "10" },
     warmup: { type: "string", default: "1" },
     "payload-bytes": { type: "string", default: "256" },
+    rounds: { type: "string", default: "1" },
     "server-bin": { type: "string" },
     target: { type: "string" },
     json: { type: "boolean", default: false },
@@ -45,6 +46,7 @@ if (flags.help) {
   console.log(
     "usage: node bench.mjs [--mode sync_all,buffer] [--clients sepp,grpc-js] [--concurrency 50]\n" +
       "                      [--duration SECONDS] [--warmup SECONDS] [--payload-bytes 256]\n" +
+      "                      [--rounds N] (each mode measures every client N times, alternating)\n" +
       "                      [--server-bin PATH | --target HOST:PORT] [--json]",
   );
   process.exit(0);
@@ -54,6 +56,7 @@ const concurrency = positiveInt(flags.concurrency, "--concurrency");
 const durationMs = Number(flags.duration) * 1000;
 const warmupMs = Number(flags.warmup) * 1000;
 const payload = randomBytes(positiveInt(flags["payload-bytes"], "--payload-bytes"));
+const rounds = positiveInt(flags.rounds, "--rounds");
 const runId = Date.now().toString(36);
 
 function positiveInt(text, name) {
@@ -235,22 +238,27 @@ const results = [];
 for (const mode of modes) {
   const server = flags.target ? { addr: flags.target, stop: async () => {} } : await startServer(mode);
   try {
-    for (const name of clientNames) {
-      const client = await CLIENTS[name](server.addr);
-      try {
-        const queue = `bench-node-${runId}-${mode}-${name}`;
-        const r = await measure(client, queue);
-        results.push({ mode, client: name, ...r });
-        if (!flags.json) {
-          console.error(
-            `${mode.padEnd(8)} ${name.padEnd(8)} ${r.enqueuesPerSec.toFixed(0).padStart(7)} enqueues/s  ` +
-              `p50 ${r.p50Ms.toFixed(2)} ms  p99 ${r.p99Ms.toFixed(2)} ms  errors ${r.errors}  ` +
-              `client CPU ${r.clientCpuPct.toFixed(0)}%` +
-              (r.firstError ? `  (first error: ${r.firstError})` : ""),
-          );
+    // Round r measures the clients in the given order when r is even, reversed when odd, so
+    // that a drift of the machine weighs on every client alike.
+    for (let round = 0; round < rounds; round++) {
+      const order = round % 2 === 0 ? clientNames : [...clientNames].reverse();
+      for (const name of order) {
+        const client = await CLIENTS[name](server.addr);
+        try {
+          const queue = `bench-node-${runId}-${mode}-${name}-${round}`;
+          const r = await measure(client, queue);
+          results.push({ mode, client: name, round: round + 1, ...r, loadAverage: loadavg()[0] });
+          if (!flags.json) {
+            console.error(
+              `${mode.padEnd(8)} ${name.padEnd(8)} ${r.enqueuesPerSec.toFixed(0).padStart(7)} enqueues/s  ` +
+                `p50 ${r.p50Ms.toFixed(2)} ms  p99 ${r.p99Ms.toFixed(2)} ms  errors ${r.errors}  ` +
+                `client CPU ${r.clientCpuPct.toFixed(0)}%` +
+                (r.firstError ? `  (first error: ${r.firstError})` : ""),
+            );
+          }
+        } finally {
+          client.close();
         }
-      } finally {
-        client.close();
       }
     }
   } finally {
@@ -273,11 +281,11 @@ if (flags.json) {
     `\n${concurrency} concurrent enqueues from one Node ${process.version} process, ` +
       `${payload.length}-byte payloads, ${durationMs / 1000} s per point after ${warmupMs / 1000} s warm-up\n`,
   );
-  console.log("| persist_mode | client | enqueues/s | p50 ms | p99 ms | client CPU |");
-  console.log("|---|---|---:|---:|---:|---:|");
+  console.log("| persist_mode | client | enqueues/s | p50 ms | p99 ms | client CPU | load avg |");
+  console.log("|---|---|---:|---:|---:|---:|---:|");
   for (const r of results) {
     console.log(
-      `| ${r.mode} | ${r.client} | ${r.enqueuesPerSec.toFixed(0)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.clientCpuPct.toFixed(0)}% |`,
+      `| ${r.mode} | ${r.client} | ${r.enqueuesPerSec.toFixed(0)} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.clientCpuPct.toFixed(0)}% | ${r.loadAverage.toFixed(1)} |`,
     );
   }
 }

@@ -7,6 +7,8 @@
 //     --connections N --duration SECS --warmup SECS [--payload-bytes 256] [--hit-keys 1000]
 //     [--drain-jobs N] [--server-pid PID]... [--label TEXT]
 //     [--pg-synchronous-commit on|off] [--pg-options=TEXT] [--pgboss-dedup policy|seconds|none]
+//     [--shared-connection]   (BullMQ nokey/unique/hits: N concurrent adds on ONE autopipelined
+//                              ioredis connection instead of N connections)
 
 import { parseArgs } from 'node:util';
 import { readFileSync, readdirSync } from 'node:fs';
@@ -37,13 +39,14 @@ const { values: A } = parseArgs({
     'pg-options': { type: 'string' },
     'pg-synchronous-commit': { type: 'string' },
     'pgboss-dedup': { type: 'string', default: 'policy' },
+    'shared-connection': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h' },
   },
   strict: true,
 });
 
 if (A.help) {
-  console.error(readFileSync(new URL(import.meta.url)).toString().split('\n').slice(1, 9).join('\n'));
+  console.error(readFileSync(new URL(import.meta.url)).toString().split('\n').slice(1, 11).join('\n'));
   process.exit(0);
 }
 
@@ -69,6 +72,9 @@ const HIT_KEYS = num('hit-keys', A['hit-keys'], { int: true, min: 1 });
 const DRAIN_JOBS = A['drain-jobs'] ? num('drain-jobs', A['drain-jobs'], { int: true, min: 1 }) : 20000;
 const SERVER_PIDS = A['server-pid'].map((p) => num('server-pid', p, { int: true, min: 1 }));
 if (!['policy', 'seconds', 'none'].includes(A['pgboss-dedup'])) die('--pgboss-dedup must be policy, seconds or none');
+const SHARED = A['shared-connection'];
+if (SHARED && A.system !== 'bullmq') die('--shared-connection is implemented for --system bullmq only');
+if (SHARED && !['nokey', 'unique', 'hits'].includes(A.workload)) die('--shared-connection applies to nokey, unique and hits only');
 
 const RUN_ID = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
 // Stream / queue names: letters, digits, '_' and '-' only (valid for all three systems).
@@ -314,6 +320,21 @@ async function bullmqAdapter(url) {
     },
     async close(q) {
       await q.close();
+    },
+    // --shared-connection: ONE Queue on ONE ioredis connection with enableAutoPipelining, so
+    // the adds that N concurrent loops issue in the same event-loop tick leave as one pipeline
+    // (one write to the socket; Redis runs them and, with appendfsync always, fsyncs once
+    // before answering them all): BullMQ's own form of coalescing.
+    async openShared() {
+      const redis = new IORedis({ ...conn, enableAutoPipelining: true });
+      const q = new Queue(POINT, { connection: redis });
+      await q.waitUntilReady();
+      a.notes.push('shared connection: one Queue on one ioredis connection with enableAutoPipelining: true; every loop calls add on it');
+      return { q, redis };
+    },
+    async closeShared({ q, redis }) {
+      await q.close();
+      await redis.quit();
     },
     async enqueue(q, key, mark) {
       await q.add('j', { p: payloadStr(mark) }, key ? { jobId: key } : undefined);
@@ -798,6 +819,7 @@ async function main() {
     label: A.label ?? A.system,
     workload: A.workload,
     connections: CONNS,
+    shared_connection: SHARED,
     payload_bytes: PAYLOAD_BYTES,
     point: POINT,
   };
@@ -818,7 +840,9 @@ async function main() {
         hitKeys = Array.from({ length: HIT_KEYS }, (_, i) => `h-${RUN_ID}-${i}`);
         await adapter.prefillKeys(hitKeys);
       }
-      const clients = await openAll(adapter, CONNS);
+      // With --shared-connection every loop calls the one shared client.
+      const shared = SHARED ? await adapter.openShared() : null;
+      const clients = shared ? Array(CONNS).fill(shared.q) : await openAll(adapter, CONNS);
       // Over the whole point, warm-up included, for the read-back check below.
       let accepted = 0; // replies that did not say "duplicate" (null = cannot tell counts here)
       let failed = 0; // calls that threw (they may or may not have stored a job)
@@ -863,7 +887,8 @@ async function main() {
         if (A.workload === 'hits' && adapter.afterHits) await adapter.afterHits(stats, hitKeys);
         if (!canTell) notes.push('BullMQ does not tell the producer whether a jobId already existed: duplicates are detected only by the read-back');
       }
-      await Promise.all(clients.map((c) => adapter.close(c).catch((e) => log('close:', e.message))));
+      if (shared) await adapter.closeShared(shared).catch((e) => log('close:', e.message));
+      else await Promise.all(clients.map((c) => adapter.close(c).catch((e) => log('close:', e.message))));
     } else if (A.workload === 'drain') {
       const tf = nowMs();
       const filled = await adapter.fill(DRAIN_JOBS);

@@ -273,7 +273,9 @@ async def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per point")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds before measuring")
     parser.add_argument("--payload-bytes", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=1, help="repeat every client per mode")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat every client per mode, alternating order"
+    )
     parser.add_argument("--server-bin", help="server binary (default: the release build)")
     parser.add_argument("--target", help="HOST:PORT of a running server (no server started)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -294,8 +296,10 @@ async def main() -> None:
             server = None if args.target else Server(server_binary(args.server_bin), mode)
             url = f"http://{args.target or server.addr}"  # type: ignore[union-attr]
             try:
-                for _ in range(args.rounds):
-                    for name in clients:
+                # Odd rounds run the clients in reverse order, so that a drift of the machine
+                # weighs on every client alike.
+                for round_ in range(args.rounds):
+                    for name in clients if round_ % 2 == 0 else clients[::-1]:
                         log(f"{mode} / {name}: {args.duration:g} s after {args.warmup:g} s ...")
                         point = await run_point(args, mode, name, url, stubs)
                         log(
