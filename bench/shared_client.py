@@ -52,23 +52,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchutil import ROOT, free_port, logger, target_dir
+
+log = logger("shared-client")
 PARTS = ["bullmq", "latency", "python", "node"]
 READY_PREFIX = "sepp listening on "
-
-
-def log(msg: str) -> None:
-    print(f"[shared-client {dt.datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
-
-
-def target_dir() -> Path:
-    return Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loadavg() -> float:
