@@ -105,7 +105,11 @@ impl QueueApi {
         let jobs = self.queue.reserve(input).await?;
         let span = tracing::Span::current();
         span.record("jobs", jobs.len());
-        if let [one] = jobs.as_slice() {
+        // One job's id and attempt, for the exported span only ([`exported`]): the one log line
+        // that can follow (a reply over its budget) is about replies of several jobs.
+        if let [one] = jobs.as_slice()
+            && exported(&span)
+        {
             span.record("job_id", one.id.to_string());
             span.record("attempt", one.attempt);
         }
