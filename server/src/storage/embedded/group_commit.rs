@@ -190,8 +190,11 @@ pub(crate) struct GroupCommit {
     filling: Mutex<Filling>,
     /// Signalled when the filling batch gets its first op, or on close. The flusher waits on it.
     work: Condvar,
-    /// The last durable batch; the flusher is the only sender.
-    durable: watch::Sender<Durable>,
+    /// The last durable batch, on two channels: `durable[p]` moves when a batch whose number
+    /// has parity `p` becomes durable, and both carry every failure. At most two batches are
+    /// outstanding (the one being committed and the one filling), so a commit wakes only its
+    /// own waiters, not those of the batch filling behind it. The flusher is the only sender.
+    durable: [watch::Sender<Durable>; 2],
     durable_batch: AtomicU64,
     mode: PersistMode,
     space: SpaceMark,
@@ -219,7 +222,10 @@ impl GroupCommit {
                 refusal: None,
             }),
             work: Condvar::new(),
-            durable: watch::Sender::new(Durable::default()),
+            durable: [
+                watch::Sender::new(Durable::default()),
+                watch::Sender::new(Durable::default()),
+            ],
             durable_batch: AtomicU64::new(0),
             mode,
             space,
@@ -227,6 +233,13 @@ impl GroupCommit {
             observer: std::sync::OnceLock::new(),
             #[cfg(test)]
             fail_next_commit: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Records a failed range of batches on both channels (so that every waiter of it wakes).
+    fn publish_failure(&self, from: u64, to: u64, why: String) {
+        for d in &self.durable {
+            d.send_modify(|d| d.failed.push((from, to, why.clone())));
         }
     }
 
@@ -271,10 +284,7 @@ impl GroupCommit {
             let id = f.id;
             f.id += 1;
             drop(f);
-            self.durable.send_modify(|d| {
-                d.failed
-                    .push((id, id, "writes are refused (append after refusal)".into()))
-            });
+            self.publish_failure(id, id, "writes are refused (append after refusal)".into());
             return id;
         }
         let was_empty = f.ops.is_empty();
@@ -321,7 +331,7 @@ impl GroupCommit {
         if id == 0 {
             return Ok(());
         }
-        let mut rx = self.durable.subscribe();
+        let mut rx = self.durable[(id % 2) as usize].subscribe();
         let d = rx
             .wait_for(|d| d.batch >= id || d.failure(id).is_some())
             .await
@@ -430,8 +440,7 @@ impl GroupCommit {
             } else {
                 StorageHealth::Failed(why.clone())
             });
-            self.durable
-                .send_modify(|d| d.failed.push((id, last, why.clone())));
+            self.publish_failure(id, last, why.clone());
         });
         if let Err(e) = rebuilt {
             tracing::error!(error = %e, "rebuilding the index after a failed write failed");
@@ -572,10 +581,7 @@ impl GroupCommit {
             written = true;
             let Some(ks) = engine.keyspaces() else {
                 // Only while reopening, when nothing can be appended; never reached.
-                self.durable.send_modify(|d| {
-                    d.failed
-                        .push((id, id, "storage is being reopened".to_string()))
-                });
+                self.publish_failure(id, id, "storage is being reopened".to_string());
                 continue;
             };
             let mut batch = ks.db.batch().durability(Some(mode));
@@ -621,7 +627,7 @@ impl GroupCommit {
                         o.committed(writes, took);
                     }
                     self.durable_batch.store(id, Ordering::Release);
-                    self.durable.send_modify(|d| d.batch = id);
+                    self.durable[(id % 2) as usize].send_modify(|d| d.batch = id);
                     if probed.elapsed() >= SPACE_PROBE_AFTER_COMMITS {
                         self.probe_space();
                         probed = Instant::now();
