@@ -6,7 +6,7 @@ export CARGO_TERM_COLOR ?= never
 CI_TARGETS := lint test-rust test-rust-postgres check-example-errors crash-short
 # Checks longer than a minute (not in CI); each owner adds its target to SOAK_TARGETS.
 SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-fuzz soak-model soak-postgres
-.DEFAULT_GOAL := ci
+.DEFAULT_GOAL := build
 
 -include python/python.mk
 -include js/js.mk

@@ -90,7 +90,7 @@ pub async fn bind(config: &Config) -> std::io::Result<TcpListener> {
         let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
             " (another process holds that port; choose another address with `server.listen_addr` \
              in the config file or the environment variable SEPP_SERVER__LISTEN_ADDR, \
-             e.g. SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50052)"
+             e.g. SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50061)"
         } else {
             ""
         };
