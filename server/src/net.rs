@@ -526,6 +526,14 @@ fn announced(parts: &[&[u8]]) -> Option<usize> {
     Some(u32::from_be_bytes(be) as usize)
 }
 
+/// The refusal of a request message of `n` bytes (announced, or read so far) over `limit`.
+fn too_large(n: usize, limit: usize) -> tonic::Status {
+    tonic::Status::out_of_range(format!(
+        "request message is {n} bytes, over the server's limit of {limit} bytes \
+         (limits.max_message_bytes)"
+    ))
+}
+
 /// A unary request body that ended: exactly the messages it holds, else `INVALID_ARGUMENT`
 /// (a truncated or missing message is the caller's fault, where tonic would say `INTERNAL`).
 fn ended(body: Bytes) -> Result<Bytes, tonic::Status> {
@@ -554,9 +562,9 @@ fn ended(body: Bytes) -> Result<Bytes, tonic::Status> {
 ///   the request is refused with `RESOURCE_EXHAUSTED` and its share returns.
 /// - The message is handed on as soon as it is complete, without waiting for the end of the
 ///   stream (a unary request has one message).
-/// - When the header announces more than `limit`, what was read is handed on at once, so that
-///   tonic answers with its own `OUT_OF_RANGE` naming both numbers and nothing more is
-///   buffered.
+/// - When the header announces more than `limit`, the call is refused at once with
+///   `OUT_OF_RANGE` naming both sizes and the config key ([`too_large`]); nothing more is read
+///   or buffered.
 /// - A body that ends before its message is complete is `INVALID_ARGUMENT` ([`ended`]).
 async fn read_message(
     mut body: Incoming,
@@ -572,16 +580,15 @@ async fn read_message(
         };
         if buf.is_empty() {
             match announced(&[&data]) {
-                Some(n) if n > limit || data.len() == n + 5 => return Ok(data),
+                Some(n) if n > limit => return Err(too_large(n, limit)),
+                Some(n) if data.len() == n + 5 => return Ok(data),
                 _ if body.is_end_stream() => return ended(data),
                 _ => {}
             }
         }
         let len = buf.len() + data.len();
         if len > limit.saturating_add(5) {
-            return Err(tonic::Status::out_of_range(format!(
-                "request body is larger than the message limit of {limit} bytes"
-            )));
+            return Err(too_large(len.saturating_sub(5), limit));
         }
         if len > buf.capacity() {
             let whole = announced(&[&buf, &data]).map_or(limit, |n| n.min(limit)) + 5;
@@ -592,10 +599,10 @@ async fn read_message(
             buf.reserve_exact(capacity - buf.len());
         }
         buf.extend_from_slice(&data);
-        if let Some(n) = announced(&[&buf])
-            && (n > limit || buf.len() == n + 5)
-        {
-            return Ok(Bytes::from(buf));
+        match announced(&[&buf]) {
+            Some(n) if n > limit => return Err(too_large(n, limit)),
+            Some(n) if buf.len() == n + 5 => return Ok(Bytes::from(buf)),
+            _ => {}
         }
     }
     ended(Bytes::from(buf))

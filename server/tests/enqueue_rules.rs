@@ -265,6 +265,13 @@ async fn a_request_over_max_message_bytes_gets_out_of_range() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    // Both sizes and the key that sets the limit, in our words (not the decoder's).
+    let m = e.message();
+    assert!(m.starts_with("request message is "), "{m}");
+    assert!(
+        m.contains("limit of 4096 bytes (limits.max_message_bytes)"),
+        "{m}"
+    );
     // The server is still fine afterwards.
     assert_eq!(reason_of(&server, job("q")).await, None);
 }
