@@ -50,20 +50,6 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
-    /// Asks a running server for an online backup: a consistent copy of its whole store, taken
-    /// at one instant, written into DIR on the server's host (a new or empty directory). To
-    /// restore, start a server with server.db_path = DIR. Needs an API key with the admin role
-    /// when auth is on.
-    Backup {
-        /// Absolute path of the backup directory, on the server's host.
-        dir: PathBuf,
-        /// The server's address.
-        #[arg(long, default_value = "http://127.0.0.1:50051", env = "SEPP_ADDR")]
-        addr: String,
-        /// API key (admin role), sent as "authorization: Bearer KEY".
-        #[arg(long, env = "SEPP_API_KEY", hide_env_values = true)]
-        api_key: Option<String>,
-    },
     #[command(flatten)]
     Op(cli::Op),
 }
@@ -106,7 +92,6 @@ fn main() -> ExitCode {
                 }
             };
         }
-        Some(Command::Backup { dir, addr, api_key }) => return backup(&dir, addr, api_key),
         Some(Command::Op(op)) => return cli::run(cli.conn, op),
         None => {}
     }
@@ -214,72 +199,4 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     async {
         let _ = tokio::signal::ctrl_c().await;
     }
-}
-
-/// `sepp backup`: one Backup call to the server at `addr`.
-fn backup(dir: &std::path::Path, addr: String, api_key: Option<String>) -> ExitCode {
-    use sepp_proto::admin::v1::BackupRequest;
-    use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
-    let dir = if dir.is_absolute() {
-        dir.to_path_buf()
-    } else {
-        match std::env::current_dir() {
-            Ok(cwd) => cwd.join(dir),
-            Err(e) => {
-                eprintln!("sepp: backup: cannot resolve {}: {e}", dir.display());
-                return ExitCode::FAILURE;
-            }
-        }
-    };
-    let Some(dir_str) = dir.to_str().map(str::to_owned) else {
-        eprintln!("sepp: backup: {} is not valid UTF-8", dir.display());
-        return ExitCode::FAILURE;
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sepp: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    rt.block_on(async move {
-        let mut client = match AdminServiceClient::connect(addr.clone()).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("sepp: backup: cannot connect to {addr}: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let mut req = tonic::Request::new(BackupRequest {
-            dir: dir_str.clone(),
-        });
-        if let Some(k) = api_key {
-            match tonic::metadata::MetadataValue::try_from(format!("Bearer {k}")) {
-                Ok(v) => {
-                    req.metadata_mut().insert("authorization", v);
-                }
-                Err(_) => {
-                    eprintln!("sepp: backup: the api key is not valid header text");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        match client.backup(req).await {
-            Ok(r) => {
-                let r = r.into_inner();
-                println!(
-                    "backup written to {dir_str}: {} records, {} bytes",
-                    r.records, r.bytes
-                );
-                ExitCode::SUCCESS
-            }
-            Err(s) => {
-                eprintln!("sepp: backup: {:?}: {}", s.code(), s.message());
-                ExitCode::FAILURE
-            }
-        }
-    })
 }
