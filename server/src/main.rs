@@ -33,9 +33,9 @@ cancel, dlq, pause, resume, purge, enqueue, backup) talk to a running server: --
 #[derive(Parser)]
 #[command(name = "sepp", version, about, long_about = None, after_help = ENV_HELP)]
 struct Cli {
-    /// Config file (TOML). Default: $SEPP_CONFIG, else ./sepp.toml if present, else built-in
-    /// defaults.
-    #[arg(long, short = 'c', value_name = "PATH")]
+    /// Config file (TOML) of the server and of `sepp config check`, before or after the
+    /// subcommand. Default: $SEPP_CONFIG, else ./sepp.toml if present, else built-in defaults.
+    #[arg(long, short = 'c', global = true, value_name = "PATH")]
     config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,

@@ -76,6 +76,26 @@ fn config_example_matches_the_compiled_defaults() {
 }
 
 #[test]
+fn config_check_takes_config_before_or_after_the_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("my.toml");
+    std::fs::write(&path, "[limits]\nmax_enqueue_batch = 7\n").unwrap();
+    let p = path.to_str().unwrap();
+    for args in [
+        ["config", "check", "--config", p],
+        ["config", "check", "-c", p],
+        ["--config", p, "config", "check"],
+    ] {
+        let (code, out, err) = run(&args, None);
+        assert_eq!(code, 0, "sepp {args:?}: {err}");
+        assert!(
+            out.contains("max_enqueue_batch = 7"),
+            "sepp {args:?}: {out}"
+        );
+    }
+}
+
+#[test]
 fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
     let cases: &[(&str, &[&str])] = &[
         ("[limits]\nmax_enqueue_btch = 3\n", &["max_enqueue_btch"]),
