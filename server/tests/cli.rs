@@ -142,6 +142,14 @@ fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
             "[storage]\npersist_mode = \"sometimes\"\n",
             &["storage.persist_mode", "sometimes"],
         ),
+        (
+            "[metrics]\nlisten_addr = \"localhost:9464\"\n",
+            &[
+                "config key metrics.listen_addr",
+                "\"localhost:9464\" is not an IP address and port",
+                "host names are not resolved",
+            ],
+        ),
         ("this is not toml", &["TOML"]),
     ];
     for (text, needles) in cases {
