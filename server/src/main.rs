@@ -1,7 +1,8 @@
 //! `sepp`: the job-queue server binary. Flags, config, logging and signals; then
 //! [`sepp_server::serve`].
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod cli;
 
@@ -63,7 +64,17 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if cli.command.is_none()
+        && let Some(msg) = client_flag_in_server_mode(&matches)
+    {
+        eprintln!("sepp: {msg}");
+        return ExitCode::from(2);
+    }
     let env: Vec<(String, String)> = std::env::vars().collect();
     match cli.command {
         Some(Command::Config {
@@ -173,6 +184,35 @@ fn main() -> ExitCode {
     // grace period, or a blocking task, must not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
     code
+}
+
+/// A client flag given on the command line without a subcommand, where sepp runs a server that
+/// has no use for it: `sepp --server URL` would otherwise start a server on the configured
+/// listen address and leave the user believing it was told where to listen. Only the flags are
+/// refused: SEPP_SERVER and its siblings may well be set in an operator's environment for the
+/// client subcommands.
+fn client_flag_in_server_mode(m: &clap::ArgMatches) -> Option<String> {
+    let given = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+    if given("server") {
+        return Some(
+            "--server names the server that the client subcommands (queues, jobs, enqueue, \
+             backup, ...) talk to; without a subcommand sepp runs a server, which listens on \
+             server.listen_addr (set it in the config file or with SEPP_SERVER__LISTEN_ADDR)"
+                .into(),
+        );
+    }
+    let flag = [
+        ("api_key", "--api-key"),
+        ("ca_cert", "--ca-cert"),
+        ("output", "--output"),
+    ]
+    .into_iter()
+    .find(|(id, _)| given(id))?
+    .1;
+    Some(format!(
+        "{flag} is an option of the client subcommands (queues, jobs, enqueue, backup, ...); \
+         without a subcommand sepp runs a server, which has no use for it"
+    ))
 }
 
 /// Installs the SIGTERM and SIGINT handlers now (before the readiness line is printed, so a

@@ -44,6 +44,49 @@ fn version_and_help_print_and_exit_zero() {
 }
 
 #[test]
+fn a_client_flag_without_a_subcommand_is_refused_instead_of_starting_a_server() {
+    let (code, out, err) = run(&["--server", "http://127.0.0.1:21082"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "a server started: {out}");
+    assert!(
+        err.contains("--server names the server that the client subcommands")
+            && err.contains("server.listen_addr")
+            && err.contains("SEPP_SERVER__LISTEN_ADDR"),
+        "{err}"
+    );
+    let (code, out, err) = run(&["--api-key", "k"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "a server started: {out}");
+    assert!(
+        err.contains("--api-key is an option of the client subcommands"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sepp_server_in_the_environment_does_not_stop_a_server_from_starting() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(sepp_bin())
+        .current_dir(dir.path())
+        .env_remove("SEPP_CONFIG")
+        .env("SEPP_SERVER", "http://127.0.0.1:21082")
+        .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+        .env("SEPP_SERVER__DB_PATH", dir.path().join("data"))
+        .env("SEPP_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("sepp listening on 127.0.0.1:"), "{line:?}");
+}
+
+#[test]
 fn a_taken_port_names_the_key_and_the_variable_that_change_it() {
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = holder.local_addr().unwrap().to_string();
