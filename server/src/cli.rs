@@ -1,6 +1,6 @@
 //! The operator CLI: `sepp queues`, `sepp schedules`, `sepp jobs`, `sepp job`, `sepp key
 //! [forget]`, `sepp cancel`, `sepp dlq list|requeue|delete`, `sepp pause`, `sepp resume`,
-//! `sepp purge`, `sepp queue delete`. Each is one or a
+//! `sepp purge`, `sepp queue delete`, `sepp backup`. Each is one or a
 //! few calls of `sepp.admin.v1.AdminService` on a running server, printed as a table or, with
 //! `--output json`, as one JSON document on standard output. `sepp enqueue` bulk-enqueues a JSON
 //! Lines file through the client core ([`enqueue`]). Errors go to standard error with exit code
@@ -145,6 +145,18 @@ pub(crate) enum Op {
         #[command(subcommand)]
         command: QueueCommand,
     },
+    /// Asks a running server for an online backup: a consistent copy of its whole store, taken
+    /// at one instant, written into DIR on the server's host (a new or empty directory). To
+    /// restore, start a server with server.db_path = DIR. Needs an API key with the admin role
+    /// when auth is on.
+    Backup {
+        /// The backup directory, on the server's host (a relative path is taken from this
+        /// command's working directory).
+        dir: PathBuf,
+        /// Deprecated: the same as --server.
+        #[arg(long, hide = true, value_name = "URL")]
+        addr: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -262,7 +274,13 @@ async fn connect(conn: &Conn) -> Result<Admin, Failure> {
 }
 
 /// Runs one operator subcommand; returns the process exit code.
-pub(crate) fn run(conn: Conn, op: Op) -> std::process::ExitCode {
+pub(crate) fn run(mut conn: Conn, op: Op) -> std::process::ExitCode {
+    if let Op::Backup { addr, .. } = &op
+        && let Err(Failure(msg)) = backup_server(&mut conn, addr.as_deref())
+    {
+        eprintln!("sepp: {msg}");
+        return std::process::ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -279,6 +297,25 @@ pub(crate) fn run(conn: Conn, op: Op) -> std::process::ExitCode {
             eprintln!("sepp: {msg}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// `sepp backup` once took its server from its own `--addr` / `SEPP_ADDR` and ignored
+/// `--server`. `--addr` still works (hidden, with a warning); `SEPP_ADDR` is no longer read, and a
+/// `SEPP_ADDR` naming another server than the one chosen is refused rather than backing up a
+/// server the operator did not mean.
+fn backup_server(conn: &mut Conn, addr: Option<&str>) -> Result<(), Failure> {
+    if let Some(a) = addr {
+        eprintln!("sepp: warning: backup --addr is deprecated; use --server (or SEPP_SERVER)");
+        conn.server = a.to_string();
+    }
+    match std::env::var("SEPP_ADDR") {
+        Ok(old) if old != conn.server => Err(Failure(format!(
+            "SEPP_ADDR={old} is no longer read: sepp backup talks to --server / SEPP_SERVER \
+             ({}), like every other subcommand; set SEPP_SERVER instead and unset SEPP_ADDR",
+            conn.server
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -867,6 +904,26 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                     "was_paused": r.was_paused,
                 }),
                 format!("deleted queue {queue}{keys}"),
+            );
+        }
+        Op::Backup { dir, addr: _ } => {
+            let dir = std::path::absolute(&dir)
+                .map_err(|e| Failure(format!("backup: cannot resolve {}: {e}", dir.display())))?;
+            let dir = dir
+                .to_str()
+                .ok_or_else(|| Failure(format!("backup: {} is not UTF-8", dir.display())))?
+                .to_string();
+            let r = admin
+                .backup(pb::BackupRequest { dir: dir.clone() })
+                .await?
+                .into_inner();
+            done(
+                conn,
+                json!({"dir": dir, "records": r.records, "bytes": r.bytes}),
+                format!(
+                    "backup written to {dir}: {} records, {} bytes",
+                    r.records, r.bytes
+                ),
             );
         }
     }

@@ -68,6 +68,7 @@ pub struct MetricsConfig {
     pub enabled: bool,
     /// Address of the metrics endpoint; port 0 lets the OS pick one. Default `127.0.0.1:9464`
     /// (loopback: expose it on purpose).
+    #[serde(deserialize_with = "socket_addr")]
     pub listen_addr: SocketAddr,
     /// Most distinct values of the `queue` label: declared `[[queues]]` always get their own,
     /// then the first queues seen, until this many; the rest are counted under
@@ -163,6 +164,7 @@ pub struct AdminUiConfig {
     pub enabled: bool,
     /// Its own HTTP address (port 0: the OS picks one). Default `127.0.0.1:50052`: loopback,
     /// put a TLS proxy in front to reach it from elsewhere.
+    #[serde(deserialize_with = "socket_addr")]
     pub listen_addr: SocketAddr,
     /// The HMAC-SHA256 key that signs session cookies, 32–1024 bytes. Give every server behind
     /// one load balancer the same secret and each accepts the others' sessions (there is no
@@ -222,6 +224,7 @@ impl Serialize for SessionSecret {
 pub struct ServerConfig {
     /// Address to listen on; port 0 lets the OS pick one. Default `127.0.0.1:50051` (the public
     /// sepp binds `0.0.0.0`; sepp stays on loopback unless told otherwise).
+    #[serde(deserialize_with = "socket_addr")]
     pub listen_addr: SocketAddr,
     /// Directory of the embedded storage. Default `./sepp-data`.
     pub db_path: PathBuf,
@@ -1195,6 +1198,31 @@ fn parse_env_value(raw: &str) -> toml::Value {
     }
 }
 
+/// A `listen_addr`: an IP address and a port, as text. Serde's own message for a bad one
+/// ("invalid socket address syntax") shows neither the value nor the form; this one shows both,
+/// and says that a host name such as `localhost` is not looked up.
+fn socket_addr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    struct Text;
+    impl serde::de::Visitor<'_> for Text {
+        type Value = SocketAddr;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "an IP address and port as a string ({SOCKET_ADDR_FORM})")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SocketAddr, E> {
+            v.parse().map_err(|_| {
+                E::custom(format!(
+                    "{v:?} is not an IP address and port ({SOCKET_ADDR_FORM}); host names are \
+                     not resolved"
+                ))
+            })
+        }
+    }
+    d.deserialize_str(Text)
+}
+
+const SOCKET_ADDR_FORM: &str =
+    "e.g. \"127.0.0.1:50051\", \"0.0.0.0:50051\" for every interface, or \"[::1]:50051\"";
+
 /// The commented example printed by `sepp config example`. Its values are the compiled
 /// defaults; a test parses it back and compares it with [`Config::default`].
 pub const EXAMPLE: &str = include_str!("config_example.toml");
@@ -1453,6 +1481,43 @@ mod tests {
             ),
         ] {
             assert_eq!(PostgresUrl::new(raw).redacted(), want, "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_listen_addr_that_is_not_an_ip_and_port_is_shown_with_the_form_expected() {
+        for section in ["server", "admin_ui", "metrics"] {
+            let err =
+                load(&format!("[{section}]\nlisten_addr = \"localhost:21071\"\n")).unwrap_err();
+            assert!(
+                err.starts_with(&format!(
+                    "config key {section}.listen_addr: \"localhost:21071\" is not an IP \
+                     address and port (e.g. \"127.0.0.1:50051\""
+                )),
+                "{err}"
+            );
+            assert!(err.contains("host names are not resolved"), "{err}");
+            let err = load(&format!("[{section}]\nlisten_addr = 21071\n")).unwrap_err();
+            assert!(
+                err.contains(&format!(
+                    "config key {section}.listen_addr: invalid type: integer"
+                )) && err.contains("\"127.0.0.1:50051\""),
+                "{err}"
+            );
+        }
+        let env = vec![(
+            "SEPP_SERVER__LISTEN_ADDR".to_string(),
+            "localhost:21071".to_string(),
+        )];
+        let err = Config::from_toml_with_env("", &env).unwrap_err().0;
+        assert!(
+            err.contains("server.listen_addr: \"localhost:21071\""),
+            "{err}"
+        );
+        // Both families still parse.
+        for ok in ["0.0.0.0:1", "[::1]:50051", "127.0.0.1:0"] {
+            let c = load(&format!("[server]\nlisten_addr = \"{ok}\"\n")).unwrap();
+            assert_eq!(c.server.listen_addr, ok.parse::<SocketAddr>().unwrap());
         }
     }
 

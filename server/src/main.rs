@@ -1,7 +1,8 @@
 //! `sepp`: the job-queue server binary. Flags, config, logging and signals; then
 //! [`sepp_server::serve`].
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod cli;
 
@@ -33,9 +34,9 @@ cancel, dlq, pause, resume, purge, enqueue, backup) talk to a running server: --
 #[derive(Parser)]
 #[command(name = "sepp", version, about, long_about = None, after_help = ENV_HELP)]
 struct Cli {
-    /// Config file (TOML). Default: $SEPP_CONFIG, else ./sepp.toml if present, else built-in
-    /// defaults.
-    #[arg(long, short = 'c', value_name = "PATH")]
+    /// Config file (TOML) of the server and of `sepp config check`, before or after the
+    /// subcommand. Default: $SEPP_CONFIG, else ./sepp.toml if present, else built-in defaults.
+    #[arg(long, short = 'c', global = true, value_name = "PATH")]
     config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -50,20 +51,6 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
-    /// Asks a running server for an online backup: a consistent copy of its whole store, taken
-    /// at one instant, written into DIR on the server's host (a new or empty directory). To
-    /// restore, start a server with server.db_path = DIR. Needs an API key with the admin role
-    /// when auth is on.
-    Backup {
-        /// Absolute path of the backup directory, on the server's host.
-        dir: PathBuf,
-        /// The server's address.
-        #[arg(long, default_value = "http://127.0.0.1:50051", env = "SEPP_ADDR")]
-        addr: String,
-        /// API key (admin role), sent as "authorization: Bearer KEY".
-        #[arg(long, env = "SEPP_API_KEY", hide_env_values = true)]
-        api_key: Option<String>,
-    },
     #[command(flatten)]
     Op(cli::Op),
 }
@@ -77,7 +64,17 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if cli.command.is_none()
+        && let Some(msg) = client_flag_in_server_mode(&matches)
+    {
+        eprintln!("sepp: {msg}");
+        return ExitCode::from(2);
+    }
     let env: Vec<(String, String)> = std::env::vars().collect();
     match cli.command {
         Some(Command::Config {
@@ -106,7 +103,6 @@ fn main() -> ExitCode {
                 }
             };
         }
-        Some(Command::Backup { dir, addr, api_key }) => return backup(&dir, addr, api_key),
         Some(Command::Op(op)) => return cli::run(cli.conn, op),
         None => {}
     }
@@ -190,6 +186,35 @@ fn main() -> ExitCode {
     code
 }
 
+/// A client flag given on the command line without a subcommand, where sepp runs a server that
+/// has no use for it: `sepp --server URL` would otherwise start a server on the configured
+/// listen address and leave the user believing it was told where to listen. Only the flags are
+/// refused: SEPP_SERVER and its siblings may well be set in an operator's environment for the
+/// client subcommands.
+fn client_flag_in_server_mode(m: &clap::ArgMatches) -> Option<String> {
+    let given = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+    if given("server") {
+        return Some(
+            "--server names the server that the client subcommands (queues, jobs, enqueue, \
+             backup, ...) talk to; without a subcommand sepp runs a server, which listens on \
+             server.listen_addr (set it in the config file or with SEPP_SERVER__LISTEN_ADDR)"
+                .into(),
+        );
+    }
+    let flag = [
+        ("api_key", "--api-key"),
+        ("ca_cert", "--ca-cert"),
+        ("output", "--output"),
+    ]
+    .into_iter()
+    .find(|(id, _)| given(id))?
+    .1;
+    Some(format!(
+        "{flag} is an option of the client subcommands (queues, jobs, enqueue, backup, ...); \
+         without a subcommand sepp runs a server, which has no use for it"
+    ))
+}
+
 /// Installs the SIGTERM and SIGINT handlers now (before the readiness line is printed, so a
 /// signal right after it stops the server cleanly instead of killing it), and returns a future
 /// that resolves on the first of them.
@@ -214,72 +239,4 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     async {
         let _ = tokio::signal::ctrl_c().await;
     }
-}
-
-/// `sepp backup`: one Backup call to the server at `addr`.
-fn backup(dir: &std::path::Path, addr: String, api_key: Option<String>) -> ExitCode {
-    use sepp_proto::admin::v1::BackupRequest;
-    use sepp_proto::admin::v1::admin_service_client::AdminServiceClient;
-    let dir = if dir.is_absolute() {
-        dir.to_path_buf()
-    } else {
-        match std::env::current_dir() {
-            Ok(cwd) => cwd.join(dir),
-            Err(e) => {
-                eprintln!("sepp: backup: cannot resolve {}: {e}", dir.display());
-                return ExitCode::FAILURE;
-            }
-        }
-    };
-    let Some(dir_str) = dir.to_str().map(str::to_owned) else {
-        eprintln!("sepp: backup: {} is not valid UTF-8", dir.display());
-        return ExitCode::FAILURE;
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sepp: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    rt.block_on(async move {
-        let mut client = match AdminServiceClient::connect(addr.clone()).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("sepp: backup: cannot connect to {addr}: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let mut req = tonic::Request::new(BackupRequest {
-            dir: dir_str.clone(),
-        });
-        if let Some(k) = api_key {
-            match tonic::metadata::MetadataValue::try_from(format!("Bearer {k}")) {
-                Ok(v) => {
-                    req.metadata_mut().insert("authorization", v);
-                }
-                Err(_) => {
-                    eprintln!("sepp: backup: the api key is not valid header text");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        match client.backup(req).await {
-            Ok(r) => {
-                let r = r.into_inner();
-                println!(
-                    "backup written to {dir_str}: {} records, {} bytes",
-                    r.records, r.bytes
-                );
-                ExitCode::SUCCESS
-            }
-            Err(s) => {
-                eprintln!("sepp: backup: {:?}: {}", s.code(), s.message());
-                ExitCode::FAILURE
-            }
-        }
-    })
 }

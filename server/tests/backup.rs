@@ -129,11 +129,15 @@ async fn a_server_restored_from_an_online_backup_has_every_acknowledged_job_and_
     let out = {
         let (bin, backup_dir, url) = (common::sepp_bin(), backup_dir.clone(), live.url());
         tokio::task::spawn_blocking(move || {
+            // The server is on a random port, named by the global --server as for every other
+            // subcommand (not the default 127.0.0.1:50051).
             std::process::Command::new(bin)
                 .arg("backup")
                 .arg(&backup_dir)
-                .arg("--addr")
+                .arg("--server")
                 .arg(url)
+                .env_remove("SEPP_SERVER")
+                .env_remove("SEPP_ADDR")
                 .env("SEPP_API_KEY", ADMIN_KEY)
                 .output()
                 .unwrap()
@@ -152,12 +156,15 @@ async fn a_server_restored_from_an_online_backup_has_every_acknowledged_job_and_
     producer.await.unwrap();
     assert!(*during.lock().unwrap() > 0);
 
-    // A second backup into the same (now non-empty) directory is refused, naming it.
+    // A second backup into the same (now non-empty) directory is refused, naming it. The
+    // server comes from the deprecated --addr this time, which still works with a warning.
     let again = std::process::Command::new(common::sepp_bin())
         .arg("backup")
         .arg(&backup_dir)
         .arg("--addr")
         .arg(live.url())
+        .env_remove("SEPP_SERVER")
+        .env_remove("SEPP_ADDR")
         .env("SEPP_API_KEY", ADMIN_KEY)
         .output()
         .unwrap();
@@ -167,6 +174,27 @@ async fn a_server_restored_from_an_online_backup_has_every_acknowledged_job_and_
         err.contains("InvalidArgument") && err.contains("not empty"),
         "{err}"
     );
+    assert!(err.contains("--addr is deprecated"), "{err}");
+
+    // SEPP_ADDR is no longer read: one naming another server than --server is refused, before
+    // any call, instead of silently backing up the other one.
+    let other = std::process::Command::new(common::sepp_bin())
+        .arg("backup")
+        .arg(dir.path().join("never"))
+        .arg("--server")
+        .arg(live.url())
+        .env("SEPP_ADDR", "http://127.0.0.1:1")
+        .env("SEPP_API_KEY", ADMIN_KEY)
+        .output()
+        .unwrap();
+    assert_eq!(other.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        err.contains("SEPP_ADDR=http://127.0.0.1:1 is no longer read")
+            && err.contains("SEPP_SERVER"),
+        "{err}"
+    );
+    assert!(!dir.path().join("never").exists());
 
     live.kill9();
 

@@ -44,6 +44,49 @@ fn version_and_help_print_and_exit_zero() {
 }
 
 #[test]
+fn a_client_flag_without_a_subcommand_is_refused_instead_of_starting_a_server() {
+    let (code, out, err) = run(&["--server", "http://127.0.0.1:21082"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "a server started: {out}");
+    assert!(
+        err.contains("--server names the server that the client subcommands")
+            && err.contains("server.listen_addr")
+            && err.contains("SEPP_SERVER__LISTEN_ADDR"),
+        "{err}"
+    );
+    let (code, out, err) = run(&["--api-key", "k"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "a server started: {out}");
+    assert!(
+        err.contains("--api-key is an option of the client subcommands"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sepp_server_in_the_environment_does_not_stop_a_server_from_starting() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(sepp_bin())
+        .current_dir(dir.path())
+        .env_remove("SEPP_CONFIG")
+        .env("SEPP_SERVER", "http://127.0.0.1:21082")
+        .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+        .env("SEPP_SERVER__DB_PATH", dir.path().join("data"))
+        .env("SEPP_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("sepp listening on 127.0.0.1:"), "{line:?}");
+}
+
+#[test]
 fn a_taken_port_names_the_key_and_the_variable_that_change_it() {
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = holder.local_addr().unwrap().to_string();
@@ -71,6 +114,26 @@ fn config_example_matches_the_compiled_defaults() {
     // Nothing declared either: a server started with it lists no queue a server without it
     // would not.
     assert_eq!(parsed, sepp_server::config::Config::default());
+}
+
+#[test]
+fn config_check_takes_config_before_or_after_the_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("my.toml");
+    std::fs::write(&path, "[limits]\nmax_enqueue_batch = 7\n").unwrap();
+    let p = path.to_str().unwrap();
+    for args in [
+        ["config", "check", "--config", p],
+        ["config", "check", "-c", p],
+        ["--config", p, "config", "check"],
+    ] {
+        let (code, out, err) = run(&args, None);
+        assert_eq!(code, 0, "sepp {args:?}: {err}");
+        assert!(
+            out.contains("max_enqueue_batch = 7"),
+            "sepp {args:?}: {out}"
+        );
+    }
 }
 
 #[test]
@@ -119,6 +182,14 @@ fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
         (
             "[storage]\npersist_mode = \"sometimes\"\n",
             &["storage.persist_mode", "sometimes"],
+        ),
+        (
+            "[metrics]\nlisten_addr = \"localhost:9464\"\n",
+            &[
+                "config key metrics.listen_addr",
+                "\"localhost:9464\" is not an IP address and port",
+                "host names are not resolved",
+            ],
         ),
         ("this is not toml", &["TOML"]),
     ];

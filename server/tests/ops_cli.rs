@@ -452,4 +452,42 @@ async fn enqueue_from_a_jsonl_file_creates_each_keyed_line_once_and_key_forget_f
         err.contains("cannot read --from /nonexistent.jsonl"),
         "{err}"
     );
+
+    // `--from -` reads standard input, once, as it comes: progress without a total.
+    let piped = |input: &str| {
+        use std::io::Write;
+        let mut child = Command::new(sepp_bin())
+            .args(["enqueue", "piped", "--job-type", "ship", "--from", "-"])
+            .args(["--key-field", "order", "--output", "json"])
+            .env("SEPP_SERVER", &cli.url)
+            .env("SEPP_API_KEY", KEY)
+            .env_remove("SEPP_CONFIG")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let sum: Value = serde_json::from_slice(&out.stdout).expect("json summary");
+        (sum, err)
+    };
+    let input = "{\"order\": \"s1\"}\n\n{\"order\": \"s2\"}\n{\"order\": \"s3\"}\n";
+    let (sum, err) = piped(input);
+    assert_eq!(
+        (sum["lines"].clone(), sum["created"].clone()),
+        (3.into(), 3.into()),
+        "{err}"
+    );
+    assert!(err.contains("3 lines: 3 new, 0 already there"), "{err}");
+    assert_eq!(queue_row(&cli, "piped")["ready"], 3);
+    let (sum, _) = piped(input);
+    assert_eq!(
+        (sum["created"].clone(), sum["already_enqueued"].clone()),
+        (0.into(), 3.into())
+    );
 }

@@ -8,14 +8,15 @@
 //! number and skipped. Lines go out in batches of the server's `max_enqueue_batch` through the
 //! client core (`sepp_rs`), which checks each job and retries a batch only when that is safe
 //! (every job in it is keyed, so it is). Progress: a bar with the rate and the time left on a
-//! terminal, one plain line per batch otherwise.
+//! terminal, one plain line per batch otherwise. `--from -` reads standard input; it, like any
+//! other pipe, is read once, as it comes, so its progress has no total.
 
 use super::{Conn, Failure, Output};
 use indicatif::{ProgressBar, ProgressStyle};
 use sepp_rs::client::TlsOptions;
 use sepp_rs::{EnqueueRequest, SeppClient};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, IsTerminal};
+use std::io::{BufRead, BufReader, IsTerminal, Seek};
 use std::path::Path;
 
 /// The flags of `sepp enqueue`.
@@ -26,7 +27,8 @@ pub(crate) struct EnqueueArgs {
     /// The job type of every job.
     #[arg(long, value_name = "TYPE")]
     job_type: String,
-    /// A JSON Lines file: one JSON object per line, each one job's payload.
+    /// A JSON Lines file: one JSON object per line, each one job's payload; `-` reads standard
+    /// input.
     #[arg(long, value_name = "FILE.jsonl")]
     from: std::path::PathBuf,
     /// The field of each line whose value is the job's idempotency key.
@@ -103,24 +105,32 @@ struct Tally {
 /// Progress output: a bar on a terminal, plain lines otherwise (both on standard error).
 struct Progress {
     bar: Option<ProgressBar>,
-    total: u64,
+    /// The number of non-blank lines, when the input could be read twice to count them.
+    total: Option<u64>,
 }
 
 impl Progress {
-    fn new(total: u64) -> Self {
+    fn new(total: Option<u64>) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
-            let b = ProgressBar::new(total);
-            b.set_style(
-                ProgressStyle::with_template(
+            let (b, template) = match total {
+                Some(n) => (
+                    ProgressBar::new(n),
                     "{bar:40} {pos}/{len} lines  {rate}  eta {eta}  {msg}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .with_key(
-                    "rate",
-                    |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                        let _ = write!(w, "{:.0} lines/s", s.per_sec());
-                    },
                 ),
+                None => (
+                    ProgressBar::new_spinner(),
+                    "{spinner} {pos} lines  {rate}  {msg}",
+                ),
+            };
+            b.set_style(
+                ProgressStyle::with_template(template)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .with_key(
+                        "rate",
+                        |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                            let _ = write!(w, "{:.0} lines/s", s.per_sec());
+                        },
+                    ),
             );
             b
         });
@@ -142,8 +152,13 @@ impl Progress {
                 b.set_message(format!("{} new, {} already there", t.created, t.existing));
             }
             None => eprintln!(
-                "{}/{} lines: {} new, {} already there, {} skipped, {} rejected",
-                t.lines, self.total, t.created, t.existing, t.skipped, t.rejected
+                "{}{} lines: {} new, {} already there, {} skipped, {} rejected",
+                t.lines,
+                self.total.map(|n| format!("/{n}")).unwrap_or_default(),
+                t.created,
+                t.existing,
+                t.skipped,
+                t.rejected
             ),
         }
     }
@@ -155,10 +170,36 @@ impl Progress {
     }
 }
 
-fn open(path: &Path) -> Result<BufReader<std::fs::File>, Failure> {
-    std::fs::File::open(path)
-        .map(BufReader::new)
-        .map_err(|e| Failure(format!("cannot read --from {}: {e}", path.display())))
+/// The input of `--from`, and its number of non-blank lines when it is a regular file (read a
+/// first time to count them). Standard input (`-`) and other pipes or devices are read only
+/// once, so their total is unknown.
+fn open(path: &Path) -> Result<(Box<dyn BufRead>, Option<u64>), Failure> {
+    if path.as_os_str() == "-" {
+        return Ok((Box::new(std::io::stdin().lock()), None));
+    }
+    let err = |e: std::io::Error| Failure(format!("cannot read --from {}: {e}", path.display()));
+    let mut f = std::fs::File::open(path).map_err(err)?;
+    let mut total = None;
+    if f.metadata().map_err(err)?.is_file() {
+        total = Some(
+            BufReader::new(&f)
+                .lines()
+                .map_while(Result::ok)
+                .filter(|l| !l.trim().is_empty())
+                .count() as u64,
+        );
+        f.rewind().map_err(err)?;
+    }
+    Ok((Box::new(BufReader::new(f)), total))
+}
+
+/// How the input is named in messages.
+fn input_name(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "standard input".into()
+    } else {
+        path.display().to_string()
+    }
 }
 
 async fn connect(conn: &Conn) -> Result<SeppClient, Failure> {
@@ -221,12 +262,8 @@ pub(crate) async fn run(conn: &Conn, args: EnqueueArgs) -> Result<(), Failure> {
             "--key-field is empty: name a field of the lines".into(),
         ));
     }
-    // The total, for the rate and the time left (a first pass only counts newlines).
-    let total = open(&args.from)?
-        .lines()
-        .map_while(Result::ok)
-        .filter(|l| !l.trim().is_empty())
-        .count() as u64;
+    // The total, for the time left, is counted before connecting (a first pass over a file).
+    let (input, total) = open(&args.from)?;
     let client = connect(conn).await?;
     let server_max = client.max_enqueue_batch().unwrap_or(1000);
     let batch = match args.batch_size {
@@ -242,12 +279,12 @@ pub(crate) async fn run(conn: &Conn, args: EnqueueArgs) -> Result<(), Failure> {
     let progress = Progress::new(total);
     let mut t = Tally::default();
     let mut jobs: Vec<(u64, EnqueueRequest)> = Vec::with_capacity(batch);
-    for (i, line) in open(&args.from)?.lines().enumerate() {
+    for (i, line) in input.lines().enumerate() {
         let n = i as u64 + 1;
         let line = line.map_err(|e| {
             Failure(format!(
                 "cannot read line {n} of {}: {e}",
-                args.from.display()
+                input_name(&args.from)
             ))
         })?;
         match parse_line(&line, &args.key_field) {
