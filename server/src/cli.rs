@@ -712,6 +712,12 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
             }
         }
         Op::Job { id } => {
+            if uuid::Uuid::try_parse(&id).is_err() {
+                return Err(Failure(format!(
+                    "{id:?} is not a job id: job ids are UUIDs (e.g. \
+                     0b7e5c1a-3f2d-4c8e-9a61-5d2f4e8b7c90)"
+                )));
+            }
             let j = admin
                 .get_job(pb::GetJobRequest { job_id: id.clone() })
                 .await?

@@ -151,6 +151,11 @@ async fn a_scrape_counts_a_known_sequence_of_calls_and_reads_gauges_from_the_sto
         .await
         .expect_err("refused");
     assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+    assert!(
+        err.message()
+            .contains("\"not-a-job\" (not a UUID, so no job's id)"),
+        "{err:?}"
+    );
     raw.get_server_info(sepp_proto::v1::GetServerInfoRequest {})
         .await
         .expect("info");

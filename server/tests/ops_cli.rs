@@ -152,6 +152,12 @@ async fn every_operator_subcommand_against_a_real_server() {
     let (code, _, err) = cli.run(&["job", "00000000-0000-4000-8000-000000000000"]);
     assert_eq!(code, 1);
     assert!(err.contains("not known"), "{err}");
+    let (code, _, err) = cli.run(&["job", "nope"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("\"nope\" is not a job id: job ids are UUIDs"),
+        "{err}"
+    );
     let k = cli.json(&["key", "mail", "order-1"]);
     assert_eq!(k["job_id"], ids[1].as_str());
     assert_eq!(k["job"]["state"], "ready");

@@ -434,9 +434,9 @@ impl Queue {
         JobId::parse(job_id).ok_or_else(|| {
             // Not a UUID, so never a job: name it in the error, but not at any length.
             QueueError::JobNotInFlight(if job_id.len() <= 64 {
-                job_id.to_string()
+                format!("{job_id:?} (not a UUID, so no job's id)")
             } else {
-                format!("({} bytes, not a job id)", job_id.len())
+                format!("({} bytes, not a UUID, so no job's id)", job_id.len())
             })
         })
     }
