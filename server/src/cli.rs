@@ -661,21 +661,27 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
             limit,
             page_token,
         } => {
-            let state = match state {
-                StateArg::Ready => pb::JobState::Ready,
-                StateArg::Scheduled => pb::JobState::Scheduled,
-                StateArg::InFlight => pb::JobState::InFlight,
-                StateArg::Dead => pb::JobState::DeadLettered,
+            let (state, label) = match state {
+                StateArg::Ready => (pb::JobState::Ready, "ready"),
+                StateArg::Scheduled => (pb::JobState::Scheduled, "scheduled"),
+                StateArg::InFlight => (pb::JobState::InFlight, "in-flight"),
+                StateArg::Dead => (pb::JobState::DeadLettered, "dead-lettered"),
             };
             let page = admin
                 .list_jobs(pb::ListJobsRequest {
-                    queue,
+                    queue: queue.clone(),
                     state: state as i32,
                     page_size: Some(limit),
                     page_token,
                 })
                 .await?
                 .into_inner();
+            if conn.output == Output::Table && page.jobs.is_empty() {
+                // An empty table alone does not say whether the queue exists.
+                eprintln!(
+                    "no {label} jobs in queue {queue:?}; `sepp queues` lists the queues that exist"
+                );
+            }
             if conn.output == Output::Json {
                 print_json(&json!({
                     "jobs": page.jobs.iter().map(job_json).collect::<Vec<_>>(),

@@ -139,6 +139,14 @@ async fn every_operator_subcommand_against_a_real_server() {
     assert!(!token.is_empty());
     let p2 = cli.json(&["jobs", "mail", "--limit", "1", "--page-token", &token]);
     assert_ne!(p2["jobs"][0]["job_id"], p1["jobs"][0]["job_id"]);
+    // An empty table says so, and where to look for the queues that exist.
+    let (code, out, err) = cli.run(&["jobs", "no-such-queue"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("JOB_ID"), "{out}");
+    assert!(
+        err.contains("no ready jobs in queue \"no-such-queue\"; `sepp queues` lists"),
+        "{err}"
+    );
     let dead_jobs = cli.json(&["jobs", "mail", "--state", "dead"]);
     assert_eq!(dead_jobs["jobs"][0]["job_id"], dead.as_str());
     assert!(cli.ok(&["jobs", "mail"]).contains(&ids[1]));
