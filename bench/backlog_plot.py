@@ -5,8 +5,8 @@ each backlog size, one line per build.
     bench/backlog_plot.py OUT.svg LABEL=FILE.jsonl [LABEL=FILE.jsonl ...]
 
 Each FILE holds the JSON lines of one `backlog` run (the markdown table after them is
-skipped); the empty server's point is the baseline subtracted from the others, as in the
-table the bench prints. Standard library only: the SVG is written by hand.
+skipped). As in the table the bench prints: RSS less the empty server's, over N; disk as
+found after the restart, over N. Standard library only: the SVG is written by hand.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def load(path: Path) -> list[dict]:
     return points
 
 
-def per_job(points: list[dict], field: str) -> list[tuple[int, float]]:
-    base = next((p[field] for p in points if p["jobs"] == 0), 0.0)
+def per_job(points: list[dict], field: str, less_empty: bool) -> list[tuple[int, float]]:
+    base = next((p[field] for p in points if p["jobs"] == 0), 0.0) if less_empty else 0.0
     return [
         (p["jobs"], (p[field] - base) * MIB / p["jobs"])
         for p in points
@@ -90,8 +90,8 @@ def main() -> None:
     for i, arg in enumerate(sys.argv[2:]):
         label, _, file = arg.partition("=")
         runs.append((label, COLOURS[i % len(COLOURS)], load(Path(file))))
-    rss = [(l, c, per_job(p, "rss_settled_mib")) for l, c, p in runs]
-    disk = [(l, c, per_job(p, "disk_settled_mib")) for l, c, p in runs]
+    rss = [(l, c, per_job(p, "rss_settled_mib", True)) for l, c, p in runs]
+    disk = [(l, c, per_job(p, "disk_after_restart_mib", False)) for l, c, p in runs]
     legend = "\n".join(
         f'<rect x="{70 + 150 * i}" y="312" width="12" height="12" fill="{c}"/>'
         f'<text x="{88 + 150 * i}" y="323">{l}</text>'
