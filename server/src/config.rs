@@ -383,10 +383,10 @@ impl ApiKeysFile {
                 path.display()
             ))
         })?;
-        let table: toml::Table = text.parse().map_err(|e| {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             ConfigError(format!(
-                "auth.api_keys_file {}: not valid TOML: {e}",
-                path.display()
+                "{} (auth.api_keys_file)",
+                toml_syntax_error(Some(path), &text, &e)
             ))
         })?;
         serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
@@ -894,7 +894,7 @@ impl Config {
             })?,
             None => String::new(),
         };
-        let mut loaded = Self::from_toml_with_env(&text, &env)?;
+        let mut loaded = Self::from_toml_at(&text, path.as_deref(), &env)?;
         loaded.path = path;
         Ok(loaded)
     }
@@ -904,12 +904,19 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn from_toml_with_env(text: &str, env: &[(String, String)]) -> Result<Loaded, ConfigError> {
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            ConfigError(format!(
-                "config is not valid TOML: {}",
-                e.message().replace('\n', " ")
-            ))
-        })?;
+        Self::from_toml_at(text, None, env)
+    }
+
+    /// As [`Config::from_toml_with_env`], naming `path` (the file `text` was read from) in a
+    /// TOML syntax error.
+    fn from_toml_at(
+        text: &str,
+        path: Option<&Path>,
+        env: &[(String, String)],
+    ) -> Result<Loaded, ConfigError> {
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError(toml_syntax_error(path, text, &e)))?;
         let mut ignored_sections = Vec::new();
         for section in IGNORED_SECTIONS {
             if table.remove(*section).is_some() {
@@ -1126,6 +1133,32 @@ impl Config {
     }
 }
 
+/// One line for a TOML syntax error: `PATH:LINE:COLUMN: not valid TOML: MESSAGE`, as compilers
+/// put it, so that editors and terminals can jump to the spot. Without a path (text that came
+/// from no file), `config line LINE, column COLUMN: ...`. The `toml` crate's own `Display` spans
+/// several lines (it draws the line and a caret); its span gives the place instead. Lines and
+/// columns count from 1, columns in characters.
+fn toml_syntax_error(path: Option<&Path>, text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return match path {
+            Some(p) => format!("{}: not valid TOML: {message}", p.display()),
+            None => format!("config is not valid TOML: {message}"),
+        };
+    };
+    let at = text.floor_char_boundary(span.start.min(text.len()));
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count()
+        + 1;
+    match path {
+        Some(p) => format!("{}:{line}:{column}: not valid TOML: {message}", p.display()),
+        None => format!("config line {line}, column {column}: not valid TOML: {message}"),
+    }
+}
+
 /// Refuses `v` outside `lo..=hi`, naming the key, the value and the range.
 ///
 /// # Errors
@@ -1282,6 +1315,27 @@ mod tests {
         // the defaults exactly.
         let parsed = load(EXAMPLE).expect("example parses");
         assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn a_toml_syntax_error_gives_the_line_and_column_on_one_line() {
+        let err = load("# limits\n[limits]\n[storage\npersist_mode = 1\n").unwrap_err();
+        assert_eq!(
+            err,
+            "config line 3, column 9: not valid TOML: unclosed table, expected `]`"
+        );
+        let err = Config::from_toml_at(
+            "[limits]\nmax_enqueue_batch = \"é\" 3\n",
+            Some(Path::new("/etc/sepp/sepp.toml")),
+            &[],
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            err.starts_with("/etc/sepp/sepp.toml:2:25: not valid TOML: "),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
     }
 
     #[test]

@@ -210,6 +210,23 @@ fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
 }
 
 #[test]
+fn a_toml_syntax_error_names_the_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sepp.toml");
+    std::fs::write(&path, "[limits]\nmax_enqueue_batch = 3\n[storage\n").unwrap();
+    let p = path.to_str().unwrap();
+    for args in [vec!["--config", p], vec!["config", "check", "--config", p]] {
+        let (code, out, err) = run(&args, None);
+        assert_eq!(code, 1, "sepp {args:?}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(
+            err,
+            format!("sepp: {p}:3:9: not valid TOML: unclosed table, expected `]`\n")
+        );
+    }
+}
+
+#[test]
 fn an_unknown_environment_override_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(sepp_bin())
