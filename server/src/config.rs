@@ -863,6 +863,27 @@ pub struct Loaded {
     pub ignored_keys: Vec<String>,
 }
 
+impl Loaded {
+    /// What the server warns about at start, one line each, for `sepp config check`: the
+    /// ignored sections, then the ignored keys.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.ignored_sections.is_empty() {
+            out.push(format!(
+                "config sections not implemented by this server are ignored: {}",
+                self.ignored_sections.join(", ")
+            ));
+        }
+        if !self.ignored_keys.is_empty() {
+            out.push(format!(
+                "config keys not implemented by this server are ignored: {}",
+                self.ignored_keys.join(", ")
+            ));
+        }
+        out
+    }
+}
+
 /// A day in milliseconds, for the ranges of time keys.
 pub const DAY_MS: u64 = 86_400_000;
 

@@ -89,6 +89,11 @@ fn main() -> ExitCode {
             return match sepp_server::load_config(cli.config.as_deref(), env) {
                 Ok(l) => match l.config.to_toml() {
                     Ok(t) => {
+                        // What a server started with this config would warn about, so that
+                        // the check shows it before a start does.
+                        for w in l.warnings() {
+                            eprintln!("sepp: warning: {w}");
+                        }
                         print!("{t}");
                         ExitCode::SUCCESS
                     }

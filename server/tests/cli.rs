@@ -137,6 +137,28 @@ fn config_check_takes_config_before_or_after_the_subcommand() {
 }
 
 #[test]
+fn config_check_prints_the_warnings_a_start_would_log_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sepp.toml");
+    std::fs::write(
+        &path,
+        "[metrics]\nfoo = 1\n[tracing]\nbar = 2\n[cluster]\nnodes = 3\n[limits]\nmax_enqueue_batch = 7\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(
+        &["config", "check", "--config", path.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("max_enqueue_batch = 7"), "{out}");
+    assert_eq!(
+        err,
+        "sepp: warning: config sections not implemented by this server are ignored: cluster\n\
+         sepp: warning: config keys not implemented by this server are ignored: metrics.foo, tracing.bar\n"
+    );
+}
+
+#[test]
 fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
     let cases: &[(&str, &[&str])] = &[
         ("[limits]\nmax_enqueue_btch = 3\n", &["max_enqueue_btch"]),
