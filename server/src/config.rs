@@ -861,9 +861,18 @@ pub struct Loaded {
     /// Keys of `[metrics]`, `[logging]` and `[tracing]` that this server does not implement,
     /// as `section.key` (logged once as a warning).
     pub ignored_keys: Vec<String>,
+    /// The keys set by `SEPP_SECTION__FIELD` variables, as (`section.field`, variable name),
+    /// so that an error about one of them names the variable ([`Loaded::attribute`]).
+    pub env_overrides: Vec<(String, String)>,
 }
 
 impl Loaded {
+    /// `e`, with ` (from VARIABLE)` appended when the key it names first was set by an
+    /// environment variable: the value at fault is then in no file.
+    pub fn attribute(&self, e: ConfigError) -> ConfigError {
+        attribute_to_env(e, &self.env_overrides)
+    }
+
     /// What the server warns about at start, one line each, for `sepp config check`: the
     /// ignored sections, then the ignored keys.
     pub fn warnings(&self) -> Vec<String> {
@@ -958,18 +967,22 @@ impl Config {
                 }
             }
         }
-        apply_env(&mut table, env)?;
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let env_overrides = apply_env(&mut table, env)?;
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
                 let path = e.path().to_string();
                 ConfigError(format!("config key {path}: {}", e.inner().message()))
-            })?;
-        config.validate()?;
+            })
+            .map_err(|e| attribute_to_env(e, &env_overrides))?;
+        config
+            .validate()
+            .map_err(|e| attribute_to_env(e, &env_overrides))?;
         Ok(Loaded {
             config,
             path: None,
             ignored_sections,
             ignored_keys,
+            env_overrides,
         })
     }
 
@@ -1198,10 +1211,32 @@ pub fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
     Ok(())
 }
 
+/// Appends ` (from VARIABLE)` to `e` when the first key it names (`config key KEY...`) is one
+/// that `overrides` (`section.field`, variable) says came from the environment. Errors naming
+/// several keys are attributed by their first only.
+fn attribute_to_env(e: ConfigError, overrides: &[(String, String)]) -> ConfigError {
+    let Some(rest) = e.0.strip_prefix("config key ") else {
+        return e;
+    };
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .unwrap_or(rest.len());
+    let key = &rest[..end];
+    match overrides.iter().find(|(k, _)| k == key) {
+        Some((_, var)) => ConfigError(format!("{} (from {var})", e.0)),
+        None => e,
+    }
+}
+
 /// Applies `SEPP_SECTION__FIELD=value` overrides. The value is read as a TOML value when it
 /// parses as one (numbers, booleans, quoted strings), otherwise as a bare string. Only scalar keys
-/// of the fixed sections can be overridden.
-fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
+/// of the fixed sections can be overridden. Returns the keys set, as (`section.field`,
+/// variable name).
+fn apply_env(
+    table: &mut toml::Table,
+    env: &[(String, String)],
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut set = Vec::new();
     const SECTIONS: &[&str] = &[
         "server", "auth", "limits", "storage", "metrics", "logging", "tracing", "admin_ui",
     ];
@@ -1237,9 +1272,10 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), Co
         let toml::Value::Table(sec) = entry else {
             return Err(ConfigError(format!("config key {section} must be a table")));
         };
+        set.push((format!("{section}.{field}"), name.clone()));
         sec.insert(field, value);
     }
-    Ok(())
+    Ok(set)
 }
 
 fn parse_env_value(raw: &str) -> toml::Value {
@@ -1592,6 +1628,44 @@ mod tests {
             let c = load(&format!("[server]\nlisten_addr = \"{ok}\"\n")).unwrap();
             assert_eq!(c.server.listen_addr, ok.parse::<SocketAddr>().unwrap());
         }
+    }
+
+    #[test]
+    fn a_bad_value_from_the_environment_names_the_variable() {
+        let env = |name: &str, value: &str| vec![(name.to_string(), value.to_string())];
+        let err = Config::from_toml_with_env(
+            "[limits]\nmax_payload_bytes = 1024\n",
+            &env("SEPP_LIMITS__MAX_PAYLOAD_BYTES", "abc"),
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            err.starts_with("config key limits.max_payload_bytes: "),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(" (from SEPP_LIMITS__MAX_PAYLOAD_BYTES)"),
+            "{err}"
+        );
+        // A range error, and an unknown key, from the environment.
+        let err = Config::from_toml_with_env("", &env("SEPP_SERVER__IDLE_TIMEOUT_MS", "5"))
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            err,
+            "config key server.idle_timeout_ms = 5 is out of range: allowed 1000 to 86400000 \
+             (from SEPP_SERVER__IDLE_TIMEOUT_MS)"
+        );
+        let err = Config::from_toml_with_env("", &env("SEPP_LIMITS__MAX_PAYLOAD_BYTE", "5"))
+            .unwrap_err()
+            .0;
+        assert!(
+            err.ends_with("(from SEPP_LIMITS__MAX_PAYLOAD_BYTE)"),
+            "{err}"
+        );
+        // The same mistake in the file names no variable.
+        let err = load("[limits]\nmax_payload_bytes = \"abc\"\n").unwrap_err();
+        assert!(!err.contains("(from"), "{err}");
     }
 
     #[test]

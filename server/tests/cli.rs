@@ -259,6 +259,32 @@ fn an_unknown_environment_override_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("limits.max_enqueue_batch = 0"), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("(from SEPP_LIMITS__MAX_ENQUEUE_BATCH)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_value_from_the_environment_names_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(sepp_bin())
+        .current_dir(dir.path())
+        .env_remove("SEPP_CONFIG")
+        .env("SEPP_LIMITS__MAX_PAYLOAD_BYTES", "abc")
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("sepp: config key limits.max_payload_bytes: ")
+            && err.contains("abc")
+            && err.ends_with(" (from SEPP_LIMITS__MAX_PAYLOAD_BYTES)\n"),
+        "{err}"
+    );
 }
 
 fn terminate(p: &sepp_server::testing::ServerProcess) {
