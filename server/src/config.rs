@@ -968,10 +968,13 @@ impl Config {
             }
         }
         let env_overrides = apply_env(&mut table, env)?;
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+        let table = toml::Value::Table(table);
+        let config: Config = serde_path_to_error::deserialize(table.clone())
             .map_err(|e| {
                 let path = e.path().to_string();
-                ConfigError(format!("config key {path}: {}", e.inner().message()))
+                let message = expected_in_key_terms(e.path(), e.inner().message(), &table)
+                    .unwrap_or_else(|| e.inner().message().to_string());
+                ConfigError(format!("config key {path}: {message}"))
             })
             .map_err(|e| attribute_to_env(e, &env_overrides))?;
         config
@@ -1211,6 +1214,60 @@ pub fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
     Ok(())
 }
 
+/// Serde's message for a value of the wrong type or out of its type's range (`invalid type:
+/// string "1MB", expected u64`) restated in the key's terms, which its name's suffix gives:
+/// `"1MB" is not a number of bytes (an integer, e.g. 1048576 for 1 MiB)`. `_bytes` keys are
+/// bytes, `_ms` keys milliseconds, `_secs` keys seconds, other integer keys counts; float and
+/// boolean keys say so. `None` for any other message (unknown keys, enum variants, addresses),
+/// which is kept as serde gives it.
+fn expected_in_key_terms(
+    path: &serde_path_to_error::Path,
+    message: &str,
+    root: &toml::Value,
+) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let rest = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))?;
+    let (_, expected) = rest.rsplit_once(", expected ")?;
+    // The value as it was written, found by the same path in the table deserialized.
+    let mut value = root;
+    let mut key = "";
+    for segment in path.iter() {
+        value = match segment {
+            Segment::Map { key: k } => {
+                key = k;
+                value.get(k.as_str())?
+            }
+            Segment::Seq { index } => value.get(*index)?,
+            _ => return None,
+        };
+    }
+    let max = match expected {
+        "u8" => u64::from(u8::MAX),
+        "u16" => u64::from(u16::MAX),
+        "u32" => u64::from(u32::MAX),
+        "u64" => i64::MAX as u64,
+        "f32" | "f64" => return Some(format!("{value} is not a number (e.g. 0.5)")),
+        "a boolean" => return Some(format!("{value} is not true or false")),
+        _ => return None,
+    };
+    let (what, example) = if key.ends_with("_bytes") {
+        ("a number of bytes", "1048576 for 1 MiB")
+    } else if key.ends_with("_ms") {
+        ("a number of milliseconds", "30000 for 30 seconds")
+    } else if key.ends_with("_secs") {
+        ("a number of seconds", "30")
+    } else {
+        ("a whole number", "10")
+    };
+    Some(match value {
+        // An integer of the right type but out of its range: negative, or too large.
+        toml::Value::Integer(_) => format!("{value} is not {what} (an integer from 0 to {max})"),
+        _ => format!("{value} is not {what} (an integer, e.g. {example})"),
+    })
+}
+
 /// Appends ` (from VARIABLE)` to `e` when the first key it names (`config key KEY...`) is one
 /// that `overrides` (`section.field`, variable) says came from the environment. Errors naming
 /// several keys are attributed by their first only.
@@ -1393,6 +1450,60 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_in_the_key_terms() {
+        for (text, want) in [
+            (
+                "[limits]\nmax_payload_bytes = \"1MB\"\n",
+                "config key limits.max_payload_bytes: \"1MB\" is not a number of bytes (an \
+                 integer, e.g. 1048576 for 1 MiB)",
+            ),
+            (
+                "[server]\nidle_timeout_ms = \"5m\"\n",
+                "config key server.idle_timeout_ms: \"5m\" is not a number of milliseconds (an \
+                 integer, e.g. 30000 for 30 seconds)",
+            ),
+            (
+                "[storage]\ndedup_window_ms = 1.5\n",
+                "config key storage.dedup_window_ms: 1.5 is not a number of milliseconds (an \
+                 integer, e.g. 30000 for 30 seconds)",
+            ),
+            (
+                "[limits]\nmax_enqueue_batch = \"many\"\n",
+                "config key limits.max_enqueue_batch: \"many\" is not a whole number (an \
+                 integer, e.g. 10)",
+            ),
+            (
+                "[limits]\nmax_payload_bytes = -1\n",
+                "config key limits.max_payload_bytes: -1 is not a number of bytes (an integer \
+                 from 0 to 9223372036854775807)",
+            ),
+            (
+                "[limits]\nmax_queue_name_bytes = 5000000000\n",
+                "config key limits.max_queue_name_bytes: 5000000000 is not a number of bytes \
+                 (an integer from 0 to 4294967295)",
+            ),
+            (
+                "[[queues]]\nname = \"q\"\nmax_payload_bytes = \"2MB\"\n",
+                "config key queues[0].max_payload_bytes: \"2MB\" is not a number of bytes (an \
+                 integer, e.g. 1048576 for 1 MiB)",
+            ),
+            (
+                "[server]\nstrict_queues = \"yes\"\n",
+                "config key server.strict_queues: \"yes\" is not true or false",
+            ),
+            (
+                "[tracing]\nsample_ratio = \"half\"\n",
+                "config key tracing.sample_ratio: \"half\" is not a number (e.g. 0.5)",
+            ),
+        ] {
+            assert_eq!(load(text).unwrap_err(), want, "{text}");
+        }
+        // Other messages are serde's.
+        let err = load("[storage]\npersist_mode = \"sometimes\"\n").unwrap_err();
+        assert!(err.contains("unknown variant `sometimes`"), "{err}");
     }
 
     #[test]

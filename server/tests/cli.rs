@@ -213,6 +213,13 @@ fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
                 "host names are not resolved",
             ],
         ),
+        (
+            "[limits]\nmax_payload_bytes = \"1MB\"\n",
+            &[
+                "config key limits.max_payload_bytes: \"1MB\" is not a number of bytes",
+                "e.g. 1048576",
+            ],
+        ),
         ("this is not toml", &["TOML"]),
     ];
     for (text, needles) in cases {
