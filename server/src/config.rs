@@ -1285,6 +1285,172 @@ fn attribute_to_env(e: ConfigError, overrides: &[(String, String)]) -> ConfigErr
     }
 }
 
+/// The sections `SEPP_SECTION__FIELD` variables may set.
+const ENV_SECTIONS: &[&str] = &[
+    "server", "auth", "limits", "storage", "metrics", "logging", "tracing", "admin_ui",
+];
+
+/// The `SEPP_*` variables the configuration itself reads, besides the overrides.
+const CONFIG_VARIABLES: &[&str] = &["SEPP_CONFIG", "SEPP_LOG"];
+
+/// Variables under this prefix belong to test rigs and are never warned about.
+const TEST_VARIABLE_PREFIX: &str = "SEPP_TEST_";
+
+/// A `SEPP_*` environment variable that sepp does not read: neither a `SEPP_SECTION__FIELD`
+/// override nor one of its own variables. Most often a typo (one underscore for two), so it is
+/// warned about rather than ignored in silence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariable {
+    /// The variable's name.
+    pub name: String,
+    /// The nearest name sepp reads, when one is close.
+    pub did_you_mean: Option<String>,
+}
+
+impl std::fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "environment variable {} is not one sepp reads and is ignored",
+            self.name
+        )?;
+        match &self.did_you_mean {
+            Some(n) => write!(f, "; did you mean {n}?"),
+            None => write!(
+                f,
+                " (config overrides are SEPP_<SECTION>__<KEY>, with two underscores)"
+            ),
+        }
+    }
+}
+
+/// The `SEPP_*` variables in `env` that sepp does not read, each with the nearest name it does
+/// read when one is close. Known: the `SEPP_SECTION__FIELD` overrides (those with `__` are
+/// judged, and refused when wrong, by [`Config::load`]), `SEPP_CONFIG`, `SEPP_LOG`, the
+/// `other_known` names (the command line's variables) and `SEPP_TEST_*`.
+pub fn unknown_variables(env: &[(String, String)], other_known: &[String]) -> Vec<UnknownVariable> {
+    let known: Vec<String> = override_names()
+        .chain(CONFIG_VARIABLES.iter().map(|s| (*s).to_string()))
+        .chain(other_known.iter().cloned())
+        .collect();
+    env.iter()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            name.strip_prefix("SEPP_")
+                .is_some_and(|rest| !rest.contains("__"))
+                && !name.starts_with(TEST_VARIABLE_PREFIX)
+                && !known.contains(name)
+        })
+        .map(|name| UnknownVariable {
+            name: name.clone(),
+            did_you_mean: nearest(name, &known),
+        })
+        .collect()
+}
+
+/// Every `SEPP_SECTION__FIELD` name, from the fields of the section structs.
+fn override_names() -> impl Iterator<Item = String> {
+    let sections: [(&str, &[&str]); 8] = [
+        ("server", field_names::<ServerConfig>()),
+        ("auth", field_names::<AuthConfig>()),
+        ("limits", field_names::<LimitsConfig>()),
+        ("storage", field_names::<StorageConfig>()),
+        ("metrics", field_names::<MetricsConfig>()),
+        ("logging", field_names::<LoggingConfig>()),
+        ("tracing", field_names::<TracingConfig>()),
+        ("admin_ui", field_names::<AdminUiConfig>()),
+    ];
+    debug_assert!(
+        sections
+            .iter()
+            .map(|(s, _)| *s)
+            .eq(ENV_SECTIONS.iter().copied())
+    );
+    sections.into_iter().flat_map(|(section, fields)| {
+        fields.iter().map(move |f| {
+            format!(
+                "SEPP_{}__{}",
+                section.to_ascii_uppercase(),
+                f.to_ascii_uppercase()
+            )
+        })
+    })
+}
+
+/// The field names serde's derive gives a struct, asked of the struct itself so the list cannot
+/// drift from it: a deserializer that records the names `deserialize_struct` is handed, then
+/// stops.
+fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    #[derive(Debug)]
+    struct Stop;
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("field names recorded")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl serde::de::Error for Stop {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Stop
+        }
+    }
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = Stop;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            *self.0 = fields;
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
+
+/// The name in `known` nearest to `name` by edit distance, if it is close: at most 3 edits and
+/// fewer than a third of the name.
+fn nearest(name: &str, known: &[String]) -> Option<String> {
+    known
+        .iter()
+        .map(|k| (edit_distance(name, k), k))
+        .filter(|(d, _)| *d <= 3 && *d * 3 < name.len())
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.clone())
+}
+
+/// Levenshtein distance between two names, by bytes.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let up = row[j + 1];
+            row[j + 1] = if ca == cb {
+                diag
+            } else {
+                1 + diag.min(up).min(row[j])
+            };
+            diag = up;
+        }
+    }
+    row[b.len()]
+}
+
 /// Applies `SEPP_SECTION__FIELD=value` overrides. The value is read as a TOML value when it
 /// parses as one (numbers, booleans, quoted strings), otherwise as a bare string. Only scalar keys
 /// of the fixed sections can be overridden. Returns the keys set, as (`section.field`,
@@ -1294,9 +1460,6 @@ fn apply_env(
     env: &[(String, String)],
 ) -> Result<Vec<(String, String)>, ConfigError> {
     let mut set = Vec::new();
-    const SECTIONS: &[&str] = &[
-        "server", "auth", "limits", "storage", "metrics", "logging", "tracing", "admin_ui",
-    ];
     for (name, raw) in env {
         let Some(rest) = name.strip_prefix("SEPP_") else {
             continue;
@@ -1304,17 +1467,17 @@ fn apply_env(
         if rest == "CONFIG" || rest == "LOG" {
             continue;
         }
-        // Only SEPP_SECTION__FIELD names are overrides; other SEPP_* variables (set by tools
-        // around sepp) are not ours to judge.
+        // Only SEPP_SECTION__FIELD names are overrides; the other SEPP_* variables do not
+        // change the config (`unknown_variables` names those sepp does not read, for a warning).
         let Some((section, field)) = rest.split_once("__") else {
             continue;
         };
         let section = section.to_ascii_lowercase();
         let field = field.to_ascii_lowercase();
-        if !SECTIONS.contains(&section.as_str()) {
+        if !ENV_SECTIONS.contains(&section.as_str()) {
             return Err(ConfigError(format!(
                 "environment variable {name}: unknown section {section:?}, expected one of {}",
-                SECTIONS.join(", ")
+                ENV_SECTIONS.join(", ")
             )));
         }
         let value = parse_env_value(raw);
@@ -1777,6 +1940,47 @@ mod tests {
         // The same mistake in the file names no variable.
         let err = load("[limits]\nmax_payload_bytes = \"abc\"\n").unwrap_err();
         assert!(!err.contains("(from"), "{err}");
+    }
+
+    #[test]
+    fn a_sepp_variable_sepp_does_not_read_is_reported_with_the_nearest_name() {
+        let env: Vec<(String, String)> = [
+            "SEPP_STORAGE_PERSIST_MODE",
+            "SEPP_API_KEYS",
+            "SEPP_WHATEVER",
+            "SEPP_STORAGE__PERSIST_MODE",
+            "SEPP_CONFIG",
+            "SEPP_LOG",
+            "SEPP_SERVER",
+            "SEPP_TEST_BACKEND",
+            "PATH",
+        ]
+        .iter()
+        .map(|n| (n.to_string(), "x".to_string()))
+        .collect();
+        let found = unknown_variables(&env, &["SEPP_SERVER".into(), "SEPP_API_KEY".into()]);
+        let lines: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "environment variable SEPP_STORAGE_PERSIST_MODE is not one sepp reads and is \
+                 ignored; did you mean SEPP_STORAGE__PERSIST_MODE?",
+                "environment variable SEPP_API_KEYS is not one sepp reads and is ignored; did \
+                 you mean SEPP_API_KEY?",
+                "environment variable SEPP_WHATEVER is not one sepp reads and is ignored \
+                 (config overrides are SEPP_<SECTION>__<KEY>, with two underscores)",
+            ]
+        );
+        // Every field of every section is an override name.
+        let names: Vec<String> = override_names().collect();
+        for n in [
+            "SEPP_SERVER__LISTEN_ADDR",
+            "SEPP_LIMITS__MAX_REASON_BYTES",
+            "SEPP_ADMIN_UI__SESSION_TTL_MS",
+            "SEPP_TRACING__SAMPLE_RATIO",
+        ] {
+            assert!(names.contains(&n.to_string()), "{n} in {names:?}");
+        }
     }
 
     #[test]

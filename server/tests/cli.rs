@@ -6,12 +6,22 @@ use common::{ServerProcess, sepp_bin};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// `sepp`, with none of the `SEPP_*` variables of the environment the tests run in (a make
+/// target's, a developer's), which would change the config or add warnings.
+fn sepp() -> Command {
+    let mut cmd = Command::new(sepp_bin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SEPP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
 fn run(args: &[&str], config: Option<&str>) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(sepp_bin());
-    cmd.args(args)
-        .current_dir(dir.path())
-        .env_remove("SEPP_CONFIG");
+    let mut cmd = sepp();
+    cmd.args(args).current_dir(dir.path());
     if let Some(text) = config {
         let p = dir.path().join("bad.toml");
         std::fs::write(&p, text).unwrap();
@@ -159,6 +169,57 @@ fn config_check_prints_the_warnings_a_start_would_log_and_exits_0() {
 }
 
 #[test]
+fn a_sepp_variable_sepp_does_not_read_is_warned_about_with_the_nearest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sepp()
+        .current_dir(dir.path())
+        .env("SEPP_STORAGE_PERSIST_MODE", "buffer")
+        .env("SEPP_TEST_ANYTHING", "1")
+        .env("SEPP_SERVER", "http://127.0.0.1:1")
+        .env("SEPP_CA_CERT", "/nonexistent.pem")
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("persist_mode = \"sync_all\""));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "sepp: warning: environment variable SEPP_STORAGE_PERSIST_MODE is not one sepp reads \
+         and is ignored; did you mean SEPP_STORAGE__PERSIST_MODE?\n"
+    );
+
+    // At start, the same as a log line.
+    use std::io::BufRead;
+    let mut child = sepp()
+        .current_dir(dir.path())
+        .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+        .env("SEPP_SERVER__DB_PATH", dir.path().join("data"))
+        .env("SEPP_LOG", "warn")
+        .env("SEPP_STORAGE_PERSIST_MODE", "buffer")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(line.starts_with("sepp listening on "), "{line:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = err
+        .lines()
+        .find(|l| l.contains("environment variable not read by sepp is ignored"))
+        .unwrap_or_else(|| panic!("no warning in {err}"));
+    assert!(
+        warning.contains("SEPP_STORAGE_PERSIST_MODE")
+            && warning.contains("SEPP_STORAGE__PERSIST_MODE"),
+        "{warning}"
+    );
+}
+
+#[test]
 fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
     let cases: &[(&str, &[&str])] = &[
         ("[limits]\nmax_enqueue_btch = 3\n", &["max_enqueue_btch"]),
@@ -276,9 +337,8 @@ fn an_unknown_environment_override_is_refused() {
 #[test]
 fn a_bad_value_from_the_environment_names_the_variable() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(sepp_bin())
+    let out = sepp()
         .current_dir(dir.path())
-        .env_remove("SEPP_CONFIG")
         .env("SEPP_LIMITS__MAX_PAYLOAD_BYTES", "abc")
         .args(["config", "check"])
         .output()
