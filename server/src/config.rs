@@ -383,10 +383,10 @@ impl ApiKeysFile {
                 path.display()
             ))
         })?;
-        let table: toml::Table = text.parse().map_err(|e| {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             ConfigError(format!(
-                "auth.api_keys_file {}: not valid TOML: {e}",
-                path.display()
+                "{} (auth.api_keys_file)",
+                toml_syntax_error(Some(path), &text, &e)
             ))
         })?;
         serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
@@ -861,6 +861,36 @@ pub struct Loaded {
     /// Keys of `[metrics]`, `[logging]` and `[tracing]` that this server does not implement,
     /// as `section.key` (logged once as a warning).
     pub ignored_keys: Vec<String>,
+    /// The keys set by `SEPP_SECTION__FIELD` variables, as (`section.field`, variable name),
+    /// so that an error about one of them names the variable ([`Loaded::attribute`]).
+    pub env_overrides: Vec<(String, String)>,
+}
+
+impl Loaded {
+    /// `e`, with ` (from VARIABLE)` appended when the key it names first was set by an
+    /// environment variable: the value at fault is then in no file.
+    pub fn attribute(&self, e: ConfigError) -> ConfigError {
+        attribute_to_env(e, &self.env_overrides)
+    }
+
+    /// What the server warns about at start, one line each, for `sepp config check`: the
+    /// ignored sections, then the ignored keys.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.ignored_sections.is_empty() {
+            out.push(format!(
+                "config sections not implemented by this server are ignored: {}",
+                self.ignored_sections.join(", ")
+            ));
+        }
+        if !self.ignored_keys.is_empty() {
+            out.push(format!(
+                "config keys not implemented by this server are ignored: {}",
+                self.ignored_keys.join(", ")
+            ));
+        }
+        out
+    }
 }
 
 /// A day in milliseconds, for the ranges of time keys.
@@ -894,7 +924,7 @@ impl Config {
             })?,
             None => String::new(),
         };
-        let mut loaded = Self::from_toml_with_env(&text, &env)?;
+        let mut loaded = Self::from_toml_at(&text, path.as_deref(), &env)?;
         loaded.path = path;
         Ok(loaded)
     }
@@ -904,12 +934,19 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn from_toml_with_env(text: &str, env: &[(String, String)]) -> Result<Loaded, ConfigError> {
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            ConfigError(format!(
-                "config is not valid TOML: {}",
-                e.message().replace('\n', " ")
-            ))
-        })?;
+        Self::from_toml_at(text, None, env)
+    }
+
+    /// As [`Config::from_toml_with_env`], naming `path` (the file `text` was read from) in a
+    /// TOML syntax error.
+    fn from_toml_at(
+        text: &str,
+        path: Option<&Path>,
+        env: &[(String, String)],
+    ) -> Result<Loaded, ConfigError> {
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError(toml_syntax_error(path, text, &e)))?;
         let mut ignored_sections = Vec::new();
         for section in IGNORED_SECTIONS {
             if table.remove(*section).is_some() {
@@ -930,18 +967,25 @@ impl Config {
                 }
             }
         }
-        apply_env(&mut table, env)?;
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let env_overrides = apply_env(&mut table, env)?;
+        let table = toml::Value::Table(table);
+        let config: Config = serde_path_to_error::deserialize(table.clone())
+            .map_err(|e| {
                 let path = e.path().to_string();
-                ConfigError(format!("config key {path}: {}", e.inner().message()))
-            })?;
-        config.validate()?;
+                let message = expected_in_key_terms(e.path(), e.inner().message(), &table)
+                    .unwrap_or_else(|| e.inner().message().to_string());
+                ConfigError(format!("config key {path}: {message}"))
+            })
+            .map_err(|e| attribute_to_env(e, &env_overrides))?;
+        config
+            .validate()
+            .map_err(|e| attribute_to_env(e, &env_overrides))?;
         Ok(Loaded {
             config,
             path: None,
             ignored_sections,
             ignored_keys,
+            env_overrides,
         })
     }
 
@@ -1126,6 +1170,32 @@ impl Config {
     }
 }
 
+/// One line for a TOML syntax error: `PATH:LINE:COLUMN: not valid TOML: MESSAGE`, as compilers
+/// put it, so that editors and terminals can jump to the spot. Without a path (text that came
+/// from no file), `config line LINE, column COLUMN: ...`. The `toml` crate's own `Display` spans
+/// several lines (it draws the line and a caret); its span gives the place instead. Lines and
+/// columns count from 1, columns in characters.
+fn toml_syntax_error(path: Option<&Path>, text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return match path {
+            Some(p) => format!("{}: not valid TOML: {message}", p.display()),
+            None => format!("config is not valid TOML: {message}"),
+        };
+    };
+    let at = text.floor_char_boundary(span.start.min(text.len()));
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count()
+        + 1;
+    match path {
+        Some(p) => format!("{}:{line}:{column}: not valid TOML: {message}", p.display()),
+        None => format!("config line {line}, column {column}: not valid TOML: {message}"),
+    }
+}
+
 /// Refuses `v` outside `lo..=hi`, naming the key, the value and the range.
 ///
 /// # Errors
@@ -1144,13 +1214,252 @@ pub fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
     Ok(())
 }
 
+/// Serde's message for a value of the wrong type or out of its type's range (`invalid type:
+/// string "1MB", expected u64`) restated in the key's terms, which its name's suffix gives:
+/// `"1MB" is not a number of bytes (an integer, e.g. 1048576 for 1 MiB)`. `_bytes` keys are
+/// bytes, `_ms` keys milliseconds, `_secs` keys seconds, other integer keys counts; float and
+/// boolean keys say so. `None` for any other message (unknown keys, enum variants, addresses),
+/// which is kept as serde gives it.
+fn expected_in_key_terms(
+    path: &serde_path_to_error::Path,
+    message: &str,
+    root: &toml::Value,
+) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let rest = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))?;
+    let (_, expected) = rest.rsplit_once(", expected ")?;
+    // The value as it was written, found by the same path in the table deserialized.
+    let mut value = root;
+    let mut key = "";
+    for segment in path.iter() {
+        value = match segment {
+            Segment::Map { key: k } => {
+                key = k;
+                value.get(k.as_str())?
+            }
+            Segment::Seq { index } => value.get(*index)?,
+            _ => return None,
+        };
+    }
+    let max = match expected {
+        "u8" => u64::from(u8::MAX),
+        "u16" => u64::from(u16::MAX),
+        "u32" => u64::from(u32::MAX),
+        "u64" => i64::MAX as u64,
+        "f32" | "f64" => return Some(format!("{value} is not a number (e.g. 0.5)")),
+        "a boolean" => return Some(format!("{value} is not true or false")),
+        _ => return None,
+    };
+    let (what, example) = if key.ends_with("_bytes") {
+        ("a number of bytes", "1048576 for 1 MiB")
+    } else if key.ends_with("_ms") {
+        ("a number of milliseconds", "30000 for 30 seconds")
+    } else if key.ends_with("_secs") {
+        ("a number of seconds", "30")
+    } else {
+        ("a whole number", "10")
+    };
+    Some(match value {
+        // An integer of the right type but out of its range: negative, or too large.
+        toml::Value::Integer(_) => format!("{value} is not {what} (an integer from 0 to {max})"),
+        _ => format!("{value} is not {what} (an integer, e.g. {example})"),
+    })
+}
+
+/// Appends ` (from VARIABLE)` to `e` when the first key it names (`config key KEY...`) is one
+/// that `overrides` (`section.field`, variable) says came from the environment. Errors naming
+/// several keys are attributed by their first only.
+fn attribute_to_env(e: ConfigError, overrides: &[(String, String)]) -> ConfigError {
+    let Some(rest) = e.0.strip_prefix("config key ") else {
+        return e;
+    };
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .unwrap_or(rest.len());
+    let key = &rest[..end];
+    match overrides.iter().find(|(k, _)| k == key) {
+        Some((_, var)) => ConfigError(format!("{} (from {var})", e.0)),
+        None => e,
+    }
+}
+
+/// The sections `SEPP_SECTION__FIELD` variables may set.
+const ENV_SECTIONS: &[&str] = &[
+    "server", "auth", "limits", "storage", "metrics", "logging", "tracing", "admin_ui",
+];
+
+/// The `SEPP_*` variables the configuration itself reads, besides the overrides.
+const CONFIG_VARIABLES: &[&str] = &["SEPP_CONFIG", "SEPP_LOG"];
+
+/// Variables under this prefix belong to test rigs and are never warned about.
+const TEST_VARIABLE_PREFIX: &str = "SEPP_TEST_";
+
+/// A `SEPP_*` environment variable that sepp does not read: neither a `SEPP_SECTION__FIELD`
+/// override nor one of its own variables. Most often a typo (one underscore for two), so it is
+/// warned about rather than ignored in silence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariable {
+    /// The variable's name.
+    pub name: String,
+    /// The nearest name sepp reads, when one is close.
+    pub did_you_mean: Option<String>,
+}
+
+impl std::fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "environment variable {} is not one sepp reads and is ignored",
+            self.name
+        )?;
+        match &self.did_you_mean {
+            Some(n) => write!(f, "; did you mean {n}?"),
+            None => write!(
+                f,
+                " (config overrides are SEPP_<SECTION>__<KEY>, with two underscores)"
+            ),
+        }
+    }
+}
+
+/// The `SEPP_*` variables in `env` that sepp does not read, each with the nearest name it does
+/// read when one is close. Known: the `SEPP_SECTION__FIELD` overrides (those with `__` are
+/// judged, and refused when wrong, by [`Config::load`]), `SEPP_CONFIG`, `SEPP_LOG`, the
+/// `other_known` names (the command line's variables) and `SEPP_TEST_*`.
+pub fn unknown_variables(env: &[(String, String)], other_known: &[String]) -> Vec<UnknownVariable> {
+    let known: Vec<String> = override_names()
+        .chain(CONFIG_VARIABLES.iter().map(|s| (*s).to_string()))
+        .chain(other_known.iter().cloned())
+        .collect();
+    env.iter()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            name.strip_prefix("SEPP_")
+                .is_some_and(|rest| !rest.contains("__"))
+                && !name.starts_with(TEST_VARIABLE_PREFIX)
+                && !known.contains(name)
+        })
+        .map(|name| UnknownVariable {
+            name: name.clone(),
+            did_you_mean: nearest(name, &known),
+        })
+        .collect()
+}
+
+/// Every `SEPP_SECTION__FIELD` name, from the fields of the section structs.
+fn override_names() -> impl Iterator<Item = String> {
+    let sections: [(&str, &[&str]); 8] = [
+        ("server", field_names::<ServerConfig>()),
+        ("auth", field_names::<AuthConfig>()),
+        ("limits", field_names::<LimitsConfig>()),
+        ("storage", field_names::<StorageConfig>()),
+        ("metrics", field_names::<MetricsConfig>()),
+        ("logging", field_names::<LoggingConfig>()),
+        ("tracing", field_names::<TracingConfig>()),
+        ("admin_ui", field_names::<AdminUiConfig>()),
+    ];
+    debug_assert!(
+        sections
+            .iter()
+            .map(|(s, _)| *s)
+            .eq(ENV_SECTIONS.iter().copied())
+    );
+    sections.into_iter().flat_map(|(section, fields)| {
+        fields.iter().map(move |f| {
+            format!(
+                "SEPP_{}__{}",
+                section.to_ascii_uppercase(),
+                f.to_ascii_uppercase()
+            )
+        })
+    })
+}
+
+/// The field names serde's derive gives a struct, asked of the struct itself so the list cannot
+/// drift from it: a deserializer that records the names `deserialize_struct` is handed, then
+/// stops.
+fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    #[derive(Debug)]
+    struct Stop;
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("field names recorded")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl serde::de::Error for Stop {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Stop
+        }
+    }
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = Stop;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            *self.0 = fields;
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
+
+/// The name in `known` nearest to `name` by edit distance, if it is close: at most 3 edits and
+/// fewer than a third of the name.
+fn nearest(name: &str, known: &[String]) -> Option<String> {
+    known
+        .iter()
+        .map(|k| (edit_distance(name, k), k))
+        .filter(|(d, _)| *d <= 3 && *d * 3 < name.len())
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.clone())
+}
+
+/// Levenshtein distance between two names, by bytes.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let up = row[j + 1];
+            row[j + 1] = if ca == cb {
+                diag
+            } else {
+                1 + diag.min(up).min(row[j])
+            };
+            diag = up;
+        }
+    }
+    row[b.len()]
+}
+
 /// Applies `SEPP_SECTION__FIELD=value` overrides. The value is read as a TOML value when it
 /// parses as one (numbers, booleans, quoted strings), otherwise as a bare string. Only scalar keys
-/// of the fixed sections can be overridden.
-fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
-    const SECTIONS: &[&str] = &[
-        "server", "auth", "limits", "storage", "metrics", "logging", "tracing", "admin_ui",
-    ];
+/// of the fixed sections can be overridden. Returns the keys set, as (`section.field`,
+/// variable name).
+fn apply_env(
+    table: &mut toml::Table,
+    env: &[(String, String)],
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut set = Vec::new();
     for (name, raw) in env {
         let Some(rest) = name.strip_prefix("SEPP_") else {
             continue;
@@ -1158,17 +1467,17 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), Co
         if rest == "CONFIG" || rest == "LOG" {
             continue;
         }
-        // Only SEPP_SECTION__FIELD names are overrides; other SEPP_* variables (set by tools
-        // around sepp) are not ours to judge.
+        // Only SEPP_SECTION__FIELD names are overrides; the other SEPP_* variables do not
+        // change the config (`unknown_variables` names those sepp does not read, for a warning).
         let Some((section, field)) = rest.split_once("__") else {
             continue;
         };
         let section = section.to_ascii_lowercase();
         let field = field.to_ascii_lowercase();
-        if !SECTIONS.contains(&section.as_str()) {
+        if !ENV_SECTIONS.contains(&section.as_str()) {
             return Err(ConfigError(format!(
                 "environment variable {name}: unknown section {section:?}, expected one of {}",
-                SECTIONS.join(", ")
+                ENV_SECTIONS.join(", ")
             )));
         }
         let value = parse_env_value(raw);
@@ -1183,9 +1492,10 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), Co
         let toml::Value::Table(sec) = entry else {
             return Err(ConfigError(format!("config key {section} must be a table")));
         };
+        set.push((format!("{section}.{field}"), name.clone()));
         sec.insert(field, value);
     }
-    Ok(())
+    Ok(set)
 }
 
 fn parse_env_value(raw: &str) -> toml::Value {
@@ -1278,12 +1588,85 @@ mod tests {
 
     #[test]
     fn example_config_parses_to_the_compiled_defaults() {
+        // The example declares no queue (its `[[queues]]` entry is commented out), so it is
+        // the defaults exactly.
         let parsed = load(EXAMPLE).expect("example parses");
-        let mut expected = Config::default();
-        // The example declares one queue to show the per-queue keys.
-        expected.queues = parsed.queues.clone();
-        assert_eq!(parsed, expected);
-        assert_eq!(parsed.queues.len(), 1);
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn a_toml_syntax_error_gives_the_line_and_column_on_one_line() {
+        let err = load("# limits\n[limits]\n[storage\npersist_mode = 1\n").unwrap_err();
+        assert_eq!(
+            err,
+            "config line 3, column 9: not valid TOML: unclosed table, expected `]`"
+        );
+        let err = Config::from_toml_at(
+            "[limits]\nmax_enqueue_batch = \"é\" 3\n",
+            Some(Path::new("/etc/sepp/sepp.toml")),
+            &[],
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            err.starts_with("/etc/sepp/sepp.toml:2:25: not valid TOML: "),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_in_the_key_terms() {
+        for (text, want) in [
+            (
+                "[limits]\nmax_payload_bytes = \"1MB\"\n",
+                "config key limits.max_payload_bytes: \"1MB\" is not a number of bytes (an \
+                 integer, e.g. 1048576 for 1 MiB)",
+            ),
+            (
+                "[server]\nidle_timeout_ms = \"5m\"\n",
+                "config key server.idle_timeout_ms: \"5m\" is not a number of milliseconds (an \
+                 integer, e.g. 30000 for 30 seconds)",
+            ),
+            (
+                "[storage]\ndedup_window_ms = 1.5\n",
+                "config key storage.dedup_window_ms: 1.5 is not a number of milliseconds (an \
+                 integer, e.g. 30000 for 30 seconds)",
+            ),
+            (
+                "[limits]\nmax_enqueue_batch = \"many\"\n",
+                "config key limits.max_enqueue_batch: \"many\" is not a whole number (an \
+                 integer, e.g. 10)",
+            ),
+            (
+                "[limits]\nmax_payload_bytes = -1\n",
+                "config key limits.max_payload_bytes: -1 is not a number of bytes (an integer \
+                 from 0 to 9223372036854775807)",
+            ),
+            (
+                "[limits]\nmax_queue_name_bytes = 5000000000\n",
+                "config key limits.max_queue_name_bytes: 5000000000 is not a number of bytes \
+                 (an integer from 0 to 4294967295)",
+            ),
+            (
+                "[[queues]]\nname = \"q\"\nmax_payload_bytes = \"2MB\"\n",
+                "config key queues[0].max_payload_bytes: \"2MB\" is not a number of bytes (an \
+                 integer, e.g. 1048576 for 1 MiB)",
+            ),
+            (
+                "[server]\nstrict_queues = \"yes\"\n",
+                "config key server.strict_queues: \"yes\" is not true or false",
+            ),
+            (
+                "[tracing]\nsample_ratio = \"half\"\n",
+                "config key tracing.sample_ratio: \"half\" is not a number (e.g. 0.5)",
+            ),
+        ] {
+            assert_eq!(load(text).unwrap_err(), want, "{text}");
+        }
+        // Other messages are serde's.
+        let err = load("[storage]\npersist_mode = \"sometimes\"\n").unwrap_err();
+        assert!(err.contains("unknown variant `sometimes`"), "{err}");
     }
 
     #[test]
@@ -1518,6 +1901,85 @@ mod tests {
         for ok in ["0.0.0.0:1", "[::1]:50051", "127.0.0.1:0"] {
             let c = load(&format!("[server]\nlisten_addr = \"{ok}\"\n")).unwrap();
             assert_eq!(c.server.listen_addr, ok.parse::<SocketAddr>().unwrap());
+        }
+    }
+
+    #[test]
+    fn a_bad_value_from_the_environment_names_the_variable() {
+        let env = |name: &str, value: &str| vec![(name.to_string(), value.to_string())];
+        let err = Config::from_toml_with_env(
+            "[limits]\nmax_payload_bytes = 1024\n",
+            &env("SEPP_LIMITS__MAX_PAYLOAD_BYTES", "abc"),
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            err.starts_with("config key limits.max_payload_bytes: "),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(" (from SEPP_LIMITS__MAX_PAYLOAD_BYTES)"),
+            "{err}"
+        );
+        // A range error, and an unknown key, from the environment.
+        let err = Config::from_toml_with_env("", &env("SEPP_SERVER__IDLE_TIMEOUT_MS", "5"))
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            err,
+            "config key server.idle_timeout_ms = 5 is out of range: allowed 1000 to 86400000 \
+             (from SEPP_SERVER__IDLE_TIMEOUT_MS)"
+        );
+        let err = Config::from_toml_with_env("", &env("SEPP_LIMITS__MAX_PAYLOAD_BYTE", "5"))
+            .unwrap_err()
+            .0;
+        assert!(
+            err.ends_with("(from SEPP_LIMITS__MAX_PAYLOAD_BYTE)"),
+            "{err}"
+        );
+        // The same mistake in the file names no variable.
+        let err = load("[limits]\nmax_payload_bytes = \"abc\"\n").unwrap_err();
+        assert!(!err.contains("(from"), "{err}");
+    }
+
+    #[test]
+    fn a_sepp_variable_sepp_does_not_read_is_reported_with_the_nearest_name() {
+        let env: Vec<(String, String)> = [
+            "SEPP_STORAGE_PERSIST_MODE",
+            "SEPP_API_KEYS",
+            "SEPP_WHATEVER",
+            "SEPP_STORAGE__PERSIST_MODE",
+            "SEPP_CONFIG",
+            "SEPP_LOG",
+            "SEPP_SERVER",
+            "SEPP_TEST_BACKEND",
+            "PATH",
+        ]
+        .iter()
+        .map(|n| (n.to_string(), "x".to_string()))
+        .collect();
+        let found = unknown_variables(&env, &["SEPP_SERVER".into(), "SEPP_API_KEY".into()]);
+        let lines: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "environment variable SEPP_STORAGE_PERSIST_MODE is not one sepp reads and is \
+                 ignored; did you mean SEPP_STORAGE__PERSIST_MODE?",
+                "environment variable SEPP_API_KEYS is not one sepp reads and is ignored; did \
+                 you mean SEPP_API_KEY?",
+                "environment variable SEPP_WHATEVER is not one sepp reads and is ignored \
+                 (config overrides are SEPP_<SECTION>__<KEY>, with two underscores)",
+            ]
+        );
+        // Every field of every section is an override name.
+        let names: Vec<String> = override_names().collect();
+        for n in [
+            "SEPP_SERVER__LISTEN_ADDR",
+            "SEPP_LIMITS__MAX_REASON_BYTES",
+            "SEPP_ADMIN_UI__SESSION_TTL_MS",
+            "SEPP_TRACING__SAMPLE_RATIO",
+        ] {
+            assert!(names.contains(&n.to_string()), "{n} in {names:?}");
         }
     }
 

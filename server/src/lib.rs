@@ -75,8 +75,9 @@ pub fn load_config(
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<config::Loaded, config::ConfigError> {
     let loaded = Config::load(path, env)?;
-    let limits = Limits::from_config(&loaded.config)?;
-    queue::schedule::Schedules::from_config(&loaded.config, &limits, SystemClock.now())?;
+    let limits = Limits::from_config(&loaded.config).map_err(|e| loaded.attribute(e))?;
+    queue::schedule::Schedules::from_config(&loaded.config, &limits, SystemClock.now())
+        .map_err(|e| loaded.attribute(e))?;
     Ok(loaded)
 }
 

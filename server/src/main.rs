@@ -76,6 +76,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let env: Vec<(String, String)> = std::env::vars().collect();
+    let unknown_variables = config::unknown_variables(&env, &cli_variables());
     match cli.command {
         Some(Command::Config {
             command: ConfigCommand::Example,
@@ -89,6 +90,14 @@ fn main() -> ExitCode {
             return match sepp_server::load_config(cli.config.as_deref(), env) {
                 Ok(l) => match l.config.to_toml() {
                     Ok(t) => {
+                        // What a server started with this config would warn about, so that
+                        // the check shows it before a start does.
+                        for w in l.warnings() {
+                            eprintln!("sepp: warning: {w}");
+                        }
+                        for v in &unknown_variables {
+                            eprintln!("sepp: warning: {v}");
+                        }
                         print!("{t}");
                         ExitCode::SUCCESS
                     }
@@ -144,6 +153,13 @@ fn main() -> ExitCode {
             "config keys not implemented by this server are ignored"
         );
     }
+    for v in &unknown_variables {
+        tracing::warn!(
+            variable = %v.name,
+            did_you_mean = v.did_you_mean.as_deref(),
+            "environment variable not read by sepp is ignored"
+        );
+    }
     let code = rt.block_on(async move {
         let config = loaded.config;
         let listener = match sepp_server::bind(&config).await {
@@ -184,6 +200,24 @@ fn main() -> ExitCode {
     // grace period, or a blocking task, must not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
     code
+}
+
+/// The `SEPP_*` variables the command line reads: every `env =` of the clap definitions, and
+/// `SEPP_ADDR`, which `sepp backup` reads only to refuse a stale one (`cli::run`).
+fn cli_variables() -> Vec<String> {
+    fn walk(cmd: &clap::Command, out: &mut Vec<String>) {
+        out.extend(
+            cmd.get_arguments()
+                .filter_map(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned()),
+        );
+        for sub in cmd.get_subcommands() {
+            walk(sub, out);
+        }
+    }
+    let mut out = vec!["SEPP_ADDR".to_string()];
+    walk(&Cli::command(), &mut out);
+    out
 }
 
 /// A client flag given on the command line without a subcommand, where sepp runs a server that

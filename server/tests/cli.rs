@@ -6,12 +6,22 @@ use common::{ServerProcess, sepp_bin};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// `sepp`, with none of the `SEPP_*` variables of the environment the tests run in (a make
+/// target's, a developer's), which would change the config or add warnings.
+fn sepp() -> Command {
+    let mut cmd = Command::new(sepp_bin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SEPP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
 fn run(args: &[&str], config: Option<&str>) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(sepp_bin());
-    cmd.args(args)
-        .current_dir(dir.path())
-        .env_remove("SEPP_CONFIG");
+    let mut cmd = sepp();
+    cmd.args(args).current_dir(dir.path());
     if let Some(text) = config {
         let p = dir.path().join("bad.toml");
         std::fs::write(&p, text).unwrap();
@@ -137,6 +147,79 @@ fn config_check_takes_config_before_or_after_the_subcommand() {
 }
 
 #[test]
+fn config_check_prints_the_warnings_a_start_would_log_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sepp.toml");
+    std::fs::write(
+        &path,
+        "[metrics]\nfoo = 1\n[tracing]\nbar = 2\n[cluster]\nnodes = 3\n[limits]\nmax_enqueue_batch = 7\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(
+        &["config", "check", "--config", path.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("max_enqueue_batch = 7"), "{out}");
+    assert_eq!(
+        err,
+        "sepp: warning: config sections not implemented by this server are ignored: cluster\n\
+         sepp: warning: config keys not implemented by this server are ignored: metrics.foo, tracing.bar\n"
+    );
+}
+
+#[test]
+fn a_sepp_variable_sepp_does_not_read_is_warned_about_with_the_nearest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sepp()
+        .current_dir(dir.path())
+        .env("SEPP_STORAGE_PERSIST_MODE", "buffer")
+        .env("SEPP_TEST_ANYTHING", "1")
+        .env("SEPP_SERVER", "http://127.0.0.1:1")
+        .env("SEPP_CA_CERT", "/nonexistent.pem")
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("persist_mode = \"sync_all\""));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "sepp: warning: environment variable SEPP_STORAGE_PERSIST_MODE is not one sepp reads \
+         and is ignored; did you mean SEPP_STORAGE__PERSIST_MODE?\n"
+    );
+
+    // At start, the same as a log line.
+    use std::io::BufRead;
+    let mut child = sepp()
+        .current_dir(dir.path())
+        .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+        .env("SEPP_SERVER__DB_PATH", dir.path().join("data"))
+        .env("SEPP_LOG", "warn")
+        .env("SEPP_STORAGE_PERSIST_MODE", "buffer")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(line.starts_with("sepp listening on "), "{line:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = err
+        .lines()
+        .find(|l| l.contains("environment variable not read by sepp is ignored"))
+        .unwrap_or_else(|| panic!("no warning in {err}"));
+    assert!(
+        warning.contains("SEPP_STORAGE_PERSIST_MODE")
+            && warning.contains("SEPP_STORAGE__PERSIST_MODE"),
+        "{warning}"
+    );
+}
+
+#[test]
 fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
     let cases: &[(&str, &[&str])] = &[
         ("[limits]\nmax_enqueue_btch = 3\n", &["max_enqueue_btch"]),
@@ -191,6 +274,13 @@ fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
                 "host names are not resolved",
             ],
         ),
+        (
+            "[limits]\nmax_payload_bytes = \"1MB\"\n",
+            &[
+                "config key limits.max_payload_bytes: \"1MB\" is not a number of bytes",
+                "e.g. 1048576",
+            ],
+        ),
         ("this is not toml", &["TOML"]),
     ];
     for (text, needles) in cases {
@@ -210,6 +300,23 @@ fn a_bad_config_exits_1_with_one_line_naming_the_key_the_value_and_the_rule() {
 }
 
 #[test]
+fn a_toml_syntax_error_names_the_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sepp.toml");
+    std::fs::write(&path, "[limits]\nmax_enqueue_batch = 3\n[storage\n").unwrap();
+    let p = path.to_str().unwrap();
+    for args in [vec!["--config", p], vec!["config", "check", "--config", p]] {
+        let (code, out, err) = run(&args, None);
+        assert_eq!(code, 1, "sepp {args:?}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(
+            err,
+            format!("sepp: {p}:3:9: not valid TOML: unclosed table, expected `]`\n")
+        );
+    }
+}
+
+#[test]
 fn an_unknown_environment_override_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(sepp_bin())
@@ -220,6 +327,31 @@ fn an_unknown_environment_override_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("limits.max_enqueue_batch = 0"), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("(from SEPP_LIMITS__MAX_ENQUEUE_BATCH)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_value_from_the_environment_names_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sepp()
+        .current_dir(dir.path())
+        .env("SEPP_LIMITS__MAX_PAYLOAD_BYTES", "abc")
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("sepp: config key limits.max_payload_bytes: ")
+            && err.contains("abc")
+            && err.ends_with(" (from SEPP_LIMITS__MAX_PAYLOAD_BYTES)\n"),
+        "{err}"
+    );
 }
 
 fn terminate(p: &sepp_server::testing::ServerProcess) {
