@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -53,3 +56,47 @@ def wait_listening(port: int, proc: subprocess.Popen, what: str, timeout_s: floa
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout_s:.0f} s")
+
+
+READY_PREFIX = "sepp listening on "
+
+
+class SeppProcess:
+    """A `sepp` server on a fresh temporary directory (`self.dir`, removed by `stop`), started
+    with the config `config_for(dir)` returns, its log in `dir/server.log`; `self.addr` is the
+    address of its readiness line. `SEPP_*` variables other than `SEPP_LOG` are not passed on:
+    they would override the generated config."""
+
+    def __init__(self, binary: Path, prefix: str, config_for: Callable[[Path], str]) -> None:
+        if not binary.is_file():
+            raise SystemExit(f"no server at {binary}: run `cargo build --release --bin sepp`")
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        config = self.dir / "sepp.toml"
+        config.write_text(config_for(self.dir))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_") or k == "SEPP_LOG"}
+        with open(self.dir / "server.log", "w") as stderr:
+            self.proc = subprocess.Popen(
+                [str(binary), "--config", str(config)],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith(READY_PREFIX):
+            self.stop()
+            raise SystemExit(f"the server did not start: {line!r}")
+        self.addr = line[len(READY_PREFIX) :].strip()
+
+    def stop(self) -> None:
+        """SIGTERM, up to 30 s for the exit (then SIGKILL), and the directory removed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -52,11 +52,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
-from benchutil import ROOT, free_port, logger, target_dir
+from benchutil import ROOT, SeppProcess, free_port, logger, target_dir
 
 log = logger("shared-client")
 PARTS = ["bullmq", "latency", "python", "node"]
-READY_PREFIX = "sepp listening on "
 
 
 def loadavg() -> float:
@@ -89,37 +88,23 @@ def git_describe() -> Optional[str]:
 # ---------------------------------------------------------------- sepp
 
 
-class SeppServer:
+class SeppServer(SeppProcess):
     """A fresh release server: its defaults (sync_all), port 0, metrics on a free port."""
 
     def __init__(self, binary: Path) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="sepp-shared-client-"))
         self.metrics_port = free_port()
-        config = self.dir / "sepp.toml"
-        config.write_text(
-            "[server]\n"
-            'listen_addr = "127.0.0.1:0"\n'
-            f"db_path = {json.dumps(str(self.dir / 'data'))}\n"
-            "[metrics]\n"
-            "enabled = true\n"
-            f'listen_addr = "127.0.0.1:{self.metrics_port}"\n'
+        super().__init__(
+            binary,
+            "sepp-shared-client-",
+            lambda d: (
+                "[server]\n"
+                'listen_addr = "127.0.0.1:0"\n'
+                f"db_path = {json.dumps(str(d / 'data'))}\n"
+                "[metrics]\n"
+                "enabled = true\n"
+                f'listen_addr = "127.0.0.1:{self.metrics_port}"\n'
+            ),
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_") or k == "SEPP_LOG"}
-        with open(self.dir / "server.log", "w") as stderr:
-            self.proc = subprocess.Popen(
-                [str(binary), "--config", str(config)],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                env=env,
-            )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line.startswith(READY_PREFIX):
-            self.stop()
-            raise SystemExit(f"the server did not start: {line!r}")
-        self.addr = line[len(READY_PREFIX) :].strip()
 
     def scrape(self) -> dict[str, float]:
         """The counters this script reads: EnqueueBatch calls, jobs enqueued, group commits
@@ -143,16 +128,6 @@ class SeppServer:
             elif name.startswith("sepp_storage_commit_writes_sum"):
                 out["commit_writes"] += v
         return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def sepp_point(args: argparse.Namespace, conns: int, extra: list[str]) -> dict[str, Any]:

@@ -16,8 +16,6 @@ import json
 import os
 import resource
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,8 +26,10 @@ from types import ModuleType
 from typing import Any, Awaitable, Callable, Optional
 
 REPO = Path(__file__).resolve().parents[2]
+# benchutil.py (bench/) holds the server process the drivers share.
+sys.path.insert(0, str(REPO / "bench"))
+from benchutil import SeppProcess  # noqa: E402
 PROTO = REPO / "proto" / "sepp" / "v1" / "queue.proto"
-READY_PREFIX = "sepp listening on "
 
 # One enqueue: awaits the call for job number `n` and checks its answer.
 Enqueue = Callable[[int], Awaitable[None]]
@@ -62,47 +62,21 @@ def server_binary(explicit: Optional[str]) -> Path:
     return (REPO / target / "release" / "sepp").resolve()
 
 
-class Server:
+class Server(SeppProcess):
     """A fresh server with `persist_mode = mode`, on a new data directory and port 0."""
 
     def __init__(self, binary: Path, mode: str) -> None:
-        if not binary.is_file():
-            raise SystemExit(f"no server at {binary}: run `cargo build --release --bin sepp`")
-        self.dir = Path(tempfile.mkdtemp(prefix="sepp-bench-python-"))
-        config = self.dir / "sepp.toml"
-        config.write_text(
-            "[server]\n"
-            'listen_addr = "127.0.0.1:0"\n'
-            f"db_path = {json.dumps(str(self.dir / 'data'))}\n"
-            "[storage]\n"
-            f'persist_mode = "{mode}"\n'
+        super().__init__(
+            binary,
+            "sepp-bench-python-",
+            lambda d: (
+                "[server]\n"
+                'listen_addr = "127.0.0.1:0"\n'
+                f"db_path = {json.dumps(str(d / 'data'))}\n"
+                "[storage]\n"
+                f'persist_mode = "{mode}"\n'
+            ),
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_") or k == "SEPP_LOG"}
-        with open(self.dir / "server.log", "w") as stderr:
-            self.proc = subprocess.Popen(
-                [str(binary), "--config", str(config)],
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                env=env,
-            )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line.startswith(READY_PREFIX):
-            self.stop()
-            raise SystemExit(f"the server did not start: {line!r}")
-        self.addr = line[len(READY_PREFIX) :].strip()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def generate_stubs(out: Path) -> tuple[ModuleType, ModuleType]:

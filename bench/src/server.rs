@@ -46,6 +46,58 @@ pub(crate) struct ProcSample {
     pub(crate) cpu_ticks: u64,
 }
 
+/// Spawns `cmd` (a `sepp` command line, its stderr already directed) with no `SEPP_*` variable
+/// but `SEPP_LOG` (they would override the generated config) and `NO_COLOR`, and waits up to
+/// `timeout` for its `sepp listening on ADDR` line; returns the child and `ADDR`. Its stdout
+/// keeps being drained, so the server never blocks on a full pipe. On any failure the child
+/// is killed.
+pub(crate) fn spawn_ready(
+    cmd: &mut Command,
+    timeout: Duration,
+) -> Result<(Child, String), BoxError> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .env("NO_COLOR", "1");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SEPP_") && k != "SEPP_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd.spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        if reader.read_line(&mut line).is_ok() {
+            let _ = tx.send(line);
+        }
+        let mut sink = Vec::new();
+        let _ = reader.read_to_end(&mut sink);
+    });
+    let failed = |child: &mut Child, why: String| -> BoxError {
+        let _ = child.kill();
+        let status = child.wait().ok();
+        format!("{why} (status {status:?})").into()
+    };
+    match rx.recv_timeout(timeout) {
+        Ok(line) => match line.trim().strip_prefix("sepp listening on ") {
+            Some(addr) => Ok((child, addr.to_string())),
+            None => Err(failed(
+                &mut child,
+                format!("unexpected first stdout line {:?}", line.trim()),
+            )),
+        },
+        Err(_) => Err(failed(
+            &mut child,
+            format!(
+                "the server did not print its address within {} s",
+                timeout.as_secs()
+            ),
+        )),
+    }
+}
+
 impl ServerProcess {
     /// Starts `bin` with a generated config (`persist_mode`) in a fresh directory under
     /// `parent`, and waits for its `sepp listening on ADDR` line.
@@ -83,66 +135,26 @@ impl ServerProcess {
         cmd.arg("--config")
             .arg(&config_path)
             .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .env("NO_COLOR", "1");
-        // SEPP_SECTION__FIELD variables would override the generated config (for example the
-        // persist mode under test); only the log filter is passed on.
-        for (k, _) in std::env::vars() {
-            if k.starts_with("SEPP_") && k != "SEPP_LOG" {
-                cmd.env_remove(k);
+            .stderr(Stdio::from(log));
+        let spawned = spawn_ready(&mut cmd, Duration::from_secs(60));
+        let (child, addr) = match spawned {
+            Ok(r) => r,
+            Err(e) => {
+                let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let lines: Vec<&str> = tail.lines().collect();
+                let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+                return Err(format!("{e}; log:\n{tail}").into());
             }
-        }
-        let mut child = cmd.spawn()?;
+        };
         let pid = child.id();
-        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
-        let (tx, rx) = mpsc::channel::<String>();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            if reader.read_line(&mut line).is_ok() {
-                let _ = tx.send(line);
-            }
-            // Keep draining so the server never blocks on a full pipe.
-            let mut sink = Vec::new();
-            let _ = reader.read_to_end(&mut sink);
-        });
-        let mut server = ServerProcess {
+        Ok(ServerProcess {
             child,
-            addr: String::new(),
+            addr,
             pid,
             dir: Some(dir),
             log_path,
             keep_dir,
-        };
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) => {
-                let line = line.trim();
-                match line.strip_prefix("sepp listening on ") {
-                    Some(addr) => server.addr = addr.to_string(),
-                    None => {
-                        let _ = server.child.kill();
-                        let _ = server.child.wait();
-                        return Err(format!(
-                            "unexpected first stdout line {line:?}; log:\n{}",
-                            server.log_tail(20)
-                        )
-                        .into());
-                    }
-                }
-            }
-            Err(_) => {
-                let _ = server.child.kill();
-                let status = server.child.wait().ok();
-                return Err(format!(
-                    "server did not print its address (status {status:?}); log:\n{}",
-                    server.log_tail(20)
-                )
-                .into());
-            }
-        }
-        Ok(server)
+        })
     }
 
     /// The data directory.

@@ -33,10 +33,12 @@
 #[path = "../procfs.rs"]
 #[allow(dead_code)]
 mod procfs;
+#[path = "../server.rs"]
+#[allow(dead_code)]
+mod server;
 
 use clap::Parser;
 use sepp_rs::{EnqueueRequest, ReserveOptions, SeppClient};
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -92,48 +94,15 @@ impl Server {
         let mut cmd = Command::new(bin);
         cmd.arg("--config")
             .arg(config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .env("SEPP_LOG", "warn")
-            .env("NO_COLOR", "1");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("SEPP_") && k != "SEPP_LOG" {
-                cmd.env_remove(k);
-            }
-        }
-        let mut child = cmd.spawn()?;
-        let pid = child.id();
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = r.read_line(&mut line);
-            let _ = tx.send(line);
-            let mut sink = Vec::new();
-            let _ = r.read_to_end(&mut sink);
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(1800)) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("the server did not print its address within 30 min".into());
-            }
-        };
-        let ready_line_s = t0.elapsed().as_secs_f64();
-        let addr = line
-            .trim()
-            .strip_prefix("sepp listening on ")
-            .ok_or_else(|| format!("unexpected first line {line:?}"))?
-            .to_string();
+            .env("SEPP_LOG", "warn");
+        let (child, addr) = server::spawn_ready(&mut cmd, Duration::from_secs(1800))?;
         Ok((
             Server {
+                pid: child.id(),
                 child,
-                pid,
                 url: format!("http://{addr}"),
-                ready_line_s,
+                ready_line_s: t0.elapsed().as_secs_f64(),
             },
             t0,
         ))
