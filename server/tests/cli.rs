@@ -148,16 +148,11 @@ fn config_check_takes_config_before_or_after_the_subcommand() {
 
 #[test]
 fn config_check_prints_the_warnings_a_start_would_log_and_exits_0() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sepp.toml");
-    std::fs::write(
-        &path,
-        "[metrics]\nfoo = 1\n[tracing]\nbar = 2\n[cluster]\nnodes = 3\n[limits]\nmax_enqueue_batch = 7\n",
-    )
-    .unwrap();
     let (code, out, err) = run(
-        &["config", "check", "--config", path.to_str().unwrap()],
-        None,
+        &["config", "check"],
+        Some(
+            "[metrics]\nfoo = 1\n[tracing]\nbar = 2\n[cluster]\nnodes = 3\n[limits]\nmax_enqueue_batch = 7\n",
+        ),
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("max_enqueue_batch = 7"), "{out}");

@@ -222,26 +222,24 @@ async fn count(c: &SeppClient, queues: usize) -> Result<Count, BoxError> {
     Ok(n)
 }
 
-/// Jobs per second of 32 single-job enqueue callers over `secs`.
-async fn enqueue_rate(
-    url: &str,
-    queues: usize,
-    payload: usize,
-    secs: f64,
-) -> Result<f64, BoxError> {
+/// Jobs per second over `secs` of 32 callers, each with its own client, each calling `step`
+/// (which returns the jobs it finished) in a loop until the time is up. `step` gets the
+/// client and the caller's number.
+async fn timed_rate<F, Fut>(url: &str, secs: f64, step: F) -> Result<f64, BoxError>
+where
+    F: Fn(Arc<SeppClient>, usize) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = Result<u64, BoxError>> + Send,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for w in 0..32 {
-        let c = client(url).await?;
-        let (stop, done) = (stop.clone(), done.clone());
-        let q = queue_name(w % queues);
+        let c = Arc::new(client(url).await?);
+        let (stop, done, step) = (stop.clone(), done.clone(), step.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let r = EnqueueRequest::new(q.clone(), "probe")?
-                    .with_payload(vec![b'e'; payload], "application/octet-stream");
-                c.enqueue(r).await?;
-                done.fetch_add(1, Ordering::Relaxed);
+                let n = step(c.clone(), w).await?;
+                done.fetch_add(n, Ordering::Relaxed);
             }
             Ok::<(), BoxError>(())
         }));
@@ -257,45 +255,46 @@ async fn enqueue_rate(
     Ok(n as f64 / elapsed)
 }
 
+/// Jobs per second of 32 single-job enqueue callers over `secs`.
+async fn enqueue_rate(
+    url: &str,
+    queues: usize,
+    payload: usize,
+    secs: f64,
+) -> Result<f64, BoxError> {
+    timed_rate(url, secs, move |c, w| async move {
+        let r = EnqueueRequest::new(queue_name(w % queues), "probe")?
+            .with_payload(vec![b'e'; payload], "application/octet-stream");
+        c.enqueue(r).await?;
+        Ok(1)
+    })
+    .await
+}
+
 /// Acked jobs per second of 32 callers (reserve up to 16 from every queue, ack each) over
 /// `secs`; every reserved job is acked before it returns. Fails if a caller finds no job.
 async fn reserve_ack_rate(url: &str, queues: usize, secs: f64) -> Result<f64, BoxError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let names: Vec<String> = (0..queues).map(queue_name).collect();
-    let mut tasks = Vec::new();
-    for _ in 0..32 {
-        let c = client(url).await?;
-        let (stop, done, names) = (stop.clone(), done.clone(), names.clone());
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let jobs = c
-                    .reserve(
-                        ReserveOptions::new(names.clone(), Duration::from_secs(60))
-                            .with_max_jobs(16)
-                            .with_wait_timeout(Duration::ZERO),
-                    )
-                    .await?;
-                if jobs.is_empty() {
-                    return Err::<(), BoxError>("the ready stock ran out; raise --stock".into());
-                }
-                for j in &jobs {
-                    c.ack(&j.id, j.attempt).await?;
-                }
-                done.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+    let names: Arc<Vec<String>> = Arc::new((0..queues).map(queue_name).collect());
+    timed_rate(url, secs, move |c, _| {
+        let names = names.clone();
+        async move {
+            let jobs = c
+                .reserve(
+                    ReserveOptions::new(names.to_vec(), Duration::from_secs(60))
+                        .with_max_jobs(16)
+                        .with_wait_timeout(Duration::ZERO),
+                )
+                .await?;
+            if jobs.is_empty() {
+                return Err::<u64, BoxError>("the ready stock ran out; raise --stock".into());
             }
-            Ok(())
-        }));
-    }
-    let t0 = Instant::now();
-    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    let n = done.load(Ordering::Relaxed);
-    let elapsed = t0.elapsed().as_secs_f64();
-    for t in tasks {
-        t.await??;
-    }
-    Ok(n as f64 / elapsed)
+            for j in &jobs {
+                c.ack(&j.id, j.attempt).await?;
+            }
+            Ok(jobs.len() as u64)
+        }
+    })
+    .await
 }
 
 /// Waits until `url` answers `GetQueueStats` for every queue; returns the count.
