@@ -1,13 +1,53 @@
-//! The in-memory job index of the embedded store: every job's [`Meta`] plus the ordered sets
-//! that answer "next ready job of this queue", "next lease to expire", "next scheduled job due"
-//! and "oldest dead letter" without scanning. Rebuilt from the `meta` keyspace at start-up.
-//! Payloads are not held here; they stay on disk.
+//! The in-memory job index of the embedded store: the ordered sets that answer "next ready job
+//! of this queue", "next lease to expire", "next scheduled job due" and "oldest dead letter"
+//! without scanning, and the [`Meta`] of the jobs the hot path touches. Rebuilt from the `meta`
+//! keyspace at start-up. Payloads are not held here; they stay on disk.
+//!
+//! # What stays in memory
+//!
+//! A ready or scheduled job is only a key in its ordered sets (32 bytes each): its `Meta` is
+//! paged out to the `meta` keyspace, which holds it anyway, and read back when a transition or
+//! an inspection needs it. Every other job (in flight, dead letter, tombstone) keeps its `Meta`
+//! in memory: leases are the hot path, and dead letters and tombstones are few and bounded by
+//! retention.
+//!
+//! A paged-out meta is read from disk, so the disk must hold the current one. A change is on
+//! disk only once its batch is durable; until then the changed job stays *held* (its `Meta`
+//! in memory, or a marker that it was removed), tagged with the batch that writes it
+//! ([`JobIndex::seal`], called after each append). Once that batch is durable, a ready or
+//! scheduled job is paged out again. A failed batch never pages anything out: the group commit
+//! rebuilds the whole index from disk under the same lock.
 
 use super::codec::{Meta, Stage};
+use super::group_commit::Keyspaces;
 use crate::domain::{JobCursor, JobId, ListState, UnixMs};
-use std::collections::{BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+
+/// The fjall handles of the store, shared with it (`None` while fjall is reopened after a lack
+/// of space): where paged-out metas are read. A handle, not a copy of the keyspace, because
+/// reopening fjall needs every copy gone.
+pub(crate) type SharedKeyspaces = Arc<RwLock<Option<Keyspaces>>>;
+
+/// Whether a job in `stage` may be paged out of memory once its last change is durable.
+fn pageable(stage: Stage) -> bool {
+    matches!(stage, Stage::Ready | Stage::Scheduled { .. })
+}
+
+/// A job whose state is in memory.
+#[derive(Debug)]
+struct Held {
+    /// `None`: removed, and the removal is not durable yet (the disk still holds the old meta).
+    meta: Option<Meta>,
+    /// The batch that writes its last change; [`UNSEALED`] until the change is appended.
+    batch: u64,
+}
+
+/// The batch tag of a change not appended yet.
+const UNSEALED: u64 = u64::MAX;
 
 /// Hashes a [`JobId`] by its low 64 bits. Ids are random UUIDs chosen by the server, never by
 /// clients, so they are already uniformly spread and cannot be picked to collide; SipHash would
@@ -77,9 +117,22 @@ impl QueueIndex {
 }
 
 /// All jobs and their orderings.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct JobIndex {
-    jobs: JobMap<Meta>,
+    /// The jobs whose state is in memory (see the module docs).
+    held: JobMap<Held>,
+    /// Paged-out metas read during the current lock hold, so that a transition that reads a
+    /// job before changing it reads the disk once. Emptied by [`JobIndex::seal`]; always equal
+    /// to the disk, because every change takes its job out of here first.
+    read_cache: RefCell<JobMap<Meta>>,
+    /// Jobs changed since the last [`JobIndex::seal`].
+    touched: Vec<JobId>,
+    /// Held jobs by the batch that writes them, oldest first, for paging out.
+    written: VecDeque<(u64, JobId)>,
+    /// Where paged-out metas are; `None`: nothing is paged out.
+    disk: Option<SharedKeyspaces>,
+    /// Jobs (any stage).
+    live: usize,
     queues: HashMap<Arc<str>, QueueIndex>,
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leases: BTreeSet<(UnixMs, JobId)>,
@@ -91,9 +144,135 @@ pub(crate) struct JobIndex {
     pub(crate) next_seq: u64,
 }
 
+impl std::fmt::Debug for JobIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobIndex")
+            .field("live", &self.live)
+            .field("held", &self.held.len())
+            .field("queues", &self.queues.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl JobIndex {
-    pub(crate) fn get(&self, id: JobId) -> Option<&Meta> {
-        self.jobs.get(&id)
+    /// An empty index whose ready and scheduled jobs are paged out to `disk`.
+    pub(crate) fn paged(disk: SharedKeyspaces) -> Self {
+        JobIndex {
+            disk: Some(disk),
+            ..JobIndex::default()
+        }
+    }
+
+    /// Job `id`'s meta: from memory, or read from the `meta` keyspace if it is paged out. A
+    /// read that fails is logged and answers `None`.
+    pub(crate) fn get(&self, id: JobId) -> Option<Cow<'_, Meta>> {
+        if let Some(h) = self.held.get(&id) {
+            return h.meta.as_ref().map(Cow::Borrowed);
+        }
+        if let Some(m) = self.read_cache.borrow().get(&id) {
+            return Some(Cow::Owned(m.clone()));
+        }
+        let m = self.read(id)?;
+        self.read_cache.borrow_mut().insert(id, m.clone());
+        Some(Cow::Owned(m))
+    }
+
+    /// Reads a paged-out meta from disk, its names shared with the index's.
+    fn read(&self, id: JobId) -> Option<Meta> {
+        let disk = self.disk.as_ref()?;
+        let found = {
+            let ks = disk.read().unwrap_or_else(|e| e.into_inner());
+            let Some(ks) = ks.as_ref() else {
+                tracing::error!(job_id = %id, "cannot read a job's meta: storage is being reopened");
+                return None;
+            };
+            ks.meta.get(id.to_bytes())
+        };
+        let bytes = match found {
+            Ok(Some(v)) => v,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::error!(job_id = %id, error = %e, "cannot read a job's meta");
+                return None;
+            }
+        };
+        let mut m = match Meta::decode(&bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(job_id = %id, error = %e, "cannot decode a job's meta");
+                return None;
+            }
+        };
+        if let Some((q, _)) = self.queues.get_key_value(&*m.queue) {
+            m.queue = q.clone();
+        }
+        if let Some(t) = self.job_types.get(&*m.job_type) {
+            m.job_type = t.clone();
+        }
+        Some(m)
+    }
+
+    /// Takes job `id`'s meta out for a change (from memory, the read cache or the disk),
+    /// leaving a removal marker in its place.
+    fn take(&mut self, id: JobId) -> Option<Meta> {
+        if let Some(h) = self.held.get_mut(&id) {
+            return h.meta.take();
+        }
+        let m = match self.read_cache.get_mut().remove(&id) {
+            Some(m) => m,
+            None => self.read(id)?,
+        };
+        self.held.insert(
+            id,
+            Held {
+                meta: None,
+                batch: UNSEALED,
+            },
+        );
+        Some(m)
+    }
+
+    /// Puts a changed meta back (held until its batch is durable).
+    fn hold(&mut self, id: JobId, meta: Option<Meta>) {
+        let h = self.held.entry(id).or_insert(Held {
+            meta: None,
+            batch: UNSEALED,
+        });
+        h.meta = meta;
+        h.batch = UNSEALED;
+        self.touched.push(id);
+    }
+
+    /// Tags the jobs changed since the last call with `batch`, the batch their writes were just
+    /// appended to (0: nothing was appended; they stay unsealed), and pages out the ready and
+    /// scheduled jobs whose last change is in a batch up to `durable`. Called under the state
+    /// lock after each append.
+    pub(crate) fn seal(&mut self, batch: u64, durable: u64) {
+        if batch != 0 {
+            for id in self.touched.drain(..) {
+                if let Some(h) = self.held.get_mut(&id) {
+                    h.batch = batch;
+                    self.written.push_back((batch, id));
+                }
+            }
+        }
+        self.read_cache.get_mut().clear();
+        if self.disk.is_none() {
+            self.written.clear();
+            return;
+        }
+        while let Some(&(b, id)) = self.written.front() {
+            if b > durable {
+                break;
+            }
+            self.written.pop_front();
+            if let std::collections::hash_map::Entry::Occupied(e) = self.held.entry(id)
+                && e.get().batch == b
+                && e.get().meta.as_ref().is_none_or(|m| pageable(m.stage))
+            {
+                e.remove();
+            }
+        }
     }
 
     /// Every queue's share of the index, in no order.
@@ -147,7 +326,36 @@ impl JobIndex {
     /// Adds a job (new or recovered) and files it under its stage. A tombstone does not create
     /// its queue (the queue may have been deleted since the job finished): it shares the
     /// queue's name only while the queue exists.
-    pub(crate) fn insert(&mut self, id: JobId, mut meta: Meta) {
+    /// Adds a new job (`id` must be one the index does not hold) and files it under its stage.
+    /// Its meta is held until [`JobIndex::seal`] sees its batch durable.
+    pub(crate) fn insert(&mut self, id: JobId, meta: Meta) {
+        let meta = self.file(id, meta);
+        if let Some(old) = self.held.get_mut(&id).and_then(|h| h.meta.take()) {
+            self.unplace(id, &old);
+            self.live -= 1;
+        }
+        self.hold(id, Some(meta));
+    }
+
+    /// Adds a job read from disk at start-up: a ready or scheduled one only as keys in its
+    /// ordered sets, any other with its meta.
+    pub(crate) fn recover(&mut self, id: JobId, meta: Meta) {
+        let meta = self.file(id, meta);
+        if self.disk.is_none() || !pageable(meta.stage) {
+            self.held.insert(
+                id,
+                Held {
+                    meta: Some(meta),
+                    batch: 0,
+                },
+            );
+        }
+    }
+
+    /// Interns `meta`'s names, advances the sequence and files the job in its ordered sets.
+    /// A tombstone does not create its queue (the queue may have been deleted since the job
+    /// finished): it shares the queue's name only while the queue exists.
+    fn file(&mut self, id: JobId, mut meta: Meta) -> Meta {
         meta.queue = match meta.stage {
             Stage::Tombstone { .. } => match self.queues.get_key_value(&*meta.queue) {
                 Some((k, _)) => k.clone(),
@@ -158,26 +366,31 @@ impl JobIndex {
         meta.job_type = self.intern_job_type(&meta.job_type);
         self.next_seq = self.next_seq.max(meta.seq + 1);
         self.place(id, &meta);
-        if let Some(old) = self.jobs.insert(id, meta) {
-            self.unplace(id, &old);
-        }
+        self.live += 1;
+        meta
     }
 
     /// Removes a job entirely.
     pub(crate) fn remove(&mut self, id: JobId) -> Option<Meta> {
-        let meta = self.jobs.remove(&id)?;
+        let meta = self.take(id)?;
         self.unplace(id, &meta);
+        self.live -= 1;
+        if self.disk.is_some() {
+            self.hold(id, None);
+        } else {
+            self.held.remove(&id);
+        }
         Some(meta)
     }
 
     /// Changes a job with `f`, keeping every ordered set in step. Returns the updated meta.
     pub(crate) fn update(&mut self, id: JobId, f: impl FnOnce(&mut Meta)) -> Option<&Meta> {
-        let mut meta = self.jobs.remove(&id)?;
+        let mut meta = self.take(id)?;
         self.unplace(id, &meta);
         f(&mut meta);
         self.place(id, &meta);
-        self.jobs.insert(id, meta);
-        self.jobs.get(&id)
+        self.hold(id, Some(meta));
+        self.held.get(&id).and_then(|h| h.meta.as_ref())
     }
 
     /// The next ready job of `queue`, if any.
@@ -275,19 +488,78 @@ impl JobIndex {
     /// Shrinks the maps after a large purge so that memory comes back. Called once a sweep has
     /// caught up, not per removal: rehashing a large table holds the store's lock.
     pub(crate) fn shrink_if_sparse(&mut self) {
-        if self.jobs.capacity() > 1024 && self.jobs.capacity() > self.jobs.len() * 4 {
-            self.jobs.shrink_to_fit();
+        if self.held.capacity() > 1024 && self.held.capacity() > self.held.len() * 4 {
+            self.held.shrink_to_fit();
         }
     }
 
+    /// Jobs (any stage).
     pub(crate) fn len(&self) -> usize {
-        self.jobs.len()
+        self.live
     }
 
-    /// Every job and its meta, in no order (tests compare memory with disk).
+    /// Jobs whose meta is in memory (removal markers included), for tests and benchmarks.
     #[cfg(test)]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&JobId, &Meta)> {
-        self.jobs.iter()
+    pub(crate) fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Every job and its meta, in no order (tests compare memory with disk): the held ones as
+    /// held, the paged-out ones as the disk holds them, each checked against the ordered set
+    /// that holds its key.
+    ///
+    /// # Panics
+    /// If a job is filed in no set or in a set its meta does not name, or a paged-out job's
+    /// meta cannot be read.
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> Vec<(JobId, Meta)> {
+        let mut out: Vec<(JobId, Meta)> = self
+            .held
+            .iter()
+            .filter_map(|(id, h)| h.meta.clone().map(|m| (*id, m)))
+            .collect();
+        for (name, q) in &self.queues {
+            let ready = q.ready.iter().map(|k| k.2);
+            let scheduled = q.scheduled.iter().map(|k| k.1);
+            for id in ready.chain(scheduled) {
+                if self.held.contains_key(&id) {
+                    continue;
+                }
+                let m = self.read(id).expect("a paged-out job's meta is on disk");
+                assert_eq!(&m.queue, name, "job {id} filed under another queue");
+                match m.stage {
+                    Stage::Ready => assert!(q.ready.contains(&ready_key(id, &m))),
+                    Stage::Scheduled { due } => {
+                        assert!(q.scheduled.contains(&(due, id)));
+                        assert!(self.scheduled.contains(&(due, id)));
+                    }
+                    _ => panic!("a paged-out job {id} is neither ready nor scheduled"),
+                }
+                out.push((id, m));
+            }
+        }
+        for (id, m) in out.iter().filter(|(id, _)| self.held.contains_key(id)) {
+            let filed = match m.stage {
+                Stage::Ready => self
+                    .queues
+                    .get(&m.queue)
+                    .is_some_and(|q| q.ready.contains(&ready_key(*id, m))),
+                Stage::Scheduled { due } => self
+                    .queues
+                    .get(&m.queue)
+                    .is_some_and(|q| q.scheduled.contains(&(due, *id))),
+                Stage::InFlight { expires } => self.leases.contains(&(expires, *id)),
+                Stage::Dead { failed_at, .. } => self.dead.contains(&(failed_at, *id)),
+                Stage::Tombstone { until, .. } => self.tombstones.contains(&(until, *id)),
+            };
+            assert!(filed, "job {id} is not filed under its stage");
+        }
+        assert_eq!(
+            out.len(),
+            self.live,
+            "the job count differs from the jobs held"
+        );
+        out
     }
 
     /// Every queue and whether it is paused (tests compare memory with disk).

@@ -1,7 +1,8 @@
 //! The embedded backend, the default: fjall on local disk, no external service.
 //!
-//! Layout: an in-memory index of every job's small `codec::Meta` record (`job_index`) and of
-//! the dedup records (`dedup_index`), mirrored on disk in fjall keyspaces (`codec` lists
+//! Layout: an in-memory index of the jobs (`job_index`: the ordered keys of every job, and the
+//! small `codec::Meta` record of the jobs the hot path needs, the others' paged out to disk)
+//! and of the dedup records (`dedup_index`), mirrored on disk in fjall keyspaces (`codec` lists
 //! them); payloads live only on disk. Recovery (`recovery`) rebuilds the index from the `meta`
 //! and `dedup` keyspaces.
 //!
@@ -43,7 +44,7 @@ mod space;
 use self::codec::{Body, DedupRecord, Meta, QueueRecord, Stage, record_key};
 use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
-use self::job_index::JobIndex;
+use self::job_index::{JobIndex, SharedKeyspaces};
 use super::{
     CommitObserver, Deadlines, DeleteQueueRule, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule,
     Maintenance, QueueDeletion, QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule,
@@ -56,9 +57,10 @@ use crate::domain::{
     PersistMode, Placement, QueueStats, Requeue, ReserveSpec, Settle, SettleRefusal, StoredJob,
     UnixMs, reached,
 };
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// How to open the embedded store.
 #[derive(Debug, Clone)]
@@ -92,7 +94,8 @@ struct Shared {
     state: Mutex<State>,
     commit: GroupCommit,
     /// The fjall handles; `None` only while fjall is reopened after running out of space.
-    ks: RwLock<Option<Keyspaces>>,
+    /// Shared with the job index, which reads paged-out metas through it.
+    ks: SharedKeyspaces,
     path: PathBuf,
     /// Where to report that waiting Reserves should look again (after an in-process rebuild).
     listener: OnceLock<Arc<dyn ReadyListener>>,
@@ -162,7 +165,7 @@ impl EmbeddedStore {
                     min_free_bytes: opts.min_free_bytes,
                 },
             ),
-            ks: RwLock::new(Some(ks)),
+            ks,
             path: opts.path.clone(),
             listener: OnceLock::new(),
         });
@@ -255,6 +258,15 @@ fn sync_dirs(root: &std::path::Path) -> std::io::Result<()> {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends a transition's writes (under the state lock, after it changed memory) and tells
+    /// the job index which batch holds them, so that it pages jobs out only once that batch is
+    /// durable. Returns the batch number (0 when `ops` is empty).
+    fn append(&self, st: &mut State, ops: Vec<WriteOp>) -> u64 {
+        let batch = self.commit.append(ops);
+        st.jobs.seal(batch, self.commit.durable_batch());
+        batch
     }
 
     /// The current fjall handles.
@@ -367,7 +379,7 @@ impl Shared {
     /// Applies `rule`'s answer to each dead letter in `ids` (drain, delete). Infallible.
     fn remove_dead(st: &mut State, ids: &[JobId], rule: &RemovalRule<'_>, ops: &mut Vec<WriteOp>) {
         for id in ids {
-            let Some(finish) = st.jobs.get(*id).map(|m| rule(facts(*id, m))) else {
+            let Some(finish) = st.jobs.get(*id).map(|m| rule(facts(*id, &m))) else {
                 continue;
             };
             Self::apply_finish(st, *id, finish, ops);
@@ -387,14 +399,15 @@ impl EmbeddedStore {
         job: NewJob,
         ops: &mut Vec<WriteOp>,
     ) {
-        let (Some(meta), Some(claim)) = (st.jobs.get(target), job.dedup) else {
+        let job_type = st.jobs.get(target).map(|m| m.job_type.clone());
+        let (Some(job_type), Some(claim)) = (job_type, job.dedup) else {
             return;
         };
         let Some(replace) = claim.replace else {
             return;
         };
         let body = Body {
-            job_type: meta.job_type.to_string(),
+            job_type: job_type.to_string(),
             payload: job.payload,
             trace_context: job.trace_context,
             custom: job.custom,
@@ -464,7 +477,7 @@ impl Engine for Shared {
         // flusher's refusal and the reload (invariants 1 and 2).
         first();
         if let Some(ks) = self.keyspaces() {
-            let (state, report) = recovery::load_state(&ks, None)?;
+            let (state, report) = recovery::load_state(&ks, None, Some(&self.ks))?;
             *st = state;
             tracing::info!(
                 jobs = report.jobs,
@@ -642,7 +655,7 @@ impl Store for EmbeddedStore {
                     }
                     st.jobs.insert(job.id, meta);
                 }
-                let batch = sh.commit.append(ops);
+                let batch = sh.append(&mut st, ops);
                 for (key, rec) in created {
                     st.dedup.insert(
                         &key,
@@ -708,7 +721,7 @@ impl Store for EmbeddedStore {
             if leased.is_empty() {
                 return Ok(Vec::new());
             }
-            sh.commit.append(ops)
+            sh.append(&mut st, ops)
         };
         sh.commit.wait(batch).await?;
         let mut jobs = Vec::with_capacity(leased.len());
@@ -735,7 +748,7 @@ impl Store for EmbeddedStore {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
             let (plan, queue) = match st.jobs.get(id) {
-                Some(m) => match rule(Some(facts(id, m))) {
+                Some(m) => match rule(Some(facts(id, &m))) {
                     Ok(plan) => (plan, m.queue.clone()),
                     Err(r) => return Ok(Err(r)),
                 },
@@ -768,7 +781,7 @@ impl Store for EmbeddedStore {
                     }
                 }
             }
-            (sh.commit.append(ops), Settled { plan, queue })
+            (sh.append(&mut st, ops), Settled { plan, queue })
         };
         sh.commit.wait(batch).await?;
         Ok(Ok(settled))
@@ -803,7 +816,7 @@ impl Store for EmbeddedStore {
                 let Some(meta) = st.jobs.get(id) else {
                     continue;
                 };
-                let Some(record) = sh.dead_letter(id, meta)? else {
+                let Some(record) = sh.dead_letter(id, &meta)? else {
                     removed.push(id);
                     continue;
                 };
@@ -819,7 +832,7 @@ impl Store for EmbeddedStore {
             }
             let mut ops = Vec::with_capacity(removed.len() * 2);
             Shared::remove_dead(&mut st, &removed, rule, &mut ops);
-            (records, sh.commit.append(ops))
+            (records, sh.append(&mut st, ops))
         };
         sh.commit.wait(batch).await?;
         Ok(records)
@@ -844,7 +857,7 @@ impl Store for EmbeddedStore {
                     break;
                 }
                 left -= 1;
-                let Some(expiry) = st.jobs.get(id).map(|m| (pass.lease_expired)(facts(id, m)))
+                let Some(expiry) = st.jobs.get(id).map(|m| (pass.lease_expired)(facts(id, &m)))
                 else {
                     break;
                 };
@@ -899,7 +912,10 @@ impl Store for EmbeddedStore {
                     break;
                 }
                 left -= 1;
-                let Some(finish) = st.jobs.get(id).map(|m| (pass.retention_over)(facts(id, m)))
+                let Some(finish) = st
+                    .jobs
+                    .get(id)
+                    .map(|m| (pass.retention_over)(facts(id, &m)))
                 else {
                     break;
                 };
@@ -934,7 +950,7 @@ impl Store for EmbeddedStore {
             };
             // Sweeper writes need not be awaited for safety: if they are lost in a crash,
             // recovery finds the same deadlines passed and the next pass repeats them.
-            sh.commit.append(ops)
+            sh.append(&mut st, ops)
         };
         // But during a mass expiry (more to do), wait for this pass's batch before the next
         // pass: otherwise passes outrun the flusher and pile thousands of deletes into the
@@ -948,7 +964,7 @@ impl Store for EmbeddedStore {
 
     async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StorageError> {
         let sh = &*self.shared;
-        let Some(meta) = sh.lock().jobs.get(id).cloned() else {
+        let Some(meta) = sh.lock().jobs.get(id).map(Cow::into_owned) else {
             return Ok(None);
         };
         Ok(Some(sh.stored(id, meta)?))
@@ -985,7 +1001,7 @@ impl Store for EmbeddedStore {
             let Some(m) = st.jobs.get(id) else {
                 continue;
             };
-            if let Some(r) = sh.dead_letter(id, m)? {
+            if let Some(r) = sh.dead_letter(id, &m)? {
                 match fit(&r, reply_bytes, records.len()) {
                     Fit::Take(n) => {
                         reply_bytes += n;
@@ -1033,7 +1049,7 @@ impl Store for EmbeddedStore {
                     push_ready(&mut ready, &m.queue);
                 }
             }
-            (ids, sh.commit.append(ops))
+            (ids, sh.append(&mut st, ops))
         };
         sh.commit.wait(batch).await?;
         Ok((ids, ready))
@@ -1052,7 +1068,7 @@ impl Store for EmbeddedStore {
             let ids = Shared::select_dead(&st, selector);
             let mut ops = Vec::with_capacity(ids.len() * 2);
             Shared::remove_dead(&mut st, &ids, rule, &mut ops);
-            (ids, sh.commit.append(ops))
+            (ids, sh.append(&mut st, ops))
         };
         sh.commit.wait(batch).await?;
         Ok(ids)
@@ -1080,7 +1096,7 @@ impl Store for EmbeddedStore {
                 .collect();
             let mut ops = Vec::new();
             for id in &ids {
-                let Some(expiry) = st.jobs.get(*id).map(|m| rule(facts(*id, m))) else {
+                let Some(expiry) = st.jobs.get(*id).map(|m| rule(facts(*id, &m))) else {
                     continue;
                 };
                 match expiry {
@@ -1099,7 +1115,7 @@ impl Store for EmbeddedStore {
             let batch = if ops.is_empty() {
                 0
             } else {
-                sh.commit.append(ops)
+                sh.append(&mut st, ops)
             };
             (batch, ids)
         };
@@ -1117,7 +1133,7 @@ impl Store for EmbeddedStore {
                 return Ok(None);
             };
             st.dedup.remove(&k);
-            let batch = sh.commit.append(vec![WriteOp::delete(Ks::Dedup, k)]);
+            let batch = sh.append(&mut st, vec![WriteOp::delete(Ks::Dedup, k)]);
             let rec = KeyRecord {
                 job_id: e.job_id,
                 created_at: e.created_at,
@@ -1140,11 +1156,10 @@ impl Store for EmbeddedStore {
             q.paused = paused;
             let ready = q.ready.len() as u64;
             let rec = QueueRecord { paused };
-            let batch = sh.commit.append(vec![WriteOp::put(
-                Ks::Queues,
-                queue.as_bytes(),
-                rec.encode(),
-            )]);
+            let batch = sh.append(
+                &mut st,
+                vec![WriteOp::put(Ks::Queues, queue.as_bytes(), rec.encode())],
+            );
             (batch, ready)
         };
         sh.commit.wait(batch).await?;
@@ -1198,7 +1213,7 @@ impl Store for EmbeddedStore {
                 let rec = QueueRecord { paused: false };
                 ops.push(WriteOp::put(Ks::Queues, name.as_bytes(), rec.encode()));
             }
-            sh.commit.append(ops)
+            sh.append(&mut st, ops)
         };
         sh.commit.wait(batch).await
     }
@@ -1267,7 +1282,7 @@ impl Store for EmbeddedStore {
             let mut metas = Vec::new();
             for c in it.by_ref().take(limit as usize) {
                 if let Some(m) = st.jobs.get(c.2) {
-                    metas.push((c, m.clone()));
+                    metas.push((c, m.into_owned()));
                 }
             }
             (metas, it.next().is_some())
@@ -1297,7 +1312,7 @@ impl Store for EmbeddedStore {
                 CancelSelector::Ids(ids) => ids
                     .iter()
                     .copied()
-                    .filter(|id| st.jobs.get(*id).is_some_and(cancellable))
+                    .filter(|id| st.jobs.get(*id).is_some_and(|m| cancellable(&m)))
                     .collect(),
                 CancelSelector::Queue { queue, max } => st
                     .jobs
@@ -1317,7 +1332,7 @@ impl Store for EmbeddedStore {
                 let finish = rule(facts(*id, m));
                 Shared::apply_finish(&mut st, *id, finish, &mut ops);
             }
-            (ids, sh.commit.append(ops))
+            (ids, sh.append(&mut st, ops))
         };
         sh.commit.wait(batch).await?;
         Ok(ids)

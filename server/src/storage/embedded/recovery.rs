@@ -7,7 +7,7 @@
 use super::codec::{self, DedupRecord, FORMAT_VERSION, Meta, QueueRecord};
 use super::dedup_index::{DedupEntry, DedupIndex};
 use super::group_commit::Keyspaces;
-use super::job_index::JobIndex;
+use super::job_index::{JobIndex, SharedKeyspaces};
 use super::{RecoveryReport, State};
 use crate::domain::{UnixMs, reached};
 use crate::storage::StorageError;
@@ -41,10 +41,11 @@ const BLOCK_CACHE: u64 = 256 * 1024 * 1024;
 pub(super) fn open(
     path: &Path,
     now: UnixMs,
-) -> Result<(Keyspaces, State, RecoveryReport), StorageError> {
+) -> Result<(SharedKeyspaces, State, RecoveryReport), StorageError> {
     let keyspaces = open_db(path)?;
-    let (state, report) = load_state(&keyspaces, Some(now))?;
-    Ok((keyspaces, state, report))
+    let shared = Arc::new(std::sync::RwLock::new(Some(keyspaces.clone())));
+    let (state, report) = load_state(&keyspaces, Some(now), Some(&shared))?;
+    Ok((shared, state, report))
 }
 
 /// Opens fjall at `path` (replaying its journal), checks the format version and makes sure every
@@ -124,20 +125,23 @@ pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
 /// Rebuilds the in-memory index from what fjall holds. With `purge_expired_by` (at start),
 /// dedup records that expired by then are deleted from disk on the way; without it (an
 /// in-process rebuild after a failed write, when writing may be impossible) they are loaded and
-/// the sweeper purges them.
+/// the sweeper purges them. With `pager` (the store's handles), ready and scheduled jobs are
+/// kept as keys only and their metas read back from there when needed; without it, every meta
+/// stays in memory.
 pub(super) fn load_state(
     keyspaces: &Keyspaces,
     purge_expired_by: Option<UnixMs>,
+    pager: Option<&SharedKeyspaces>,
 ) -> Result<(State, RecoveryReport), StorageError> {
     let db = &keyspaces.db;
-    let mut jobs = JobIndex::default();
+    let mut jobs = pager.map_or_else(JobIndex::default, |p| JobIndex::paged(p.clone()));
     for guard in keyspaces.meta.iter() {
         let (k, v) = guard.into_inner().map_err(io)?;
         if &*k == SENTINEL {
             continue;
         }
         let id = codec::decode_id(&k)?;
-        jobs.insert(id, Meta::decode(&v)?);
+        jobs.recover(id, Meta::decode(&v)?);
     }
 
     for guard in keyspaces.queues.iter() {
