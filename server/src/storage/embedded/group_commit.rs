@@ -128,8 +128,14 @@ pub(crate) trait Engine: Sync {
     fn rebuild(&self, first: &mut dyn FnMut()) -> Result<(), StorageError>;
     /// Drops every fjall handle and opens the directory again, which clears fjall's poisoned
     /// flag (fjall refuses every write once a write failed) and replays its journal: a torn
-    /// batch at the tail is discarded.
-    fn reopen(&self) -> Result<(), StorageError>;
+    /// batch at the tail is discarded. `then` runs on the new handles before anyone else sees
+    /// them. All of it under the store's state lock: a reader holding that lock sees either no
+    /// handles (and answers "unavailable") or handles to what was committed, never a moment in
+    /// between, and never loses its handles while it holds the lock.
+    fn reopen(
+        &self,
+        then: &mut dyn FnMut(&Keyspaces) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError>;
 }
 
 /// Why writes are refused.
@@ -471,13 +477,19 @@ impl GroupCommit {
                 }
             }
         }
-        // Every handle must go for the reopen.
+        // Every handle must go for the reopen. Not before there is room for the undo, though:
+        // until then the poisoned handles still read everything committed (paged-out metas
+        // included), so reads keep working while the disk is full, and a reopen could only fail
+        // and leave the store without handles between attempts.
+        let resume_at = self.space.min_free_bytes.max(POISONED_LOW_SPACE);
+        while space::free_bytes(dir).is_ok_and(|b| b < resume_at) {
+            if self.pause(SPACE_PROBE_EVERY) {
+                return false;
+            }
+        }
         drop(failed);
         loop {
-            let undone = engine.reopen().and_then(|()| {
-                let ks = engine
-                    .keyspaces()
-                    .ok_or_else(|| StorageError::Unavailable("storage is being reopened".into()))?;
+            let undone = engine.reopen(&mut |ks| {
                 let mut batch = ks.db.batch().durability(Some(fjall::PersistMode::SyncAll));
                 for (k, key, v) in &undo {
                     match v {
@@ -684,8 +696,11 @@ mod tests {
                 then();
                 Ok(())
             }
-            fn reopen(&self) -> Result<(), StorageError> {
-                Ok(())
+            fn reopen(
+                &self,
+                then: &mut dyn FnMut(&Keyspaces) -> Result<(), StorageError>,
+            ) -> Result<(), StorageError> {
+                then(&self.0)
             }
         }
         let commit = Arc::new(GroupCommit::new(

@@ -21,6 +21,7 @@
 use super::codec::{Meta, Stage};
 use super::group_commit::Keyspaces;
 use crate::domain::{JobCursor, JobId, ListState, UnixMs};
+use crate::storage::StorageError;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -163,53 +164,64 @@ impl JobIndex {
         }
     }
 
-    /// Job `id`'s meta: from memory, or read from the `meta` keyspace if it is paged out. A
-    /// read that fails is logged and answers `None`.
+    /// Job `id`'s meta: from memory, or read from the `meta` keyspace if it is paged out. For
+    /// transitions, which run only while storage is writable: a read that fails (an I/O error)
+    /// is logged and answers `None`, so the transition leaves the job as it is. Inspections use
+    /// [`JobIndex::try_get`], which reports the failure.
     pub(crate) fn get(&self, id: JobId) -> Option<Cow<'_, Meta>> {
+        self.try_get(id).unwrap_or_else(|e| {
+            tracing::error!(job_id = %id, error = %e, "cannot read a job's meta");
+            None
+        })
+    }
+
+    /// Job `id`'s meta, like [`JobIndex::get`], but a paged-out meta that cannot be read is an
+    /// error, never "no such job".
+    ///
+    /// # Errors
+    /// [`StorageError::Unavailable`] while storage is reopened after running out of space;
+    /// [`StorageError::Io`] or a decode error if the read fails.
+    pub(crate) fn try_get(&self, id: JobId) -> Result<Option<Cow<'_, Meta>>, StorageError> {
         if let Some(h) = self.held.get(&id) {
-            return h.meta.as_ref().map(Cow::Borrowed);
+            return Ok(h.meta.as_ref().map(Cow::Borrowed));
         }
         if let Some(m) = self.read_cache.borrow().get(&id) {
-            return Some(Cow::Owned(m.clone()));
+            return Ok(Some(Cow::Owned(m.clone())));
         }
-        let m = self.read(id)?;
+        let Some(m) = self.read(id)? else {
+            return Ok(None);
+        };
         self.read_cache.borrow_mut().insert(id, m.clone());
-        Some(Cow::Owned(m))
+        Ok(Some(Cow::Owned(m)))
     }
 
     /// Reads a paged-out meta from disk, its names shared with the index's.
-    fn read(&self, id: JobId) -> Option<Meta> {
-        let disk = self.disk.as_ref()?;
+    fn read(&self, id: JobId) -> Result<Option<Meta>, StorageError> {
+        let Some(disk) = self.disk.as_ref() else {
+            return Ok(None);
+        };
         let found = {
             let ks = disk.read().unwrap_or_else(|e| e.into_inner());
             let Some(ks) = ks.as_ref() else {
-                tracing::error!(job_id = %id, "cannot read a job's meta: storage is being reopened");
-                return None;
+                return Err(StorageError::Unavailable(
+                    "storage is being reopened after running out of space".into(),
+                ));
             };
             ks.meta.get(id.to_bytes())
         };
         let bytes = match found {
             Ok(Some(v)) => v,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::error!(job_id = %id, error = %e, "cannot read a job's meta");
-                return None;
-            }
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(StorageError::Io(format!("reading job {id}'s meta: {e}"))),
         };
-        let mut m = match Meta::decode(&bytes) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::error!(job_id = %id, error = %e, "cannot decode a job's meta");
-                return None;
-            }
-        };
+        let mut m = Meta::decode(&bytes)?;
         if let Some((q, _)) = self.queues.get_key_value(&*m.queue) {
             m.queue = q.clone();
         }
         if let Some(t) = self.job_types.get(&*m.job_type) {
             m.job_type = t.clone();
         }
-        Some(m)
+        Ok(Some(m))
     }
 
     /// Takes job `id`'s meta out for a change (from memory, the read cache or the disk),
@@ -220,7 +232,13 @@ impl JobIndex {
         }
         let m = match self.read_cache.get_mut().remove(&id) {
             Some(m) => m,
-            None => self.read(id)?,
+            None => match self.read(id) {
+                Ok(m) => m?,
+                Err(e) => {
+                    tracing::error!(job_id = %id, error = %e, "cannot read a job's meta");
+                    return None;
+                }
+            },
         };
         self.held.insert(
             id,
@@ -525,7 +543,10 @@ impl JobIndex {
                 if self.held.contains_key(&id) {
                     continue;
                 }
-                let m = self.read(id).expect("a paged-out job's meta is on disk");
+                let m = self
+                    .read(id)
+                    .expect("a paged-out job's meta can be read")
+                    .expect("a paged-out job's meta is on disk");
                 assert_eq!(&m.queue, name, "job {id} filed under another queue");
                 match m.stage {
                     Stage::Ready => assert!(q.ready.contains(&ready_key(id, &m))),

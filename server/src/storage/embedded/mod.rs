@@ -494,11 +494,20 @@ impl Engine for Shared {
         Ok(())
     }
 
-    fn reopen(&self) -> Result<(), StorageError> {
-        // Every handle must go before fjall can be opened again (it holds a lock file); a
-        // reader still holding a clone makes the open fail with "locked", and it is retried.
+    fn reopen(
+        &self,
+        then: &mut dyn FnMut(&Keyspaces) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        // Under the state lock: the job index reads paged-out metas through these handles,
+        // and a reader under the lock must not see them vanish or see the new ones before
+        // `then` (the undo of the failed batch) ran. Readers outside the lock (a body read
+        // after it) take a clone; every handle must go before fjall can be opened again (it
+        // holds a lock file), so a clone still held makes the open fail with "locked", and it
+        // is retried.
+        let _st = self.lock();
         drop(self.ks.write().unwrap_or_else(|e| e.into_inner()).take());
         let ks = recovery::open_db(&self.path)?;
+        then(&ks)?;
         *self.ks.write().unwrap_or_else(|e| e.into_inner()) = Some(ks);
         Ok(())
     }
@@ -964,7 +973,7 @@ impl Store for EmbeddedStore {
 
     async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StorageError> {
         let sh = &*self.shared;
-        let Some(meta) = sh.lock().jobs.get(id).map(Cow::into_owned) else {
+        let Some(meta) = sh.lock().jobs.try_get(id)?.map(Cow::into_owned) else {
             return Ok(None);
         };
         Ok(Some(sh.stored(id, meta)?))
@@ -998,7 +1007,7 @@ impl Store for EmbeddedStore {
                 more = true;
                 break;
             }
-            let Some(m) = st.jobs.get(id) else {
+            let Some(m) = st.jobs.try_get(id)? else {
                 continue;
             };
             if let Some(r) = sh.dead_letter(id, &m)? {
@@ -1281,7 +1290,7 @@ impl Store for EmbeddedStore {
             let mut it = st.jobs.listing(queue, state, after);
             let mut metas = Vec::new();
             for c in it.by_ref().take(limit as usize) {
-                if let Some(m) = st.jobs.get(c.2) {
+                if let Some(m) = st.jobs.try_get(c.2)? {
                     metas.push((c, m.into_owned()));
                 }
             }
@@ -1342,6 +1351,13 @@ impl Store for EmbeddedStore {
         let st = self.shared.lock();
         let mut queues: std::collections::BTreeMap<&str, QueueGauges> = Default::default();
         for (name, q) in st.jobs.queues() {
+            // A scrape must not fail while storage is reopened after running out of space
+            // (the moment an operator most needs the rest): the oldest ready job's age is then
+            // left out.
+            let oldest_ready = q
+                .oldest_ready()
+                .and_then(|id| st.jobs.try_get(id).ok().flatten())
+                .map(|m| m.enqueued_at);
             queues.insert(
                 name,
                 QueueGauges {
@@ -1354,10 +1370,7 @@ impl Store for EmbeddedStore {
                         dedup_records: 0,
                         paused: q.paused,
                     },
-                    oldest_ready_at: q
-                        .oldest_ready()
-                        .and_then(|id| st.jobs.get(id))
-                        .map(|m| m.enqueued_at),
+                    oldest_ready_at: oldest_ready,
                 },
             );
         }

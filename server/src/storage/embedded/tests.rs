@@ -374,3 +374,57 @@ async fn ready_and_scheduled_jobs_are_paged_out_once_durable() {
     assert_eq!(store.shared.lock().jobs.held_len(), 2);
     store.close().await.expect("close");
 }
+
+/// While fjall is reopened after running out of space, the store has no handles to read a
+/// paged-out meta through. Inspections must then answer "unavailable", never "no such job":
+/// the job is on disk, and a client told it is unknown would take it for lost.
+#[tokio::test]
+async fn a_paged_out_job_is_unavailable_not_unknown_while_storage_is_reopened() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(open(dir.path(), T0));
+    let queue = queue_over(store.clone(), clock.clone(), 60_000);
+    let job = |queue: &str| EnqueueInput {
+        queue: queue.into(),
+        job_type: "t".into(),
+        ..Default::default()
+    };
+    let out = queue.enqueue_batch(vec![job("q")]).await.expect("enqueue");
+    let id = out[0].as_ref().expect("accepted").job_id;
+    // The next append pages out what the durable batches hold.
+    queue.enqueue_batch(vec![job("r")]).await.expect("enqueue");
+    assert_eq!(
+        store.shared.lock().jobs.held_len(),
+        1,
+        "the first job paged out"
+    );
+
+    // What `Engine::reopen` does under the state lock, stopped half-way.
+    let ks = store
+        .shared
+        .ks
+        .write()
+        .expect("ks")
+        .take()
+        .expect("handles");
+    for err in [
+        store.get_job(id).await.map(|_| ()).expect_err("get_job"),
+        store
+            .list_jobs("q", ListState::Ready, None, 10)
+            .await
+            .map(|_| ())
+            .expect_err("list_jobs"),
+    ] {
+        assert!(matches!(err, StorageError::Unavailable(_)), "{err:?}");
+    }
+    let gauges = store.gauges().await.expect("a scrape still answers");
+    let q = gauges.queues.iter().find(|g| g.queue == "q").expect("q");
+    assert_eq!(q.stats.ready, 1);
+    assert_eq!(q.oldest_ready_at, None, "left out, not guessed");
+    *store.shared.ks.write().expect("ks") = Some(ks);
+
+    let job = store.get_job(id).await.expect("get_job").expect("found");
+    assert_eq!(job.stage, Stage::Ready);
+    assert_memory_equals_disk(&store);
+    store.close().await.expect("close");
+}
