@@ -522,6 +522,12 @@ impl JobIndex {
         self.held.len()
     }
 
+    /// Whether job `id`'s meta is in memory, for tests.
+    #[cfg(test)]
+    pub(crate) fn holds(&self, id: JobId) -> bool {
+        self.held.contains_key(&id)
+    }
+
     /// Every job and its meta, in no order (tests compare memory with disk): the held ones as
     /// held, the paged-out ones as the disk holds them, each checked against the ordered set
     /// that holds its key.
