@@ -12,7 +12,8 @@
 #   cargo build --release --bin sepp -p sepp-server && cargo build --release -p sepp-bench
 #   bench/cost-instructions.sh
 # WORKLOAD (default unique) is a sepp-bench workload: unique, batch100 or batch1000 (one
-# EnqueueBatch call of 100 or 1,000 fresh keyed jobs). It also prints the instructions per job,
+# EnqueueBatch call of 100 or 1,000 fresh keyed jobs; batch1000 sets limits.max_enqueue_batch =
+# 1000). It also prints the instructions per job,
 # and the flusher's (the group commit thread: fjall batch, journal write, fsync call) per job,
 # which runs off the request path but is the server's CPU too.
 # Env: SAMPLE_RATIO (tracing.sample_ratio when on, default 0.01), CONNS (8), DURATION (15 s),
@@ -38,6 +39,8 @@ run() {
   d=$(mktemp -d "${TMPDIR:-/tmp}/sepp-cost-XXXX")
   {
     echo "[server]"; echo "db_path = \"$d/data\""; echo 'listen_addr = "127.0.0.1:0"'
+    # The default max_enqueue_batch is 256.
+    if [ "$WORKLOAD" = batch1000 ]; then echo "[limits]"; echo "max_enqueue_batch = 1000"; fi
     if [ "$v" = on ] && [ "${ONLY:-}" != tracing ]; then
       echo "[metrics]"; echo "enabled = true"; echo 'listen_addr = "127.0.0.1:0"'
     fi
