@@ -6,7 +6,7 @@
 //! the group-commit batch that wrote it, so a hit on a record that is not yet durable waits for
 //! that batch before answering.
 
-use super::codec::split_record_key;
+use super::codec::record_queue;
 use crate::domain::{Fingerprint, JobId, UnixMs, reached};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
@@ -30,7 +30,7 @@ pub(crate) struct DedupEntry {
 pub(crate) struct DedupIndex {
     map: HashMap<Arc<[u8]>, DedupEntry>,
     by_expiry: BTreeSet<(UnixMs, Arc<[u8]>)>,
-    per_queue: HashMap<Box<str>, u64>,
+    per_queue: HashMap<Box<str>, u64, super::job_index::NameHasher>,
 }
 
 impl DedupIndex {
@@ -54,7 +54,7 @@ impl DedupIndex {
             Entry::Vacant(v) => {
                 let key = v.key().clone();
                 v.insert(entry);
-                if let Some((q, _)) = split_record_key(&key) {
+                if let Some(q) = record_queue(&key) {
                     match self.per_queue.get_mut(q) {
                         Some(n) => *n += 1,
                         None => {
@@ -74,7 +74,7 @@ impl DedupIndex {
             return false;
         };
         self.by_expiry.remove(&(e.expires_at, k.clone()));
-        if let Some((q, _)) = split_record_key(&k)
+        if let Some(q) = record_queue(&k)
             && let Some(n) = self.per_queue.get_mut(q)
         {
             *n = n.saturating_sub(1);
