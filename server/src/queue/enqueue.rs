@@ -42,7 +42,10 @@ pub fn prepass(jobs: &[NewJob]) -> Vec<Option<u32>> {
     if jobs.iter().filter(|j| j.dedup.is_some()).nth(1).is_none() {
         return first;
     }
-    let mut seen: HashMap<(&str, &str), u32> = HashMap::with_capacity(jobs.len());
+    // foldhash, seeded at random per process: SipHash was a good part of a batch's cost, and
+    // the map lives for one batch (at most `max_enqueue_batch` keys).
+    let mut seen: HashMap<(&str, &str), u32, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(jobs.len(), foldhash::fast::RandomState::default());
     for (i, job) in jobs.iter().enumerate() {
         if let Some(claim) = &job.dedup {
             match seen.entry((&*job.queue, claim.key.as_str())) {

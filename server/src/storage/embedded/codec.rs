@@ -115,6 +115,12 @@ pub(crate) fn record_key(queue: &str, key: &str) -> Vec<u8> {
     k
 }
 
+/// The queue of a [`record_key`] (the key's bytes are not looked at).
+pub(crate) fn record_queue(k: &[u8]) -> Option<&str> {
+    let nul = k.iter().position(|b| *b == 0)?;
+    std::str::from_utf8(&k[..nul]).ok()
+}
+
 /// Splits a [`record_key`] back into queue and key.
 pub(crate) fn split_record_key(k: &[u8]) -> Option<(&str, &str)> {
     let nul = k.iter().position(|b| *b == 0)?;

@@ -6,7 +6,7 @@
 //! the group-commit batch that wrote it, so a hit on a record that is not yet durable waits for
 //! that batch before answering.
 
-use super::codec::split_record_key;
+use super::codec::record_queue;
 use crate::domain::{Fingerprint, JobId, UnixMs, reached};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
@@ -25,12 +25,22 @@ pub(crate) struct DedupEntry {
     pub(crate) fingerprint: Option<Fingerprint>,
 }
 
+/// A record's place in the expiry order: its expiry, then the low 64 bits of its job's id,
+/// then its key. The records of a batch share their expiry, and their keys often share a long
+/// prefix; the job id (random, one per record) orders them without comparing the keys' bytes
+/// (the key still breaks a tie, so that two records never share a place).
+type ExpiryKey = (UnixMs, u64, Arc<[u8]>);
+
+fn expiry_key(e: &DedupEntry, key: Arc<[u8]>) -> ExpiryKey {
+    (e.expires_at, e.job_id.0 as u64, key)
+}
+
 /// Keys and their expiry order. The key bytes are shared between the map and the expiry set.
 #[derive(Debug, Default)]
 pub(crate) struct DedupIndex {
     map: HashMap<Arc<[u8]>, DedupEntry>,
-    by_expiry: BTreeSet<(UnixMs, Arc<[u8]>)>,
-    per_queue: HashMap<Box<str>, u64>,
+    by_expiry: BTreeSet<ExpiryKey>,
+    per_queue: HashMap<Box<str>, u64, super::job_index::NameHasher>,
 }
 
 impl DedupIndex {
@@ -48,13 +58,13 @@ impl DedupIndex {
             Entry::Occupied(mut o) => {
                 let old = o.insert(entry);
                 let key = o.key().clone();
-                self.by_expiry.remove(&(old.expires_at, key.clone()));
+                self.by_expiry.remove(&expiry_key(&old, key.clone()));
                 key
             }
             Entry::Vacant(v) => {
                 let key = v.key().clone();
                 v.insert(entry);
-                if let Some((q, _)) = split_record_key(&key) {
+                if let Some(q) = record_queue(&key) {
                     match self.per_queue.get_mut(q) {
                         Some(n) => *n += 1,
                         None => {
@@ -65,7 +75,7 @@ impl DedupIndex {
                 key
             }
         };
-        self.by_expiry.insert((entry.expires_at, key));
+        self.by_expiry.insert(expiry_key(&entry, key));
     }
 
     /// Removes a record; returns whether there was one.
@@ -73,8 +83,8 @@ impl DedupIndex {
         let Some((k, e)) = self.map.remove_entry(key) else {
             return false;
         };
-        self.by_expiry.remove(&(e.expires_at, k.clone()));
-        if let Some((q, _)) = split_record_key(&k)
+        self.by_expiry.remove(&expiry_key(&e, k.clone()));
+        if let Some(q) = record_queue(&k)
             && let Some(n) = self.per_queue.get_mut(q)
         {
             *n = n.saturating_sub(1);
@@ -89,7 +99,7 @@ impl DedupIndex {
     pub(crate) fn purge_expired(&mut self, now: UnixMs, budget: usize) -> Vec<Arc<[u8]>> {
         let mut purged = Vec::new();
         while purged.len() < budget {
-            let Some((exp, key)) = self.by_expiry.first().cloned() else {
+            let Some((exp, _, key)) = self.by_expiry.first().cloned() else {
                 break;
             };
             if !reached(exp, now) {
@@ -111,12 +121,12 @@ impl DedupIndex {
 
     /// The earliest expiry, if any record exists.
     pub(crate) fn next_expiry(&self) -> Option<UnixMs> {
-        self.by_expiry.first().map(|(e, _)| *e)
+        self.by_expiry.first().map(|(e, _, _)| *e)
     }
 
     /// The record that expires next, if any.
     pub(crate) fn next_expiring(&self) -> Option<&DedupEntry> {
-        self.by_expiry.first().and_then(|(_, k)| self.map.get(k))
+        self.by_expiry.first().and_then(|(_, _, k)| self.map.get(k))
     }
 
     /// Queues with records, and how many each has.
@@ -190,6 +200,33 @@ mod tests {
         assert_eq!(idx.purge_expired(200, 10).len(), 1);
         assert_eq!(idx.count_for_queue("q"), 1);
         assert!(idx.get(&k).is_none());
+    }
+
+    #[test]
+    fn records_of_one_expiry_are_kept_apart_by_job_and_key() {
+        // The expiry order breaks ties by job id, then by key: every record keeps its own
+        // place, a removed or replaced one leaves none behind.
+        let mut idx = DedupIndex::default();
+        let at = |id: u128| DedupEntry {
+            job_id: JobId(id),
+            ..entry(50)
+        };
+        for i in 0..20u128 {
+            // Two records per job id: the key breaks the tie.
+            idx.insert(&record_key("q", &format!("k{i}")), at(i / 2));
+        }
+        assert!(idx.remove(&record_key("q", "k3")));
+        idx.insert(&record_key("q", "k4"), at(99));
+        assert_eq!(idx.len(), 19);
+        assert_eq!(idx.purge_expired(49, 100).len(), 0);
+        let mut purged = idx.purge_expired(50, 100);
+        purged.sort();
+        assert_eq!(purged.len(), 19);
+        purged.dedup();
+        assert_eq!(purged.len(), 19, "each record purged once");
+        assert_eq!(idx.len(), 0);
+        assert_eq!(idx.next_expiry(), None);
+        assert_eq!(idx.count_for_queue("q"), 0);
     }
 
     #[test]

@@ -176,7 +176,10 @@ impl Durable {
 
 #[derive(Debug)]
 struct Filling {
-    ops: Vec<WriteOp>,
+    /// The writes of each transition appended to this batch, in order (kept apart, so that an
+    /// append moves one vector instead of copying its writes behind the others'); never holds
+    /// an empty one.
+    ops: Vec<Vec<WriteOp>>,
     /// The number of the batch being filled; batch 0 is "already durable".
     id: u64,
     closing: bool,
@@ -213,7 +216,7 @@ pub(crate) struct GroupCommit {
 }
 
 enum Next {
-    Batch(Vec<WriteOp>, u64),
+    Batch(Vec<Vec<WriteOp>>, u64),
     Seal,
     Probe,
 }
@@ -294,11 +297,7 @@ impl GroupCommit {
             return id;
         }
         let was_empty = f.ops.is_empty();
-        if was_empty {
-            f.ops = ops;
-        } else {
-            f.ops.extend(ops);
-        }
+        f.ops.push(ops);
         let id = f.id;
         drop(f);
         if was_empty {
@@ -410,7 +409,7 @@ impl GroupCommit {
         id: u64,
         e: &fjall::Error,
         failed: Keyspaces,
-        touched: Vec<(Ks, Vec<u8>)>,
+        touched: Vec<(Ks, fjall::Slice)>,
     ) -> bool {
         let dir = &self.space.dir;
         let free = space::free_bytes(dir).ok();
@@ -597,15 +596,18 @@ impl GroupCommit {
                 continue;
             };
             let mut batch = ks.db.batch().durability(Some(mode));
-            // The keys of the batch, to undo it should it fail and still reach the disk.
-            let mut touched = Vec::with_capacity(ops.len());
-            let writes = ops.len();
-            for op in ops {
-                touched.push((op.ks, op.key.clone()));
+            // The keys of the batch, to undo it should it fail and still reach the disk. Each
+            // key is made a fjall slice once: the batch and this list share it (a short key is
+            // held inline, a longer one counted by reference), instead of a copy of each.
+            let writes: usize = ops.iter().map(Vec::len).sum();
+            let mut touched = Vec::with_capacity(writes);
+            for op in ops.into_iter().flatten() {
+                let key = fjall::Slice::from(op.key);
+                touched.push((op.ks, key.clone()));
                 let keyspace = ks.get(op.ks);
                 match op.value {
-                    Some(v) => batch.insert(keyspace, op.key, v),
-                    None => batch.remove(keyspace, op.key),
+                    Some(v) => batch.insert(keyspace, key, v),
+                    None => batch.remove(keyspace, key),
                 }
             }
             let started = Instant::now();

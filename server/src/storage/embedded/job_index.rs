@@ -73,6 +73,12 @@ impl Hasher for JobIdHasher {
 
 type JobMap<V> = HashMap<JobId, V, BuildHasherDefault<JobIdHasher>>;
 
+/// The hasher of the maps keyed by queue and job type names: foldhash, seeded at random per
+/// process. SipHash cost several times as much on the enqueue path, where each job looks its
+/// queue and type up; these maps hold at most `limits.max_queues` queues (and the job types
+/// in use), so they need no more resistance to chosen keys than foldhash's random seed gives.
+pub(crate) type NameHasher = foldhash::fast::RandomState;
+
 /// Order of ready jobs within a queue: highest priority first, then enqueue order.
 pub(crate) type ReadyKey = (u8, u64, JobId);
 
@@ -134,13 +140,13 @@ pub(crate) struct JobIndex {
     disk: Option<SharedKeyspaces>,
     /// Jobs (any stage).
     live: usize,
-    queues: HashMap<Arc<str>, QueueIndex>,
+    queues: HashMap<Arc<str>, QueueIndex, NameHasher>,
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leases: BTreeSet<(UnixMs, JobId)>,
     dead: BTreeSet<(UnixMs, JobId)>,
     tombstones: BTreeSet<(UnixMs, JobId)>,
     /// Job type names, shared by every job of a type.
-    job_types: std::collections::HashSet<Arc<str>>,
+    job_types: std::collections::HashSet<Arc<str>, NameHasher>,
     /// The next enqueue sequence number.
     pub(crate) next_seq: u64,
 }
@@ -303,7 +309,7 @@ impl JobIndex {
     }
 
     pub(crate) fn queue_mut(&mut self, name: &Arc<str>) -> &mut QueueIndex {
-        self.queues.entry(name.clone()).or_default()
+        queue_entry(&mut self.queues, name)
     }
 
     /// The interned name of `queue`, so that every job of a queue shares one allocation.
@@ -600,7 +606,7 @@ impl JobIndex {
             self.tombstones.insert((until, id));
             return;
         }
-        let q = self.queues.entry(m.queue.clone()).or_default();
+        let q = queue_entry(&mut self.queues, &m.queue);
         match m.stage {
             Stage::Ready => {
                 q.ready.insert(ready_key(id, m));
@@ -648,4 +654,16 @@ impl JobIndex {
             Stage::Tombstone { .. } => {}
         }
     }
+}
+
+/// The share of `name` in `queues`, created when missing. Looked up by name first: the usual
+/// case, an existing queue, neither clones the name nor hashes it twice.
+fn queue_entry<'a>(
+    queues: &'a mut HashMap<Arc<str>, QueueIndex, NameHasher>,
+    name: &Arc<str>,
+) -> &'a mut QueueIndex {
+    if !queues.contains_key(&**name) {
+        queues.insert(name.clone(), QueueIndex::default());
+    }
+    queues.get_mut(&**name).expect("just inserted")
 }
