@@ -276,6 +276,42 @@ def headline_table(agg: dict, conns: int) -> str:
     return "\n".join(out)
 
 
+def ratio_table(rounds: list[list[dict]], agg: dict) -> str:
+    """sepp's jobs/s over each peer's of the same durability, taken within each round (the
+    rounds alternate the order of the systems), as the median with the min-max of the rounds."""
+    by_round = [{key(p): p for p in rnd} for rnd in rounds]
+    order = {w: i for i, w in enumerate(WORKLOAD_TITLES)}
+    points = sorted(
+        {(k[2], k[3]) for k in agg if k[0] == "sepp"}, key=lambda w: (order.get(w[0], 99), w[1])
+    )
+    peers = [(s, d) for s, d in row_order(agg) if s != "sepp" and ("sepp", d) in row_order(agg)]
+    out = [
+        "| workload | connections | "
+        + " | ".join(f"sepp {d} / {label_of(agg, s, d)}" for s, d in peers) + " |",
+        "|---|--:|" + "--:|" * len(peers),
+    ]
+    for workload, conns in points:
+        cells = []
+        for system, durability in peers:
+            ratios = []
+            for rnd in by_round:
+                a = rnd.get(("sepp", durability, workload, conns))
+                b = rnd.get((system, durability, workload, conns))
+                if a and b and a.get("jobs_per_s") and b.get("jobs_per_s"):
+                    ratios.append(a["jobs_per_s"] / b["jobs_per_s"])
+            if not ratios:
+                cells.append("–")
+                continue
+            ratios.sort()
+            med = statistics.median(ratios)
+            text = f"{med:.2f}"
+            if len(ratios) > 1 and ratios[0] != ratios[-1]:
+                text += f" ({ratios[0]:.2f}–{ratios[-1]:.2f})"
+            cells.append(text)
+        out.append(f"| {WORKLOAD_TITLES.get(workload, workload)} | {conns} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def detail_table(agg: dict) -> str:
     out = [
         "| system, durability | workload | connections | jobs/s | p50 ms | p99 ms | p999 ms "
@@ -484,37 +520,47 @@ def main() -> int:
             rounds.append(points)
 
     agg = aggregate(rounds)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = BENCH / "results"
-    results.mkdir(exist_ok=True)
-    raw = results / f"compare-{stamp}.json"
-    raw.write_text(json.dumps({
-        "started_at": started,
-        "machine": machine_line(),
-        "plan": plan,
-        "rounds": rounds,
-        "medians": [dict(e, key=list(k)) for k, e in agg.items()],
-    }, indent=1) + "\n")
-    log(f"raw figures: {raw}")
+    if args.from_json:
+        # Re-rendering: the raw figures are the file read, not a new copy of them.
+        raw = args.from_json.resolve()
+        machine = saved.get("machine", machine_line())
+    else:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        results = BENCH / "results"
+        results.mkdir(exist_ok=True)
+        raw = results / f"compare-{stamp}.json"
+        machine = machine_line()
+        raw.write_text(json.dumps({
+            "started_at": started,
+            "machine": machine,
+            "plan": plan,
+            "rounds": rounds,
+            "medians": [dict(e, key=list(k)) for k, e in agg.items()],
+        }, indent=1) + "\n")
+        log(f"raw figures: {raw}")
 
     headline = headline_table(agg, plan["fixed_connections"])
+    ratios = ratio_table(rounds, agg)
     detail = detail_table(agg)
     print(f"\n{plan['fixed_connections']} connections, jobs/s, median (min–max) of "
           f"{plan['repeats']} run(s):\n")
     print(headline)
+    print("\nsepp over each peer, jobs/s ratio per round, median (min–max):\n")
+    print(ratios)
     print()
     print(detail)
 
     if args.write_docs:
         names = plots(agg, plan, ROOT / "docs" / "bench")
         meta = (
-            f"Measured {started[:10]} on {machine_line()}. {plan['repeats']} rounds; each point "
+            f"Measured {started[:10]} on {machine}. {plan['repeats']} rounds; each point "
             f"{plan['duration']:g} s after {plan['warmup']:g} s of warm-up; drain of "
             f"{plan['drain_jobs']:,} jobs; cells are the median with the min–max of the rounds. "
             f"Raw figures: `bench/results/{raw.name}`."
         )
         replace_between(ROOT / "docs" / "benchmarks.md", "meta", meta)
         replace_between(ROOT / "docs" / "benchmarks.md", "headline", headline)
+        replace_between(ROOT / "docs" / "benchmarks.md", "ratios", ratios)
         replace_between(ROOT / "docs" / "benchmarks.md", "detail", detail)
         replace_between(
             ROOT / "docs" / "benchmarks.md", "plots",
