@@ -1293,8 +1293,9 @@ const ENV_SECTIONS: &[&str] = &[
 /// The `SEPP_*` variables the configuration itself reads, besides the overrides.
 const CONFIG_VARIABLES: &[&str] = &["SEPP_CONFIG", "SEPP_LOG"];
 
-/// Variables under this prefix belong to test rigs and are never warned about.
-const TEST_VARIABLE_PREFIX: &str = "SEPP_TEST_";
+/// Variables under these prefixes belong to the project's test rigs (`SEPP_TEST_`) and bench
+/// scripts (`SEPP_BENCH_`): sepp reads none of them and never warns about them.
+const SKIPPED_VARIABLE_PREFIXES: &[&str] = &["SEPP_TEST_", "SEPP_BENCH_"];
 
 /// A `SEPP_*` environment variable that sepp does not read: neither a `SEPP_SECTION__FIELD`
 /// override nor one of its own variables. Most often a typo (one underscore for two), so it is
@@ -1327,7 +1328,8 @@ impl std::fmt::Display for UnknownVariable {
 /// The `SEPP_*` variables in `env` that sepp does not read, each with the nearest name it does
 /// read when one is close. Known: the `SEPP_SECTION__FIELD` overrides (those with `__` are
 /// judged, and refused when wrong, by [`Config::load`]), `SEPP_CONFIG`, `SEPP_LOG`, the
-/// `other_known` names (the command line's variables) and `SEPP_TEST_*`.
+/// `other_known` names (the command line's variables), and those of test rigs and bench
+/// scripts (`SEPP_TEST_*`, `SEPP_BENCH_*`).
 pub fn unknown_variables(env: &[(String, String)], other_known: &[String]) -> Vec<UnknownVariable> {
     let known: Vec<String> = override_names()
         .chain(CONFIG_VARIABLES.iter().map(|s| (*s).to_string()))
@@ -1338,7 +1340,9 @@ pub fn unknown_variables(env: &[(String, String)], other_known: &[String]) -> Ve
         .filter(|name| {
             name.strip_prefix("SEPP_")
                 .is_some_and(|rest| !rest.contains("__"))
-                && !name.starts_with(TEST_VARIABLE_PREFIX)
+                && !SKIPPED_VARIABLE_PREFIXES
+                    .iter()
+                    .any(|p| name.starts_with(p))
                 && !known.contains(name)
         })
         .map(|name| UnknownVariable {
@@ -1790,7 +1794,10 @@ mod tests {
 
     #[test]
     fn other_sepp_variables_are_ignored_but_unknown_sections_are_not() {
-        let env = vec![("SEPP_SERVER_BIN".to_string(), "/usr/bin/sepp".to_string())];
+        let env = vec![(
+            "SEPP_TEST_SERVER_BIN".to_string(),
+            "/usr/bin/sepp".to_string(),
+        )];
         assert!(Config::from_toml_with_env("", &env).is_ok());
         let env = vec![(
             "SEPP_STORGE__PERSIST_MODE".to_string(),
@@ -1953,6 +1960,9 @@ mod tests {
             "SEPP_LOG",
             "SEPP_SERVER",
             "SEPP_TEST_BACKEND",
+            "SEPP_TEST_SERVER_BIN",
+            "SEPP_BENCH_BIN",
+            "SEPP_BENCHMARK",
             "PATH",
         ]
         .iter()
@@ -1968,6 +1978,9 @@ mod tests {
                 "environment variable SEPP_API_KEYS is not one sepp reads and is ignored; did \
                  you mean SEPP_API_KEY?",
                 "environment variable SEPP_WHATEVER is not one sepp reads and is ignored \
+                 (config overrides are SEPP_<SECTION>__<KEY>, with two underscores)",
+                // Only the prefix with its underscore is skipped.
+                "environment variable SEPP_BENCHMARK is not one sepp reads and is ignored \
                  (config overrides are SEPP_<SECTION>__<KEY>, with two underscores)",
             ]
         );
