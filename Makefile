@@ -166,11 +166,11 @@ soak-fuzz: fuzz-build
 # drained by three servers, and the kill -9, restart and failover tests with 2,500 keys per
 # producer. Debug build, as CI's shorter run.
 soak-postgres:
-	SEPP_PG_DRAIN_JOBS=20000 SEPP_PG_FAULT_KEYS=2500 nice -n 10 cargo nextest run -p sepp-server \
+	SEPP_TEST_PG_DRAIN_JOBS=20000 SEPP_TEST_PG_FAULT_KEYS=2500 nice -n 10 cargo nextest run -p sepp-server \
 		--no-fail-fast --no-capture --test postgres_faults
 
 # The model test (server/src/storage/model.rs) with many random sequences; CI runs 16 as part
 # of test-rust.
-SEPP_MODEL_CASES ?= 1000
+SEPP_TEST_MODEL_CASES ?= 1000
 soak-model:
-	SEPP_MODEL_CASES=$(SEPP_MODEL_CASES) cargo test --release -p sepp-server --lib the_model_agrees -- --nocapture
+	SEPP_TEST_MODEL_CASES=$(SEPP_TEST_MODEL_CASES) cargo test --release -p sepp-server --lib the_model_agrees -- --nocapture

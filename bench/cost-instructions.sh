@@ -17,7 +17,7 @@
 # and the flusher's (the group commit thread: fjall batch, journal write, fsync call) per job,
 # which runs off the request path but is the server's CPU too.
 # Env: SAMPLE_RATIO (tracing.sample_ratio when on, default 0.01), CONNS (8), DURATION (15 s),
-# SEPP_BIN (the server binary), ONLY=metrics or ONLY=tracing (turn on only that one),
+# SEPP_BENCH_BIN (the server binary), ONLY=metrics or ONLY=tracing (turn on only that one),
 # KEEP (a path prefix: keeps each variant's callgrind output as KEEP.off / KEEP.on for
 # callgrind_annotate), LOG (the server's SEPP_LOG, default error: no log layer work; `info`, the server's default
 # level, adds the log layer's work on each RPC's span), VARIANTS (default "off on").
@@ -25,7 +25,7 @@
 # [tracing] exporting to an OTLP endpoint where nothing listens.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN=${SEPP_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/sepp}
+BIN=${SEPP_BENCH_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/sepp}
 BENCH=${CARGO_TARGET_DIR:-$ROOT/target}/release/sepp-bench
 CONNS=${CONNS:-8}
 DURATION=${DURATION:-15}

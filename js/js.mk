@@ -5,7 +5,7 @@
 #                  type-check the declarations (test/types.ts) and the TypeScript examples
 #                  (examples/), then run the tests against the real server.
 #
-# The tests start target/debug/sepp (CARGO_TARGET_DIR respected) unless SEPP_SERVER_BIN is set.
+# The tests start target/debug/sepp (CARGO_TARGET_DIR respected) unless SEPP_TEST_SERVER_BIN is set.
 
 JS_DIR := js
 # Written by `napi build` from bindings/node; committed, so they must come out unchanged.

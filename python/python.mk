@@ -6,7 +6,7 @@
 #                       against the debug server
 #
 # The server binary comes from `cargo build --bin sepp` and is found in $CARGO_TARGET_DIR (or
-# target/), unless SEPP_SERVER_BIN names another.
+# target/), unless SEPP_TEST_SERVER_BIN names another.
 
 # Targets defined here must not become the default goal of the root Makefile.
 python_mk_default_goal := $(.DEFAULT_GOAL)

@@ -2,7 +2,7 @@
 // `listen_addr = "127.0.0.1:0"` and a temporary data directory, then the address from the
 // readiness line `sepp listening on ADDR`. A missing binary fails the suite (it never skips).
 //
-// The binary: $SEPP_SERVER_BIN, else <repo>/target/debug/sepp ($CARGO_TARGET_DIR respected).
+// The binary: $SEPP_TEST_SERVER_BIN, else <repo>/target/debug/sepp ($CARGO_TARGET_DIR respected).
 
 import { spawn } from "node:child_process";
 import { once } from "node:events";
@@ -16,7 +16,7 @@ const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
 /** The server binary the tests run. */
 export function serverBin() {
-  if (process.env.SEPP_SERVER_BIN) return resolve(process.env.SEPP_SERVER_BIN);
+  if (process.env.SEPP_TEST_SERVER_BIN) return resolve(process.env.SEPP_TEST_SERVER_BIN);
   const target = process.env.CARGO_TARGET_DIR
     ? resolve(repo, process.env.CARGO_TARGET_DIR)
     : join(repo, "target");
@@ -52,8 +52,9 @@ export async function startServer({
       "",
     ].join("\n"),
   );
-  // The server reads SEPP_SECTION__FIELD overrides and refuses other SEPP_ variables (such as
-  // SEPP_SERVER_BIN itself), so the child gets none but SEPP_LOG.
+  // The server reads SEPP_SECTION__FIELD overrides and warns about other SEPP_ variables (those
+  // of test rigs, SEPP_TEST_*, aside): the child gets none but SEPP_LOG, so that an override
+  // left in the developer's shell does not change the server under test.
   const env = Object.fromEntries(
     Object.entries(process.env).filter(([k]) => !k.startsWith("SEPP_") || k === "SEPP_LOG"),
   );

@@ -1,6 +1,6 @@
 """Fixtures: real `sepp` server processes and connected clients.
 
-The server binary is `$SEPP_SERVER_BIN`, else `<target dir>/debug/sepp`, where the target dir
+The server binary is `$SEPP_TEST_SERVER_BIN`, else `<target dir>/debug/sepp`, where the target dir
 is `$CARGO_TARGET_DIR` or `<repo>/target`. Each server gets a temporary config with
 `listen_addr` port 0 and a temporary `db_path`; its address is read from the one line it prints
 on standard output, `sepp listening on ADDR`. A missing binary fails the suite.
@@ -77,7 +77,7 @@ def _with_timeout(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[
 
 def server_binary() -> Path:
     """The server executable to test against."""
-    explicit = os.environ.get("SEPP_SERVER_BIN")
+    explicit = os.environ.get("SEPP_TEST_SERVER_BIN")
     if explicit:
         return Path(explicit)
     target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
@@ -116,7 +116,7 @@ def start_server(work_dir: Path, extra_config: str = "") -> Server:
     if not binary.is_file():
         raise FileNotFoundError(
             f"sepp server binary not found at {binary}: run `cargo build --bin sepp` "
-            "or set SEPP_SERVER_BIN"
+            "or set SEPP_TEST_SERVER_BIN"
         )
     server_keys, storage_keys, rest = _split_sections(extra_config)
     config = "\n".join(

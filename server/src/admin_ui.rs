@@ -15,7 +15,7 @@ mod session;
 
 use crate::api::auth::ApiKeyAuth;
 use crate::config::AdminUiConfig;
-use crate::domain::{JobInfo, JobState, ListState};
+use crate::domain::{JobInfo, JobState, ListState, Value};
 use crate::queue::Queue;
 use crate::queue::admin::SelectorInput;
 use axum::Router;
@@ -461,10 +461,13 @@ async fn job_page(State(ui): State<Ui>, headers: HeaderMap, Path(id): Path<Strin
     page(&format!("Job {}", j.id), &job_detail(&j, &s), false).into_response()
 }
 
+/// The characters of a payload (or a custom string) the job page shows.
+const PAYLOAD_PREVIEW_CHARS: usize = 1000;
+
 fn job_detail(j: &JobInfo, s: &Session) -> String {
     let state = state_label(j.state, j.last_reason.as_deref());
     let mut rows = String::new();
-    let fields: [(&str, String); 14] = [
+    let mut fields: Vec<(String, String)> = [
         ("State", state.to_string()),
         ("Queue", j.queue.clone()),
         ("Type", j.job_type.clone()),
@@ -487,10 +490,42 @@ fn job_detail(j: &JobInfo, s: &Session) -> String {
         ),
         ("Worker", j.worker_id.clone().unwrap_or_default()),
         ("Id", j.id.to_string()),
-    ];
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    // What the job carries: the payload as text (or its size and first bytes in hex), cut at
+    // PAYLOAD_PREVIEW_CHARS with its full size; `sepp job ID --output json` has all of it.
+    if let Some(c) = &j.content {
+        if let Some(p) = &c.payload {
+            fields.push(("Payload encoding".into(), p.encoding.clone()));
+            fields.push((
+                "Payload".into(),
+                crate::payload_fmt::preview(&p.data, PAYLOAD_PREVIEW_CHARS),
+            ));
+        }
+        for (k, v) in &c.custom {
+            let v = match v {
+                Value::String(s) => {
+                    crate::payload_fmt::preview(s.as_bytes(), PAYLOAD_PREVIEW_CHARS)
+                }
+                Value::Double(d) => d.to_string(),
+                Value::Int(i) => i.to_string(),
+                Value::Bool(b) => b.to_string(),
+            };
+            fields.push((format!("Custom {k}"), v));
+        }
+        if let Some(t) = &c.trace_context {
+            fields.push(("Trace parent".into(), t.traceparent.clone()));
+            fields.push((
+                "Trace state".into(),
+                t.tracestate.clone().unwrap_or_default(),
+            ));
+        }
+    }
     for (k, v) in fields {
         if !v.is_empty() {
-            let _ = write!(rows, "<tr><th>{k}</th><td>{}</td></tr>", esc(&v));
+            let _ = write!(rows, "<tr><th>{}</th><td>{}</td></tr>", esc(&k), esc(&v));
         }
     }
     let c = csrf_field(s);
@@ -819,6 +854,60 @@ async fn dl_action(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_job_page_shows_what_the_job_carries_escaped_and_cut() {
+        use crate::domain::{DeadLetterCause, JobContent, JobId, Payload, TraceContext};
+        let mut j = JobInfo {
+            id: JobId(7),
+            state: JobState::DeadLettered,
+            queue: "mail".into(),
+            job_type: "send".into(),
+            attempt: 1,
+            max_attempts: 1,
+            priority: 0,
+            enqueued_at: 0,
+            scheduled_at: None,
+            lease_expires_at: None,
+            last_reason: None,
+            finished_at: Some(1),
+            dead_letter_cause: Some(DeadLetterCause::Rejected),
+            idempotency_key: None,
+            worker_id: None,
+            content: Some(JobContent {
+                payload: Some(Payload {
+                    data: format!("<b>{}", "x".repeat(2000)).into_bytes(),
+                    encoding: "text/html".into(),
+                }),
+                custom: [("tenant".to_string(), Value::String("acme".into()))]
+                    .into_iter()
+                    .collect(),
+                trace_context: Some(TraceContext {
+                    traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+                    tracestate: None,
+                }),
+            }),
+        };
+        let s = Session { csrf: "t".into() };
+        let html = job_detail(&j, &s);
+        assert!(
+            html.contains("<tr><th>Payload encoding</th><td>text/html</td></tr>"),
+            "{html}"
+        );
+        let cut = format!(
+            "<tr><th>Payload</th><td>&lt;b&gt;{}… (2003 bytes in all)</td></tr>",
+            "x".repeat(997)
+        );
+        assert!(html.contains(&cut), "{html}");
+        assert!(
+            html.contains("<tr><th>Custom tenant</th><td>acme</td></tr>"),
+            "{html}"
+        );
+        assert!(html.contains("<th>Trace parent</th><td>00-0af7"), "{html}");
+        assert!(!html.contains("Trace state"), "{html}");
+        j.content = None;
+        assert!(!job_detail(&j, &s).contains("Payload"));
+    }
 
     #[test]
     fn escaping_and_tokens() {

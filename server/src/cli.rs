@@ -270,7 +270,9 @@ async fn connect(conn: &Conn) -> Result<Admin, Failure> {
         }
         Ok(req)
     });
-    Ok(AdminServiceClient::with_interceptor(channel, auth))
+    // A GetJob reply carries the job's payload, as large as the server's limits let it be:
+    // no smaller cap here than the server's own.
+    Ok(AdminServiceClient::with_interceptor(channel, auth).max_decoding_message_size(usize::MAX))
 }
 
 /// Runs one operator subcommand; returns the process exit code.
@@ -398,8 +400,15 @@ pub(crate) fn cause_name(c: i32) -> &'static str {
     }
 }
 
-fn job_json(j: &pb::JobInfo) -> Value {
-    json!({
+/// The characters of a payload (or a custom string) `sepp job` shows in its table; `--output
+/// json` has all of it.
+const PREVIEW_CHARS: usize = 100;
+
+/// A job as JSON: every field of `j`, and with `content` (a GetJob reply) what it carries:
+/// `payload` (`encoding`, `bytes`, `data_base64`: the whole payload), `custom` and
+/// `trace_context`, null or empty when the job has none or only its tombstone is left.
+fn job_json(j: &pb::JobInfo, content: bool) -> Value {
+    let mut v = json!({
         "job_id": j.job_id,
         "state": state_name(j.state),
         "queue": j.queue,
@@ -415,17 +424,57 @@ fn job_json(j: &pb::JobInfo) -> Value {
         "last_reason": j.last_reason,
         "idempotency_key": j.idempotency_key,
         "worker_id": j.worker_id,
-    })
+    });
+    if content && let Value::Object(m) = &mut v {
+        use base64::Engine as _;
+        m.insert(
+            "payload".into(),
+            j.payload.as_ref().map_or(Value::Null, |p| {
+                json!({
+                    "encoding": p.encoding,
+                    "bytes": p.data.len(),
+                    "data_base64": base64::engine::general_purpose::STANDARD.encode(&p.data),
+                })
+            }),
+        );
+        let custom: serde_json::Map<String, Value> = j
+            .custom
+            .iter()
+            .map(|(k, v)| (k.clone(), primitive_json(v)))
+            .collect();
+        m.insert("custom".into(), Value::Object(custom));
+        m.insert(
+            "trace_context".into(),
+            j.trace_context.as_ref().map_or(
+                Value::Null,
+                |t| json!({"traceparent": t.traceparent, "tracestate": t.tracestate}),
+            ),
+        );
+    }
+    v
 }
 
-fn print_job(conn: &Conn, j: &pb::JobInfo) {
-    let v = job_json(j);
-    if conn.output == Output::Json {
-        print_json(&v);
-        return;
+/// A custom entry's value as JSON (a double that is not finite reads as null).
+fn primitive_json(v: &sepp_proto::v1::PrimitiveValue) -> Value {
+    use sepp_proto::v1::primitive_value::Value as V;
+    match &v.value {
+        Some(V::StringValue(s)) => json!(s),
+        Some(V::DoubleValue(d)) => json!(d),
+        Some(V::IntValue(i)) => json!(i),
+        Some(V::BoolValue(b)) => json!(b),
+        None => Value::Null,
     }
-    let Value::Object(m) = v else { return };
-    let rows: Vec<Vec<String>> = m
+}
+
+/// The rows of `sepp job`'s table: the job's fields by name (those it has), then what it
+/// carries: the payload's encoding and a preview of it ([`sepp_server::payload_fmt::preview`]:
+/// UTF-8 text cut at [`PREVIEW_CHARS`] characters with its full size, other bytes as their
+/// size and the first ones in hex), each custom entry and the trace context.
+fn job_rows(j: &pb::JobInfo) -> Vec<Vec<String>> {
+    let Value::Object(m) = job_json(j, false) else {
+        return Vec::new();
+    };
+    let mut rows: Vec<Vec<String>> = m
         .iter()
         .filter(|(_, v)| !v.is_null())
         .map(|(k, v)| {
@@ -438,7 +487,35 @@ fn print_job(conn: &Conn, j: &pb::JobInfo) {
             ]
         })
         .collect();
-    print_table(&["field", "value"], &rows);
+    let preview = |data: &[u8]| sepp_server::payload_fmt::preview(data, PREVIEW_CHARS);
+    if let Some(p) = &j.payload {
+        rows.push(vec!["payload_encoding".into(), p.encoding.clone()]);
+        rows.push(vec!["payload".into(), preview(&p.data)]);
+    }
+    let mut custom: Vec<_> = j.custom.iter().collect();
+    custom.sort_by(|a, b| a.0.cmp(b.0));
+    for (k, v) in custom {
+        let value = match primitive_json(v) {
+            Value::String(s) => preview(s.as_bytes()),
+            other => other.to_string(),
+        };
+        rows.push(vec![format!("custom.{k}"), value]);
+    }
+    if let Some(t) = &j.trace_context {
+        rows.push(vec!["traceparent".into(), t.traceparent.clone()]);
+        if let Some(state) = &t.tracestate {
+            rows.push(vec!["tracestate".into(), state.clone()]);
+        }
+    }
+    rows
+}
+
+fn print_job(conn: &Conn, j: &pb::JobInfo) {
+    if conn.output == Output::Json {
+        print_json(&job_json(j, true));
+        return;
+    }
+    print_table(&["field", "value"], &job_rows(j));
 }
 
 fn selection(sel: &Selection) -> pb::DeadLetterSelector {
@@ -684,7 +761,7 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
             }
             if conn.output == Output::Json {
                 print_json(&json!({
-                    "jobs": page.jobs.iter().map(job_json).collect::<Vec<_>>(),
+                    "jobs": page.jobs.iter().map(|j| job_json(j, false)).collect::<Vec<_>>(),
                     "next_page_token": page.next_page_token,
                 }));
             } else {
@@ -796,7 +873,7 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                     "job_id": r.job_id,
                     "key_created_at": ts(r.created_at.as_ref()),
                     "key_expires_at": ts(r.expires_at.as_ref()),
-                    "job": job_json(&j),
+                    "job": job_json(&j, true),
                 }));
             } else {
                 emit(format_args!(
@@ -831,7 +908,7 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
             }
             done(
                 conn,
-                json!({"cancelled": true, "job": job_json(&j)}),
+                json!({"cancelled": true, "job": job_json(&j, false)}),
                 format!("cancelled job {}", j.job_id),
             );
         }
@@ -1068,4 +1145,107 @@ fn report_ids(conn: &Conn, verb: &str, sel: &Selection, ids: &[String]) -> Resul
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sepp_proto::v1 as v1pb;
+
+    fn carrying(data: &[u8]) -> pb::JobInfo {
+        pb::JobInfo {
+            job_id: "0b7e5c1a-3f2d-4c8e-9a61-5d2f4e8b7c90".into(),
+            state: pb::JobState::Ready as i32,
+            queue: "mail".into(),
+            job_type: "send".into(),
+            payload: Some(v1pb::Payload {
+                data: data.to_vec(),
+                encoding: "application/json".into(),
+            }),
+            custom: [
+                (
+                    "tenant".to_string(),
+                    v1pb::PrimitiveValue {
+                        value: Some(v1pb::primitive_value::Value::StringValue("acme".into())),
+                    },
+                ),
+                (
+                    "n".to_string(),
+                    v1pb::PrimitiveValue {
+                        value: Some(v1pb::primitive_value::Value::IntValue(7)),
+                    },
+                ),
+            ]
+            .into_iter()
+            .collect(),
+            trace_context: Some(v1pb::TraceContext {
+                traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+                tracestate: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn row<'a>(rows: &'a [Vec<String>], field: &str) -> Option<&'a str> {
+        rows.iter().find(|r| r[0] == field).map(|r| r[1].as_str())
+    }
+
+    #[test]
+    fn the_table_shows_a_text_payload_cut_with_its_size_and_what_else_the_job_carries() {
+        let body = format!("{{\"items\": [{}]}}", "1, ".repeat(100));
+        let rows = job_rows(&carrying(body.as_bytes()));
+        assert_eq!(row(&rows, "payload_encoding"), Some("application/json"));
+        let shown = row(&rows, "payload").unwrap();
+        assert!(shown.starts_with("{\"items\": [1, 1, "), "{shown}");
+        let size = format!("… ({} bytes in all)", body.len());
+        assert!(shown.ends_with(&size), "{shown}");
+        assert_eq!(
+            shown.chars().count(),
+            PREVIEW_CHARS + size.chars().count(),
+            "{shown}"
+        );
+        assert_eq!(row(&rows, "custom.n"), Some("7"));
+        assert_eq!(row(&rows, "custom.tenant"), Some("acme"));
+        assert_eq!(
+            row(&rows, "traceparent"),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        assert_eq!(row(&rows, "tracestate"), None);
+        assert_eq!(row(&rows, "queue"), Some("mail"));
+    }
+
+    #[test]
+    fn the_table_shows_other_bytes_as_their_size_and_hex() {
+        let rows = job_rows(&carrying(&[0xde, 0xad, 0xbe, 0xef]));
+        assert_eq!(
+            row(&rows, "payload"),
+            Some("4 bytes, not UTF-8, hex: deadbeef")
+        );
+    }
+
+    #[test]
+    fn json_has_the_whole_payload_in_base64_only_for_a_get_job_reply() {
+        let data: Vec<u8> = (0..=255).collect();
+        let j = carrying(&data);
+        let v = job_json(&j, true);
+        assert_eq!(v["payload"]["encoding"], "application/json");
+        assert_eq!(v["payload"]["bytes"], 256);
+        use base64::Engine as _;
+        let back = base64::engine::general_purpose::STANDARD
+            .decode(v["payload"]["data_base64"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(back, data);
+        assert_eq!(v["custom"]["n"], 7);
+        assert_eq!(v["custom"]["tenant"], "acme");
+        assert_eq!(
+            v["trace_context"]["traceparent"],
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        );
+        let listed = job_json(&j, false);
+        assert!(listed.get("payload").is_none(), "{listed}");
+        assert!(listed.get("custom").is_none(), "{listed}");
+        let none = job_json(&pb::JobInfo::default(), true);
+        assert!(none["payload"].is_null(), "{none}");
+        assert_eq!(none["custom"], json!({}));
+    }
 }

@@ -973,6 +973,7 @@ impl Config {
             .map_err(|e| {
                 let path = e.path().to_string();
                 let message = expected_in_key_terms(e.path(), e.inner().message(), &table)
+                    .or_else(|| variant_in_key_terms(e.path(), e.inner().message(), &table))
                     .unwrap_or_else(|| e.inner().message().to_string());
                 ConfigError(format!("config key {path}: {message}"))
             })
@@ -1225,24 +1226,11 @@ fn expected_in_key_terms(
     message: &str,
     root: &toml::Value,
 ) -> Option<String> {
-    use serde_path_to_error::Segment;
     let rest = message
         .strip_prefix("invalid type: ")
         .or_else(|| message.strip_prefix("invalid value: "))?;
     let (_, expected) = rest.rsplit_once(", expected ")?;
-    // The value as it was written, found by the same path in the table deserialized.
-    let mut value = root;
-    let mut key = "";
-    for segment in path.iter() {
-        value = match segment {
-            Segment::Map { key: k } => {
-                key = k;
-                value.get(k.as_str())?
-            }
-            Segment::Seq { index } => value.get(*index)?,
-            _ => return None,
-        };
-    }
+    let (value, key) = written_at(root, path)?;
     let max = match expected {
         "u8" => u64::from(u8::MAX),
         "u16" => u64::from(u16::MAX),
@@ -1266,6 +1254,96 @@ fn expected_in_key_terms(
         toml::Value::Integer(_) => format!("{value} is not {what} (an integer from 0 to {max})"),
         _ => format!("{value} is not {what} (an integer, e.g. {example})"),
     })
+}
+
+/// The value as it was written at `path` in the table deserialized, and the name of the last
+/// key on the way (the key itself, or the list holding the value).
+fn written_at<'a>(
+    root: &'a toml::Value,
+    path: &'a serde_path_to_error::Path,
+) -> Option<(&'a toml::Value, &'a str)> {
+    use serde_path_to_error::Segment;
+    let mut value = root;
+    let mut key = "";
+    for segment in path.iter() {
+        value = match segment {
+            Segment::Map { key: k } => {
+                key = k;
+                value.get(k.as_str())?
+            }
+            Segment::Seq { index } => value.get(*index)?,
+            _ => return None,
+        };
+    }
+    Some((value, key))
+}
+
+/// The value at `path` in `root`, to change.
+fn written_at_mut<'a>(
+    root: &'a mut toml::Value,
+    path: &serde_path_to_error::Path,
+) -> Option<&'a mut toml::Value> {
+    use serde_path_to_error::Segment;
+    let mut value = root;
+    for segment in path.iter() {
+        value = match segment {
+            Segment::Map { key } => value.get_mut(key.as_str())?,
+            Segment::Seq { index } => value.get_mut(*index)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// The values an enum key allows, from serde's message for a string that is none of them:
+/// ``unknown variant `X`, expected one of `a`, `b`, `c` `` (or `` `a` or `b` ``, or `` `a` ``).
+fn variants_in(message: &str, given: &str) -> Option<Vec<String>> {
+    let allowed = message.strip_prefix(&format!("unknown variant `{given}`, expected "))?;
+    let allowed = allowed.strip_prefix("one of ").unwrap_or(allowed);
+    let names: Vec<String> = allowed
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
+/// Serde's message for a wrong value of an enum key (`persist_mode`, `backend`, `format`,
+/// `key_conflict`, ...) restated with the key's allowed values: a string that is none of them
+/// (``unknown variant `sometimes`, expected one of ...``) gives `"sometimes" is not one of
+/// "sync_all", "sync_data", "buffer"`; a value that is not a string (the toml crate's `invalid
+/// type: unit variant, expected string only`, which names no value) gives `3 is not one of
+/// "sync_all", "sync_data", "buffer"` alike, the values read from the error of the same table
+/// with an empty string in that place. `None` for any other message.
+fn variant_in_key_terms(
+    path: &serde_path_to_error::Path,
+    message: &str,
+    root: &toml::Value,
+) -> Option<String> {
+    let (value, _) = written_at(root, path)?;
+    let quoted = |names: Vec<String>| {
+        names
+            .iter()
+            .map(|n| format!("{n:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let names = if let toml::Value::String(given) = value {
+        variants_in(message, given)?
+    } else {
+        if !message.starts_with("invalid type: ") || !message.ends_with(", expected string only") {
+            return None;
+        }
+        let mut probe = root.clone();
+        *written_at_mut(&mut probe, path)? = toml::Value::String(String::new());
+        let e = serde_path_to_error::deserialize::<_, Config>(probe).err()?;
+        if e.path().to_string() != path.to_string() {
+            return None;
+        }
+        variants_in(e.inner().message(), "")?
+    };
+    Some(format!("{value} is not one of {}", quoted(names)))
 }
 
 /// Appends ` (from VARIABLE)` to `e` when the first key it names (`config key KEY...`) is one
@@ -1293,8 +1371,9 @@ const ENV_SECTIONS: &[&str] = &[
 /// The `SEPP_*` variables the configuration itself reads, besides the overrides.
 const CONFIG_VARIABLES: &[&str] = &["SEPP_CONFIG", "SEPP_LOG"];
 
-/// Variables under this prefix belong to test rigs and are never warned about.
-const TEST_VARIABLE_PREFIX: &str = "SEPP_TEST_";
+/// Variables under these prefixes belong to the project's test rigs (`SEPP_TEST_`) and bench
+/// scripts (`SEPP_BENCH_`): sepp reads none of them and never warns about them.
+const SKIPPED_VARIABLE_PREFIXES: &[&str] = &["SEPP_TEST_", "SEPP_BENCH_"];
 
 /// A `SEPP_*` environment variable that sepp does not read: neither a `SEPP_SECTION__FIELD`
 /// override nor one of its own variables. Most often a typo (one underscore for two), so it is
@@ -1327,7 +1406,8 @@ impl std::fmt::Display for UnknownVariable {
 /// The `SEPP_*` variables in `env` that sepp does not read, each with the nearest name it does
 /// read when one is close. Known: the `SEPP_SECTION__FIELD` overrides (those with `__` are
 /// judged, and refused when wrong, by [`Config::load`]), `SEPP_CONFIG`, `SEPP_LOG`, the
-/// `other_known` names (the command line's variables) and `SEPP_TEST_*`.
+/// `other_known` names (the command line's variables), and those of test rigs and bench
+/// scripts (`SEPP_TEST_*`, `SEPP_BENCH_*`).
 pub fn unknown_variables(env: &[(String, String)], other_known: &[String]) -> Vec<UnknownVariable> {
     let known: Vec<String> = override_names()
         .chain(CONFIG_VARIABLES.iter().map(|s| (*s).to_string()))
@@ -1338,7 +1418,9 @@ pub fn unknown_variables(env: &[(String, String)], other_known: &[String]) -> Ve
         .filter(|name| {
             name.strip_prefix("SEPP_")
                 .is_some_and(|rest| !rest.contains("__"))
-                && !name.starts_with(TEST_VARIABLE_PREFIX)
+                && !SKIPPED_VARIABLE_PREFIXES
+                    .iter()
+                    .any(|p| name.starts_with(p))
                 && !known.contains(name)
         })
         .map(|name| UnknownVariable {
@@ -1664,9 +1746,53 @@ mod tests {
         ] {
             assert_eq!(load(text).unwrap_err(), want, "{text}");
         }
-        // Other messages are serde's.
-        let err = load("[storage]\npersist_mode = \"sometimes\"\n").unwrap_err();
-        assert!(err.contains("unknown variant `sometimes`"), "{err}");
+    }
+
+    #[test]
+    fn a_wrong_value_of_an_enum_key_is_named_with_the_values_allowed() {
+        for (text, want) in [
+            (
+                "[storage]\npersist_mode = \"sometimes\"\n",
+                "config key storage.persist_mode: \"sometimes\" is not one of \"sync_all\", \
+                 \"sync_data\", \"buffer\"",
+            ),
+            (
+                "[storage]\npersist_mode = 3\n",
+                "config key storage.persist_mode: 3 is not one of \"sync_all\", \"sync_data\", \
+                 \"buffer\"",
+            ),
+            (
+                "[storage]\npersist_mode = true\n",
+                "config key storage.persist_mode: true is not one of \"sync_all\", \
+                 \"sync_data\", \"buffer\"",
+            ),
+            (
+                "[storage]\npersist_mode = \"SYNC_ALL\"\n",
+                "config key storage.persist_mode: \"SYNC_ALL\" is not one of \"sync_all\", \
+                 \"sync_data\", \"buffer\"",
+            ),
+            // Other enum keys alike, in a list of tables too.
+            (
+                "[storage]\nbackend = 1\n",
+                "config key storage.backend: 1 is not one of \"embedded\", \"postgres\"",
+            ),
+            (
+                "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\nkey_conflict = \"fail\"\n",
+                "config key queues[1].key_conflict: \"fail\" is not one of \"ignore\", \
+                 \"reject\"",
+            ),
+        ] {
+            assert_eq!(load(text).unwrap_err(), want, "{text}");
+        }
+        // From the environment: the variable is named too.
+        let env = vec![("SEPP_STORAGE__PERSIST_MODE".to_string(), "3".to_string())];
+        let err = Config::from_toml_with_env("", &env).unwrap_err().0;
+        assert!(
+            err.starts_with("config key storage.persist_mode: ")
+                && err.contains("is not one of \"sync_all\", \"sync_data\", \"buffer\"")
+                && err.ends_with("(from SEPP_STORAGE__PERSIST_MODE)"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1790,7 +1916,10 @@ mod tests {
 
     #[test]
     fn other_sepp_variables_are_ignored_but_unknown_sections_are_not() {
-        let env = vec![("SEPP_SERVER_BIN".to_string(), "/usr/bin/sepp".to_string())];
+        let env = vec![(
+            "SEPP_TEST_SERVER_BIN".to_string(),
+            "/usr/bin/sepp".to_string(),
+        )];
         assert!(Config::from_toml_with_env("", &env).is_ok());
         let env = vec![(
             "SEPP_STORGE__PERSIST_MODE".to_string(),
@@ -1953,6 +2082,9 @@ mod tests {
             "SEPP_LOG",
             "SEPP_SERVER",
             "SEPP_TEST_BACKEND",
+            "SEPP_TEST_SERVER_BIN",
+            "SEPP_BENCH_BIN",
+            "SEPP_BENCHMARK",
             "PATH",
         ]
         .iter()
@@ -1968,6 +2100,9 @@ mod tests {
                 "environment variable SEPP_API_KEYS is not one sepp reads and is ignored; did \
                  you mean SEPP_API_KEY?",
                 "environment variable SEPP_WHATEVER is not one sepp reads and is ignored \
+                 (config overrides are SEPP_<SECTION>__<KEY>, with two underscores)",
+                // Only the prefix with its underscore is skipped.
+                "environment variable SEPP_BENCHMARK is not one sepp reads and is ignored \
                  (config overrides are SEPP_<SECTION>__<KEY>, with two underscores)",
             ]
         );

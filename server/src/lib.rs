@@ -28,6 +28,7 @@ pub mod domain;
 pub mod error;
 pub mod metrics;
 pub mod net;
+pub mod payload_fmt;
 pub mod queue;
 pub mod storage;
 pub mod telemetry;

@@ -476,22 +476,30 @@ async fn list_queues_list_jobs_cancel_and_purge_over_grpc() {
     let server = TestServer::start(|_| {}).await;
     let c = server.client().await;
     let mut admin = server.admin().await;
+    const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let mut ids = Vec::new();
     for i in 0..3 {
         ids.push(
             c.enqueue(
                 EnqueueRequest::new("jobs", "email")
                     .unwrap()
-                    .with_idempotency_key(format!("k{i}")),
+                    .with_idempotency_key(format!("k{i}"))
+                    .with_payload(format!("{{\"n\": {i}}}"), "application/json")
+                    .with_custom_entry("tenant", "acme")
+                    .with_trace_context(TRACEPARENT, Some("v=1".into())),
             )
             .await
             .unwrap()
             .job_id,
         );
     }
-    c.enqueue(EnqueueRequest::new("another", "t").unwrap())
-        .await
-        .unwrap();
+    c.enqueue(
+        EnqueueRequest::new("another", "t")
+            .unwrap()
+            .with_payload("x", "text/plain"),
+    )
+    .await
+    .unwrap();
 
     let queues = admin
         .list_queues(apb::ListQueuesRequest::default())
@@ -522,6 +530,26 @@ async fn list_queues_list_jobs_cancel_and_purge_over_grpc() {
         ids[..2]
     );
     assert_eq!(p1.jobs[0].idempotency_key.as_deref(), Some("k0"));
+    // A listing leaves out what the jobs carry; GetJob has it.
+    assert!(
+        p1.jobs
+            .iter()
+            .all(|j| j.payload.is_none() && j.custom.is_empty() && j.trace_context.is_none()),
+        "{p1:?}"
+    );
+    let got = state(&mut admin, &ids[0]).await;
+    let payload = got.payload.expect("GetJob carries the payload");
+    assert_eq!(payload.data, b"{\"n\": 0}");
+    assert_eq!(payload.encoding, "application/json");
+    assert_eq!(
+        got.custom.get("tenant").and_then(|v| v.value.clone()),
+        Some(sepp_proto::v1::primitive_value::Value::StringValue(
+            "acme".into()
+        ))
+    );
+    let trace = got.trace_context.expect("GetJob carries the trace context");
+    assert_eq!(trace.traceparent, TRACEPARENT);
+    assert_eq!(trace.tracestate.as_deref(), Some("v=1"));
     let p2 = admin
         .list_jobs(apb::ListJobsRequest {
             queue: "jobs".into(),
@@ -581,6 +609,21 @@ async fn list_queues_list_jobs_cancel_and_purge_over_grpc() {
         .unwrap()
         .into_inner();
     assert!(!twice.cancelled);
+    // A refused cancel answers the job as it is, without what it carries.
+    let busy = reserve(&c, "another", 30_000).await;
+    let refused = admin
+        .cancel_job(apb::CancelJobRequest {
+            job_id: busy.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!refused.cancelled);
+    let job = refused.job.unwrap();
+    assert_eq!(job.state, st(apb::JobState::InFlight));
+    assert!(job.payload.is_none(), "{job:?}");
+    assert!(state(&mut admin, &busy.id).await.payload.is_some());
     // Neither id nor key.
     let err = admin
         .cancel_job(apb::CancelJobRequest::default())

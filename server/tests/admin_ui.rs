@@ -3,7 +3,8 @@
 //! through playwright-core against the UI, and the server's state is checked over gRPC after.
 //!
 //! Needs `chromium` and `npm ci` in `tests/admin_ui` (`.ci/run` installs both); run with
-//! `make test-admin-ui`. Set `SEPP_UI_SHOTS=DIR` to save the screenshots of docs/operations.md.
+//! `make test-admin-ui`. Set `SEPP_TEST_UI_SHOTS=DIR` to save the screenshots of
+//! docs/operations.md.
 
 mod common;
 
@@ -81,7 +82,7 @@ async fn the_admin_ui_in_headless_chromium() {
         "workerKey": WORKER_KEY,
         "deadId": j.id,
         "keyedId": ids[1],
-        "shots": std::env::var("SEPP_UI_SHOTS").ok(),
+        "shots": std::env::var("SEPP_TEST_UI_SHOTS").ok(),
     });
     let out = tokio::task::spawn_blocking(move || {
         Command::new("node")

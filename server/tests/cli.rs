@@ -170,6 +170,7 @@ fn a_sepp_variable_sepp_does_not_read_is_warned_about_with_the_nearest_name() {
         .current_dir(dir.path())
         .env("SEPP_STORAGE_PERSIST_MODE", "buffer")
         .env("SEPP_TEST_ANYTHING", "1")
+        .env("SEPP_BENCH_BIN", "/usr/bin/sepp")
         .env("SEPP_SERVER", "http://127.0.0.1:1")
         .env("SEPP_CA_CERT", "/nonexistent.pem")
         .args(["config", "check"])

@@ -290,6 +290,52 @@ async fn every_operator_subcommand_against_a_real_server() {
         "deleted queue gone"
     );
 
+    // job: what the job carries. The table shows the payload's encoding and its text cut to
+    // one line with its full size; JSON has the whole payload in base64; a listing leaves it
+    // out.
+    let body = format!("{{\"to\": \"{}\"}}", "x".repeat(300));
+    let carrying = c
+        .enqueue(
+            EnqueueRequest::new("outbox", "send")
+                .unwrap()
+                .with_payload(body.clone().into_bytes(), "application/json")
+                .with_custom_entry("tenant", "acme"),
+        )
+        .await
+        .unwrap()
+        .job_id;
+    let table = cli.ok(&["job", &carrying]);
+    let line = |field: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(field))
+            .unwrap_or_else(|| panic!("no {field} in {table}"))
+    };
+    assert!(
+        line("payload_encoding").ends_with("application/json"),
+        "{table}"
+    );
+    let payload = line("payload");
+    assert!(payload.contains("{\"to\": \"xxx"), "{payload}");
+    assert!(
+        payload.ends_with(&format!("… ({} bytes in all)", body.len())),
+        "{payload}"
+    );
+    assert!(payload.len() < 200, "one line, cut: {payload}");
+    assert!(line("custom.tenant").ends_with("acme"), "{table}");
+    let info = cli.json(&["job", &carrying]);
+    assert_eq!(info["payload"]["encoding"], "application/json");
+    assert_eq!(info["payload"]["bytes"], body.len());
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(info["payload"]["data_base64"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(data, body.as_bytes());
+    assert_eq!(info["custom"]["tenant"], "acme");
+    let listed = cli.json(&["jobs", "outbox"]);
+    assert_eq!(listed["jobs"][0]["job_id"], carrying.as_str());
+    assert!(listed["jobs"][0].get("payload").is_none(), "{listed}");
+
     // A server that is not there: named, with what to check.
     let out = Command::new(sepp_bin())
         .args(["queues", "--server", "http://127.0.0.1:1"])

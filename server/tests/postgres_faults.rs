@@ -1,7 +1,7 @@
 //! Fault tests of the PostgreSQL backend (docs/postgres.md, "Fault tests"): real `sepp`
 //! processes (this build's binary, so that a kill is a real SIGKILL) on real PostgreSQL.
 //!
-//! - Three servers on one database drain `SEPP_PG_DRAIN_JOBS` jobs (default 3,000; `make
+//! - Three servers on one database drain `SEPP_TEST_PG_DRAIN_JOBS` jobs (default 3,000; `make
 //!   soak-postgres` runs 20,000): each is acked once, none delivered twice unless its lease
 //!   expired.
 //! - `kill -9` of one of three servers under load: every acknowledged enqueue and ack is still
@@ -550,9 +550,9 @@ fn failure_summary(failures: &[Failure]) -> String {
 // ---------------------------------------------------------------------------------------
 // 1. Three servers drain N jobs
 
-/// Jobs of the drain test: `SEPP_PG_DRAIN_JOBS`, default 3,000 (`make soak-postgres`: 20,000).
+/// Jobs of the drain test: `SEPP_TEST_PG_DRAIN_JOBS`, default 3,000 (`make soak-postgres`: 20,000).
 fn drain_jobs() -> usize {
-    std::env::var("SEPP_PG_DRAIN_JOBS")
+    std::env::var("SEPP_TEST_PG_DRAIN_JOBS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3000)
@@ -767,12 +767,12 @@ async fn kill_9_of_one_server_under_load_loses_nothing() {
 // ---------------------------------------------------------------------------------------
 // Private PostgreSQL clusters
 
-/// The load of the restart and failover tests: 4 producers of `SEPP_PG_FAULT_KEYS` keys each
+/// The load of the restart and failover tests: 4 producers of `SEPP_TEST_PG_FAULT_KEYS` keys each
 /// (default 300; `make soak-postgres`: 2,500), two workers per server.
 fn fault_mix() -> Mix {
     Mix {
         producers: 4,
-        keys_per_producer: std::env::var("SEPP_PG_FAULT_KEYS")
+        keys_per_producer: std::env::var("SEPP_TEST_PG_FAULT_KEYS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(300),

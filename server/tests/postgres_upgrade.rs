@@ -4,7 +4,7 @@
 //! The previous version is the `sepp` binary of [`OLD_COMMIT`], main's last commit whose
 //! migrations stop at V2 (the next commit added `V3__rates.sql`). The test builds it once from
 //! this repository's history (`git archive` of that commit, `cargo build --locked`, debug) into
-//! `~/.cache/sepp-upgrade/<commit>/sepp` (`SEPP_UPGRADE_CACHE` moves the cache) and reuses it
+//! `~/.cache/sepp-upgrade/<commit>/sepp` (`SEPP_TEST_UPGRADE_CACHE` moves the cache) and reuses it
 //! afterwards; a clone without that commit fails the test, naming it.
 //!
 //! The scenario: the previous version starts on a fresh database (schema V2) and takes keyed
@@ -55,10 +55,10 @@ const STEP: Duration = Duration::from_secs(60);
 /// # Panics
 /// When the commit is not in this clone's history or the build fails.
 fn old_sepp() -> PathBuf {
-    let cache = std::env::var_os("SEPP_UPGRADE_CACHE")
+    let cache = std::env::var_os("SEPP_TEST_UPGRADE_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").expect("HOME (or SEPP_UPGRADE_CACHE) is set");
+            let home = std::env::var_os("HOME").expect("HOME (or SEPP_TEST_UPGRADE_CACHE) is set");
             Path::new(&home).join(".cache/sepp-upgrade")
         });
     let dir = cache.join(OLD_COMMIT);

@@ -5,7 +5,7 @@
 //! `write_the_v1_fixture` below, through a real server: `data/` is the data directory, and
 //! `manifest.toml` lists what the server acknowledged. To write it again (only when a new
 //! format is introduced: each released format keeps its own directory):
-//! `SEPP_WRITE_FIXTURE=1 cargo nextest run -p sepp-server --test upgrade --run-ignored only`.
+//! `SEPP_TEST_WRITE_FIXTURE=1 cargo nextest run -p sepp-server --test upgrade --run-ignored only`.
 
 mod common;
 
@@ -92,9 +92,9 @@ fn reserve(queue: &str) -> pb::ReserveRequest {
 }
 
 #[tokio::test]
-#[ignore = "writes the committed fixture; run with SEPP_WRITE_FIXTURE=1"]
+#[ignore = "writes the committed fixture; run with SEPP_TEST_WRITE_FIXTURE=1"]
 async fn write_the_v1_fixture() {
-    if std::env::var_os("SEPP_WRITE_FIXTURE").is_none() {
+    if std::env::var_os("SEPP_TEST_WRITE_FIXTURE").is_none() {
         return;
     }
     let server = TestServer::start(config).await;

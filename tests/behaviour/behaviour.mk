@@ -11,8 +11,8 @@
 
 test-behaviour: python-install js-build
 	cargo build --bin sepp
-	SEPP_SERVER_BIN=$(abspath $(or $(CARGO_TARGET_DIR),target)/debug/sepp) \
-	SEPP_BEHAVIOUR_PYTHON=$(CURDIR)/$(PY_VENV)/bin/python \
+	SEPP_TEST_SERVER_BIN=$(abspath $(or $(CARGO_TARGET_DIR),target)/debug/sepp) \
+	SEPP_TEST_BEHAVIOUR_PYTHON=$(CURDIR)/$(PY_VENV)/bin/python \
 		cargo nextest run -p sepp-behaviour --no-fail-fast
 
 CI_TARGETS += test-behaviour

@@ -26,7 +26,7 @@
 //! Prints one JSON object per N on stdout as it goes, then a markdown table.
 //!
 //! ```text
-//! backlog SEPP_BIN N[,N...] [--queues 4] [--secs 5] [--payload 256] [--settle 5]
+//! backlog SERVER_BIN N[,N...] [--queues 4] [--secs 5] [--payload 256] [--settle 5]
 //!         [--stock 100000] [--dir DIR] [--no-baseline]
 //! ```
 

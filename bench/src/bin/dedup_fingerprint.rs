@@ -2,7 +2,7 @@
 //! embedded backend with `key_conflict = "ignore"` (no fingerprint) and `"reject"` (a 64-bit
 //! fingerprint kept with each record).
 //!
-//! For each mode, ROUNDS times: starts the `sepp` binary SEPP_BIN on a fresh data directory
+//! For each mode, ROUNDS times: starts the `sepp` binary SERVER_BIN on a fresh data directory
 //! (queue `fp` declared with that mode, `persist_mode = "buffer"` to keep the fill short), reads
 //! its RSS, enqueues RECORDS keyed jobs (32-byte keys, no payload, batches of 250 on 4
 //! connections), waits until the server has been idle long enough to seal its memtables (the
@@ -12,7 +12,7 @@
 //! same in both modes, so the difference between the modes is the fingerprint's.
 //!
 //! ```text
-//! dedup_fingerprint SEPP_BIN [RECORDS] [ROUNDS]
+//! dedup_fingerprint SERVER_BIN [RECORDS] [ROUNDS]
 //! ```
 
 #[path = "../procfs.rs"]
@@ -117,7 +117,7 @@ async fn main() -> std::process::ExitCode {
 async fn run() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
     let Some(bin) = args.get(1) else {
-        eprintln!("usage: dedup_fingerprint SEPP_BIN [RECORDS] [ROUNDS]");
+        eprintln!("usage: dedup_fingerprint SERVER_BIN [RECORDS] [ROUNDS]");
         std::process::exit(2);
     };
     let arg = |i: usize, d: usize| args.get(i).and_then(|v| v.parse().ok()).unwrap_or(d);

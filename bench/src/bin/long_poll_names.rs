@@ -10,7 +10,7 @@
 //! after the run is more than 10 MiB above the start figure, or a Reserve fails.
 //!
 //! ```text
-//! long-poll-names SEPP_BIN [RESERVES=200000] [CONNECTIONS=64] [WAIT_MS=1]
+//! long-poll-names SERVER_BIN [RESERVES=200000] [CONNECTIONS=64] [WAIT_MS=1]
 //! ```
 
 #[path = "../procfs.rs"]
@@ -70,7 +70,9 @@ fn rss(pid: u32) -> f64 {
 async fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
     let Some(bin) = args.get(1) else {
-        eprintln!("usage: long-poll-names SEPP_BIN [RESERVES=200000] [CONNECTIONS=64] [WAIT_MS=1]");
+        eprintln!(
+            "usage: long-poll-names SERVER_BIN [RESERVES=200000] [CONNECTIONS=64] [WAIT_MS=1]"
+        );
         std::process::exit(2);
     };
     let arg = |i: usize, default: u64| -> u64 {

@@ -15,7 +15,7 @@
 //! Exits 1 when the server's peak RSS reaches 256 MiB or an enqueue fails.
 //!
 //! ```text
-//! soak-streams SEPP_BIN [STREAMS=2000] [HOLD_SECS=60]
+//! soak-streams SERVER_BIN [STREAMS=2000] [HOLD_SECS=60]
 //! ```
 
 #[path = "../procfs.rs"]
@@ -78,7 +78,7 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let bin = args
         .get(1)
-        .expect("usage: soak-streams SEPP_BIN [STREAMS] [HOLD_SECS]");
+        .expect("usage: soak-streams SERVER_BIN [STREAMS] [HOLD_SECS]");
     let streams: usize = args.get(2).map_or(2000, |s| s.parse().expect("STREAMS"));
     let hold = Duration::from_secs(args.get(3).map_or(60, |s| s.parse().expect("HOLD_SECS")));
     let dir = std::env::temp_dir().join(format!("soak-streams-{}", std::process::id()));

@@ -1,7 +1,10 @@
 //! `sepp.admin.v1.AdminService`: job and key inspection, dead-letter repair, pause/resume,
 //! queue stats. One short method per RPC.
 
-use super::convert::{cause_out, dead_letter_out, job_state_out, ms_duration, ms_timestamp};
+use super::convert::{
+    cause_out, dead_letter_out, job_state_out, ms_duration, ms_timestamp, payload_out,
+    trace_context_out, value_out,
+};
 use crate::domain::{JobInfo, ListState, QueueStats};
 use crate::queue::Queue;
 use crate::queue::admin::SelectorInput;
@@ -18,7 +21,10 @@ pub(crate) struct AdminApi {
     pub(crate) auth: super::auth::ApiKeyAuth,
 }
 
-fn info_out(j: JobInfo) -> pb::JobInfo {
+/// A job on the wire: with what it carries (payload, custom entries, trace context) only when
+/// `with_content`, which GetJob's reply is; listing and cancel replies stay small.
+fn info_out(j: JobInfo, with_content: bool) -> pb::JobInfo {
+    let content = j.content.filter(|_| with_content).unwrap_or_default();
     pb::JobInfo {
         job_id: j.id.to_string(),
         state: job_state_out(j.state) as i32,
@@ -35,7 +41,19 @@ fn info_out(j: JobInfo) -> pb::JobInfo {
         dead_letter_cause: j.dead_letter_cause.map_or(0, |c| cause_out(c) as i32),
         idempotency_key: j.idempotency_key,
         worker_id: j.worker_id,
+        payload: content.payload.map(payload_out),
+        custom: content
+            .custom
+            .into_iter()
+            .map(|(k, v)| (k, value_out(v)))
+            .collect(),
+        trace_context: content.trace_context.map(trace_context_out),
     }
+}
+
+/// A job in a listing or a cancel reply: without what it carries.
+fn summary_out(j: JobInfo) -> pb::JobInfo {
+    info_out(j, false)
 }
 
 fn stats_out(queue: String, s: QueueStats) -> pb::GetQueueStatsResponse {
@@ -107,7 +125,7 @@ impl AdminService for AdminApi {
     ) -> Result<Response<pb::GetJobResponse>, Status> {
         let id = req.into_inner().job_id;
         let job = match self.queue.get_job(&id).await? {
-            Some(info) => info_out(info),
+            Some(info) => info_out(info, true),
             None => unknown_job(id),
         };
         Ok(Response::new(pb::GetJobResponse { job: Some(job) }))
@@ -330,7 +348,7 @@ impl AdminService for AdminApi {
             .list_jobs(&r.queue, state, r.page_size, &r.page_token)
             .await?;
         let reply = pb::ListJobsResponse {
-            jobs: page.jobs.into_iter().map(info_out).collect(),
+            jobs: page.jobs.into_iter().map(summary_out).collect(),
             next_page_token: page.next_page_token,
         };
         super::check_reply_budget(
@@ -354,7 +372,7 @@ impl AdminService for AdminApi {
         let (cancelled, info) = self.queue.cancel_job(by_id, by_key).await?;
         Ok(Response::new(pb::CancelJobResponse {
             cancelled,
-            job: Some(info.map_or_else(|| unknown_job(r.job_id.clone()), info_out)),
+            job: Some(info.map_or_else(|| unknown_job(r.job_id.clone()), summary_out)),
         }))
     }
 

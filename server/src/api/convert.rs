@@ -97,7 +97,7 @@ fn value_in(v: pb::PrimitiveValue) -> Option<Value> {
     })
 }
 
-fn value_out(v: Value) -> pb::PrimitiveValue {
+pub(crate) fn value_out(v: Value) -> pb::PrimitiveValue {
     use pb::primitive_value::Value as V;
     pb::PrimitiveValue {
         value: Some(match v {
@@ -191,19 +191,27 @@ pub(crate) fn rejection_out(r: Rejection) -> pb::JobRejection {
     }
 }
 
+pub(crate) fn payload_out(p: Payload) -> pb::Payload {
+    pb::Payload {
+        data: p.data,
+        encoding: p.encoding,
+    }
+}
+
+pub(crate) fn trace_context_out(t: TraceContext) -> pb::TraceContext {
+    pb::TraceContext {
+        traceparent: t.traceparent,
+        tracestate: t.tracestate,
+    }
+}
+
 pub(crate) fn job_out(j: Job) -> pb::Job {
     pb::Job {
         id: j.id.to_string(),
         job_type: j.job_type,
-        payload: j.payload.map(|p| pb::Payload {
-            data: p.data,
-            encoding: p.encoding,
-        }),
+        payload: j.payload.map(payload_out),
         priority: u32::from(j.priority),
-        trace_context: j.trace_context.map(|t| pb::TraceContext {
-            traceparent: t.traceparent,
-            tracestate: t.tracestate,
-        }),
+        trace_context: j.trace_context.map(trace_context_out),
         enqueued_at: Some(ms_timestamp(j.enqueued_at)),
         attempt: j.attempt,
         max_attempts: j.max_attempts,

@@ -1,6 +1,7 @@
 //! What inspection reads: dead letters, job states, queue counts, dedup records.
 
-use super::{DeadLetterCause, Job, JobId, Stage, UnixMs};
+use super::{DeadLetterCause, Job, JobId, Payload, Stage, TraceContext, UnixMs, Value};
+use std::collections::BTreeMap;
 
 /// A dead-lettered job and how it got there.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +69,21 @@ pub struct JobInfo {
     pub idempotency_key: Option<String>,
     /// The worker label of the current lease.
     pub worker_id: Option<String>,
+    /// What it carries: set by the lookup of one job by id, `None` in listings and once only
+    /// a tombstone is left of it.
+    pub content: Option<JobContent>,
+}
+
+/// What a job carries, as its producer enqueued it (or a dedup hit replaced it): read from its
+/// body for job inspection by id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobContent {
+    /// Its data, if it has any.
+    pub payload: Option<Payload>,
+    /// Its custom entries.
+    pub custom: BTreeMap<String, Value>,
+    /// Its trace context, if it has one.
+    pub trace_context: Option<TraceContext>,
 }
 
 /// One job as a store holds it, for inspection (the queue layer derives [`JobInfo`]).
@@ -95,6 +111,9 @@ pub struct StoredJob {
     pub idempotency_key: Option<String>,
     /// The worker label of the current lease.
     pub worker_id: Option<String>,
+    /// What it carries: filled by `Store::get_job` while the job has a body (not a
+    /// tombstone), `None` in `Store::list_jobs`.
+    pub content: Option<JobContent>,
 }
 
 /// Counts of one queue's jobs by state.

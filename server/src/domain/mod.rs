@@ -13,8 +13,8 @@ mod job;
 mod transition;
 
 pub use inspect::{
-    CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, JobCursor, JobInfo, JobState,
-    KeyRecord, ListState, QueueStats, StoredJob,
+    CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, JobContent, JobCursor,
+    JobInfo, JobState, KeyRecord, ListState, QueueStats, StoredJob,
 };
 pub use job::{
     DedupClaim, Fingerprint, Job, JobId, NewJob, Payload, Replacement, TraceContext, Value,

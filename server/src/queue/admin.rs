@@ -153,7 +153,8 @@ impl Queue {
         Ok(())
     }
 
-    /// Everything known about a job; `None` when the id is unknown (or not a UUID).
+    /// Everything known about a job, with what it carries while it has a body
+    /// ([`JobInfo::content`]); `None` when the id is unknown (or not a UUID).
     ///
     /// # Errors
     /// [`QueueError::Storage`].
@@ -647,6 +648,7 @@ fn job_info(j: StoredJob) -> JobInfo {
         dead_letter_cause: cause,
         idempotency_key: j.idempotency_key,
         worker_id: j.worker_id,
+        content: j.content,
     }
 }
 

@@ -15,7 +15,10 @@
 //! `health`).
 
 use crate::config::{Config, KeyConflict, OnDuplicate, QueueConfig, RetryBackoff};
-use crate::domain::{DeadLetterCause, Job, JobId, JobState, ListState, Payload, UnixMs, Value};
+use crate::domain::{
+    DeadLetterCause, Job, JobContent, JobId, JobState, ListState, Payload, TraceContext, UnixMs,
+    Value,
+};
 use crate::error::QueueError;
 use crate::queue::admin::SelectorInput;
 use crate::queue::clock::{Clock, ManualClock};
@@ -86,6 +89,7 @@ macro_rules! conformance_suite {
             strict_mode_still_deletes_an_undeclared_queue_left_from_before,
             rates_count_each_minute_sum_over_servers_and_keep_an_hour,
             list_jobs_pages_each_state_in_its_order,
+            get_job_reads_what_a_job_carries_and_listings_leave_it_out,
             cancel_and_purge_take_ready_and_scheduled_jobs_and_keep_the_key,
             a_waiting_reserve_gets_a_job_enqueued_later,
             recovery_brings_back_everything_durable_and_nothing_settled,
@@ -216,6 +220,15 @@ impl Harness {
             .await
             .expect("get_job")
             .map(|j| j.state)
+    }
+
+    /// What `GetJob` reads of job `id`'s content (`None`: unknown, or no body left).
+    async fn content(&self, id: JobId) -> Option<JobContent> {
+        self.queue
+            .get_job(&id.to_string())
+            .await
+            .expect("get_job")
+            .and_then(|j| j.content)
     }
 
     async fn stats(&self, queue: &str) -> crate::domain::QueueStats {
@@ -1987,6 +2000,119 @@ pub(crate) mod cases {
         assert_eq!(
             again.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
             vec![low, low2]
+        );
+    }
+
+    /// Job inspection by id reads the job's body: payload, custom entries and trace context,
+    /// as enqueued or as a dedup hit replaced them, in every state that keeps the body (ready,
+    /// in flight, dead-lettered, after a restart); a tombstone has none. Listings carry none.
+    pub(crate) async fn get_job_reads_what_a_job_carries_and_listings_leave_it_out(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.storage.dead_letter_retention_ms = 600_000;
+            c.storage.dedup_window_ms = 600_000;
+            c.queues.push(QueueConfig {
+                name: "deb".into(),
+                on_duplicate: Some(OnDuplicate::ReplacePending),
+                ..Default::default()
+            });
+        })
+        .await;
+        // Not UTF-8, with a zero byte: stored and read back byte for byte.
+        let payload = Payload {
+            data: vec![0x00, 0x9f, 0x92, 0x96, 0xff, b'a'],
+            encoding: "application/octet-stream".into(),
+        };
+        let trace = TraceContext {
+            traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+            tracestate: Some("vendor=1".into()),
+        };
+        let carrying = h
+            .put(EnqueueInput {
+                payload: Some(payload.clone()),
+                custom: vec![
+                    ("n".into(), Some(Value::Int(7))),
+                    ("s".into(), Some(Value::String("acme".into()))),
+                ],
+                trace_context: Some(trace.clone()),
+                ..keyed("q", "k")
+            })
+            .await;
+        let want = JobContent {
+            payload: Some(payload),
+            custom: [
+                ("n".to_string(), Value::Int(7)),
+                ("s".to_string(), Value::String("acme".into())),
+            ]
+            .into_iter()
+            .collect(),
+            trace_context: Some(trace),
+        };
+        let bare = h.put(job("q")).await;
+        assert_eq!(h.content(carrying).await, Some(want.clone()), "ready");
+        assert_eq!(
+            h.content(bare).await,
+            Some(JobContent::default()),
+            "a job that carries nothing"
+        );
+        let listed = h.queue.list_jobs("q", ListState::Ready, None, "").await;
+        let listed = listed.unwrap().jobs;
+        assert_eq!(listed.len(), 2);
+        assert!(listed.iter().all(|j| j.content.is_none()), "{listed:?}");
+
+        // In flight, then dead-lettered: the same content.
+        let j = h.reserve_one("q", 30_000).await.unwrap();
+        assert_eq!(j.id, carrying);
+        assert_eq!(h.content(carrying).await, Some(want.clone()), "in flight");
+        h.queue
+            .nack(&j.id.to_string(), 1, NackStrategy::DeadLetter, None)
+            .await
+            .unwrap();
+        assert_eq!(h.content(carrying).await, Some(want.clone()), "dead letter");
+        let dead = h
+            .queue
+            .list_jobs("q", ListState::DeadLettered, None, "")
+            .await
+            .unwrap()
+            .jobs;
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].content, None);
+
+        // A dedup hit that replaces a pending job's contents: GetJob reads the new ones.
+        let with = |data: &[u8]| EnqueueInput {
+            payload: Some(Payload {
+                data: data.to_vec(),
+                encoding: "text/plain".into(),
+            }),
+            ..keyed("deb", "r")
+        };
+        let pending = h.put(with(b"first")).await;
+        let out = h.enqueue(vec![with(b"second")]).await;
+        assert_eq!(accepted(&out[0]), (pending, true));
+        let replaced = h.content(pending).await.and_then(|c| c.payload);
+        assert_eq!(replaced.map(|p| p.data), Some(b"second".to_vec()));
+
+        // After a restart, read from what is durable.
+        let h = h.reopen().await;
+        assert_eq!(h.content(carrying).await, Some(want), "after a restart");
+        assert_eq!(
+            h.content(pending)
+                .await
+                .and_then(|c| c.payload)
+                .map(|p| p.data),
+            Some(b"second".to_vec())
+        );
+
+        // Acked with its key live: a tombstone, known without a body.
+        let j = h.reserve_one("deb", 30_000).await.unwrap();
+        assert_eq!(j.id, pending);
+        h.queue.ack(&j.id.to_string(), 1).await.unwrap();
+        assert_eq!(h.state(pending).await, Some(JobState::Acked));
+        assert_eq!(
+            h.content(pending).await,
+            None,
+            "a tombstone carries nothing"
         );
     }
 

@@ -348,7 +348,9 @@ pub trait Store: Send + Sync + 'static {
     /// `pass.retention_over`) and tombstones past their time (removed).
     async fn maintain(&self, pass: &SweepPass<'_>) -> Result<Maintenance, StorageError>;
 
-    /// Everything stored about job `id` (including a tombstone), or `None`.
+    /// Everything stored about job `id` (including a tombstone), or `None`; with what it
+    /// carries ([`StoredJob::content`]: payload, custom entries, trace context) while it has a
+    /// body (a tombstone has none).
     async fn get_job(&self, id: JobId) -> Result<Option<StoredJob>, StorageError>;
 
     /// The dedup record of `key` on `queue`, live or expired but not purged yet.
@@ -446,8 +448,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Up to `limit` jobs of `queue` in `state`, in that state's order (ready: priority then
     /// enqueue order; scheduled: scheduled time; in flight: lease end; dead letters: oldest
-    /// first; ties by id), after the cursor `after` when given, without their payloads.
-    /// Returns each job with its cursor, and whether more jobs follow the page.
+    /// first; ties by id), after the cursor `after` when given, without what they carry
+    /// ([`StoredJob::content`] is `None`). Returns each job with its cursor, and whether more
+    /// jobs follow the page.
     async fn list_jobs(
         &self,
         queue: &str,

@@ -13,7 +13,7 @@
 //! crate::storage::model::model_test!(my_backend());
 //! ```
 //!
-//! `SEPP_MODEL_CASES` sets the number of random sequences (default 16, for CI; `make
+//! `SEPP_TEST_MODEL_CASES` sets the number of random sequences (default 16, for CI; `make
 //! soak-model` runs many more). A failure is shrunk to a shortest sequence, printed, and kept in
 //! `proptest-regressions/` so that it runs first from then on.
 //!
@@ -919,9 +919,9 @@ pub(crate) fn run(backend: Box<dyn Backend>, retention_ms: u64, ops: &[Op]) {
     });
 }
 
-/// The number of random sequences: `SEPP_MODEL_CASES`, else 16.
+/// The number of random sequences: `SEPP_TEST_MODEL_CASES`, else 16.
 pub(crate) fn cases() -> u32 {
-    std::env::var("SEPP_MODEL_CASES")
+    std::env::var("SEPP_TEST_MODEL_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(16)

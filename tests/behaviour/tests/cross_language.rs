@@ -4,8 +4,8 @@
 //! dead-letter cause and last reason; ListDeadLetters; queue counts), the rejections and the
 //! workers' counts must be identical across the three; ids and times are left out.
 //!
-//! `make test-behaviour` builds what it needs and sets `SEPP_SERVER_BIN` and
-//! `SEPP_BEHAVIOUR_PYTHON` (a Python with the `sepp` package installed); `node` runs the Node
+//! `make test-behaviour` builds what it needs and sets `SEPP_TEST_SERVER_BIN` and
+//! `SEPP_TEST_BEHAVIOUR_PYTHON` (a Python with the `sepp` package installed); `node` runs the Node
 //! runner against `js/` (built). A missing runtime fails the suite, it never skips.
 
 use sepp_server::testing::{ServerProcess, TempDir};
@@ -18,11 +18,11 @@ fn here() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The server binary, from `SEPP_SERVER_BIN` (which `make test-behaviour` sets).
+/// The server binary, from `SEPP_TEST_SERVER_BIN` (which `make test-behaviour` sets).
 fn server_bin() -> PathBuf {
     let bin = PathBuf::from(
-        std::env::var_os("SEPP_SERVER_BIN")
-            .expect("SEPP_SERVER_BIN must name the sepp binary (run `make test-behaviour`)"),
+        std::env::var_os("SEPP_TEST_SERVER_BIN")
+            .expect("SEPP_TEST_SERVER_BIN must name the sepp binary (run `make test-behaviour`)"),
     );
     assert!(bin.exists(), "{} is missing", bin.display());
     bin
@@ -118,10 +118,10 @@ fn difference(a: &Value, b: &Value) -> Option<String> {
 fn the_three_clients_leave_identical_records_on_the_server() {
     let dir = TempDir::new();
     let mut server = ServerProcess::start(&server_bin(), dir.path(), &config(dir.path()));
-    let python = std::env::var_os("SEPP_BEHAVIOUR_PYTHON").expect(
-        "SEPP_BEHAVIOUR_PYTHON must name a python with the sepp package (run `make test-behaviour`)",
+    let python = std::env::var_os("SEPP_TEST_BEHAVIOUR_PYTHON").expect(
+        "SEPP_TEST_BEHAVIOUR_PYTHON must name a python with the sepp package (run `make test-behaviour`)",
     );
-    let node = std::env::var_os("SEPP_BEHAVIOUR_NODE").unwrap_or_else(|| "node".into());
+    let node = std::env::var_os("SEPP_TEST_BEHAVIOUR_NODE").unwrap_or_else(|| "node".into());
 
     let rust = run(
         "rust",
@@ -144,7 +144,7 @@ fn the_three_clients_leave_identical_records_on_the_server() {
             s["name"]
         );
     }
-    if let Some(dir) = std::env::var_os("SEPP_BEHAVIOUR_KEEP") {
+    if let Some(dir) = std::env::var_os("SEPP_TEST_BEHAVIOUR_KEEP") {
         for (name, records) in [("rust", &rust), ("python", &python), ("node", &node)] {
             let path = PathBuf::from(&dir).join(format!("{name}.json"));
             std::fs::write(path, serde_json::to_string_pretty(records).unwrap()).unwrap();

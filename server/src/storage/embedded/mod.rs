@@ -53,9 +53,9 @@ use super::{
 use super::{RateBucket, RateCounts};
 use crate::domain::{
     CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit,
-    InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord, LastReason, ListState, NewJob,
-    PersistMode, Placement, QueueStats, Requeue, ReserveSpec, Settle, SettleRefusal, StoredJob,
-    UnixMs, reached,
+    InsertOutcome, Job, JobContent, JobCursor, JobFacts, JobId, KeyRecord, LastReason, ListState,
+    NewJob, PersistMode, Placement, QueueStats, Requeue, ReserveSpec, Settle, SettleRefusal,
+    StoredJob, UnixMs, reached,
 };
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -302,11 +302,22 @@ impl Shared {
     }
 
     /// Job `id` for inspection, from its meta (read under the lock) and its body (for the
-    /// idempotency key; a tombstone has none).
-    fn stored(&self, id: JobId, meta: Meta) -> Result<StoredJob, StorageError> {
+    /// idempotency key and, `with_content`, what it carries; a tombstone has none).
+    fn stored(&self, id: JobId, meta: Meta, with_content: bool) -> Result<StoredJob, StorageError> {
         let body = match meta.stage {
             Stage::Tombstone { .. } => None,
             _ => self.body(id)?,
+        };
+        let (idempotency_key, content) = match body {
+            Some(b) => (
+                b.idempotency_key,
+                with_content.then_some(JobContent {
+                    payload: b.payload,
+                    custom: b.custom,
+                    trace_context: b.trace_context,
+                }),
+            ),
+            None => (None, None),
         };
         Ok(StoredJob {
             id,
@@ -318,8 +329,9 @@ impl Shared {
             priority: meta.priority,
             enqueued_at: meta.enqueued_at,
             last_reason: meta.last_reason,
-            idempotency_key: body.and_then(|b| b.idempotency_key),
+            idempotency_key,
             worker_id: meta.worker_id,
+            content,
         })
     }
 
@@ -976,7 +988,7 @@ impl Store for EmbeddedStore {
         let Some(meta) = sh.lock().jobs.try_get(id)?.map(Cow::into_owned) else {
             return Ok(None);
         };
-        Ok(Some(sh.stored(id, meta)?))
+        Ok(Some(sh.stored(id, meta, true)?))
     }
 
     async fn lookup_key(&self, queue: &str, key: &str) -> Result<Option<KeyRecord>, StorageError> {
@@ -1300,7 +1312,7 @@ impl Store for EmbeddedStore {
         // is listed as it was when the page was cut.
         let mut page = Vec::with_capacity(metas.len());
         for (c, m) in metas {
-            page.push((c, sh.stored(c.2, m)?));
+            page.push((c, sh.stored(c.2, m, false)?));
         }
         Ok((page, more))
     }

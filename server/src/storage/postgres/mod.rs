@@ -41,8 +41,8 @@ use super::{
 use super::{RateBucket, RateCounts};
 use crate::domain::{
     CancelSelector, DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry,
-    Fingerprint, Finish, Fit, InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord,
-    LastReason, ListState, NewJob, Placement, QueueStats, Requeue, ReserveSpec, Settle,
+    Fingerprint, Finish, Fit, InsertOutcome, Job, JobContent, JobCursor, JobFacts, JobId,
+    KeyRecord, LastReason, ListState, NewJob, Placement, QueueStats, Requeue, ReserveSpec, Settle,
     SettleRefusal, Stage, StoredJob, UnixMs,
 };
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -531,11 +531,23 @@ async fn stats_in(
     Ok(s)
 }
 
-/// What job inspection reports of a row (the key read from its body, none for a tombstone).
-fn stored_of(row: JobRow) -> Result<StoredJob, StorageError> {
-    let key = match row.stage {
+/// What job inspection reports of a row: the key and, `with_content`, what the job carries,
+/// read from its body (none for a tombstone).
+fn stored_of(row: JobRow, with_content: bool) -> Result<StoredJob, StorageError> {
+    let body = match row.stage {
         Stage::Tombstone { .. } => None,
-        _ => row.body()?.and_then(|b| b.idempotency_key),
+        _ => row.body()?,
+    };
+    let (key, content) = match body {
+        Some(b) => (
+            b.idempotency_key,
+            with_content.then_some(JobContent {
+                payload: b.payload,
+                custom: b.custom,
+                trace_context: b.trace_context,
+            }),
+        ),
+        None => (None, None),
     };
     Ok(StoredJob {
         id: row.id,
@@ -549,6 +561,7 @@ fn stored_of(row: JobRow) -> Result<StoredJob, StorageError> {
         last_reason: row.last_reason,
         idempotency_key: key,
         worker_id: row.worker_id,
+        content,
     })
 }
 
@@ -1240,7 +1253,7 @@ impl Store for PostgresStore {
         else {
             return Ok(None);
         };
-        Ok(Some(stored_of(JobRow::from_row(&r)?)?))
+        Ok(Some(stored_of(JobRow::from_row(&r)?, true)?))
     }
 
     async fn backup(&self, _dir: &std::path::Path) -> Result<BackupReport, StorageError> {
@@ -1569,7 +1582,7 @@ impl Store for PostgresStore {
                 u64::try_from(second).unwrap_or(0),
                 row.id,
             );
-            page.push((cursor, stored_of(row)?));
+            page.push((cursor, stored_of(row, false)?));
         }
         Ok((page, more))
     }
