@@ -2,9 +2,10 @@
 //! batches in flight are busy wait here and leave together, as one `EnqueueBatch`.
 //!
 //! There is no timer. A call that finds fewer than `max_batches_in_flight` batches in flight
-//! leaves at once, alone, so one caller on an idle client waits no longer than with one RPC
-//! per call. Only when every slot is busy do calls wait; when a batch comes back, its slot
-//! takes everything that waited (up to the batch limits) in the next batch.
+//! (and nobody waiting) leaves at once, alone, from its own task, so one caller on an idle
+//! client waits no longer than with one RPC per call. Only when every slot is busy do calls
+//! wait; when a batch comes back, its slot takes everything that waited (up to the batch
+//! limits) in the next batch, which runs in a task of its own.
 //!
 //! Each caller gets its own result, as if it had called alone:
 //! - `EnqueueBatch` is best effort, one `JobResult` per job in order, so a rejected job
@@ -122,13 +123,39 @@ impl Coalescer {
     /// kind and leaves with the next batch that has room.
     pub(crate) async fn enqueue(&self, client: &SeppClient, job: pb::EnqueueRequest) -> Reply {
         let keyed = job.idempotency_key.is_some();
+        let deadline = client.rpc_timeout().map(|t| Instant::now() + t);
+        // Nobody waits and a slot is free: the job leaves at once as a batch of its own, and
+        // it is sent from the caller's own task. No other caller's job is in that batch, so
+        // if this caller gives up, only its own call is cut off (as with a unary call), and
+        // its slot, dropped with its future, sends whatever waits by then. Against a task and
+        // a channel per call, this saves a task spawn and a cross-thread wake-up on every
+        // enqueue of an uncontended client.
+        let slot = {
+            let mut s = self.lock();
+            let idle = s.waiting.iter().all(VecDeque::is_empty);
+            if idle && s.in_flight < self.max_in_flight {
+                s.in_flight += 1;
+                true
+            } else {
+                false
+            }
+        };
+        if slot {
+            let slot = Slot(client.clone());
+            let reply = match call(&slot.0, keyed, vec![job], timeout_of([deadline])).await {
+                Ok(mut results) => results.pop().map_or_else(no_result, job_result),
+                Err(e) => Err(EnqueueError::Client(e)),
+            };
+            drop(slot);
+            return reply;
+        }
         let (reply, answer) = oneshot::channel();
         let len = job.encoded_len();
         let waiter = Waiter {
             seq: 0,
             bytes: len + prost::length_delimiter_len(len) + 1,
             job,
-            deadline: client.rpc_timeout().map(|t| Instant::now() + t),
+            deadline,
             reply,
         };
         {
@@ -230,26 +257,48 @@ fn drop_given_up(q: &mut VecDeque<Waiter>, now: Instant) {
     }
 }
 
+/// The deadline of a batch: the earliest of its callers' (at least 1 ms), `None` if none has one.
+fn timeout_of(deadlines: impl IntoIterator<Item = Option<Instant>>) -> Option<Duration> {
+    deadlines.into_iter().flatten().min().map(|d| {
+        d.saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    })
+}
+
 /// Sends one batch and answers each of its callers.
 async fn send(client: &SeppClient, batch: Batch) {
     let Batch { keyed, waiters } = batch;
-    let (jobs, replies): (Vec<_>, Vec<_>) = waiters
-        .into_iter()
-        .map(|w| ((w.job, w.deadline), w.reply))
-        .unzip();
-    let timeout = jobs.iter().filter_map(|(_, d)| *d).min().map(|d| {
-        d.saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1))
-    });
-    let msg = pb::EnqueueBatchRequest {
-        jobs: jobs.into_iter().map(|(j, _)| j).collect(),
-    };
+    let timeout = timeout_of(waiters.iter().map(|w| w.deadline));
+    let (jobs, replies): (Vec<_>, Vec<_>) = waiters.into_iter().map(|w| (w.job, w.reply)).unzip();
+    match call(client, keyed, jobs, timeout).await {
+        Ok(results) => {
+            for (reply, r) in replies.into_iter().zip(results) {
+                let _ = reply.send(job_result(r));
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(EnqueueError::Client(e.clone())));
+            }
+        }
+    }
+}
+
+/// Sends `jobs` as one `EnqueueBatch` under the retry policy of their kind; the results, one
+/// per job in order, or the error of the call as a whole.
+async fn call(
+    client: &SeppClient,
+    keyed: bool,
+    jobs: Vec<pb::EnqueueRequest>,
+    timeout: Option<Duration>,
+) -> Result<Vec<pb::JobResult>, ClientError> {
+    let n = jobs.len();
+    let msg = pb::EnqueueBatchRequest { jobs };
     let class = if keyed {
         RetryClass::KeyedEnqueue
     } else {
         RetryClass::UnkeyedEnqueue
     };
-    let n = replies.len();
     let resp = client
         .with_retries(class, || {
             let mut c = client.inner.grpc.clone();
@@ -257,32 +306,25 @@ async fn send(client: &SeppClient, batch: Batch) {
             async move { c.enqueue_batch(req).await }
         })
         .await;
-    let results = match resp {
-        Ok(r) if r.results.len() == n => r.results,
-        Ok(r) => {
-            let e = ClientError::new(
-                ErrorCode::ServerFault,
-                format!(
-                    "the server returned {} results for {n} jobs",
-                    r.results.len()
-                ),
-            );
-            for reply in replies {
-                let _ = reply.send(Err(EnqueueError::Client(e.clone())));
-            }
-            return;
-        }
-        Err(s) => {
-            let e = ClientError::from_status(&s, false);
-            for reply in replies {
-                let _ = reply.send(Err(EnqueueError::Client(e.clone())));
-            }
-            return;
-        }
-    };
-    for (reply, r) in replies.into_iter().zip(results) {
-        let _ = reply.send(job_result(r));
+    match resp {
+        Ok(r) if r.results.len() == n => Ok(r.results),
+        Ok(r) => Err(ClientError::new(
+            ErrorCode::ServerFault,
+            format!(
+                "the server returned {} results for {n} jobs",
+                r.results.len()
+            ),
+        )),
+        Err(s) => Err(ClientError::from_status(&s, false)),
     }
+}
+
+/// The answer when the server's reply holds no result for a job.
+fn no_result() -> Reply {
+    Err(EnqueueError::Client(ClientError::new(
+        ErrorCode::ServerFault,
+        "the server returned no result for the job",
+    )))
 }
 
 /// One job's result as its caller's answer.
@@ -297,10 +339,7 @@ pub(crate) fn job_result(r: pb::JobResult) -> Reply {
         Some(pb::job_result::Outcome::Rejection(r)) => {
             Err(EnqueueError::Rejected(rejection_from_proto(r)))
         }
-        None => Err(EnqueueError::Client(ClientError::new(
-            ErrorCode::ServerFault,
-            "the server returned no result for the job",
-        ))),
+        None => no_result(),
     }
 }
 

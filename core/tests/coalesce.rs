@@ -282,6 +282,42 @@ async fn a_caller_that_gives_up_before_its_batch_leaves_is_not_sent() {
 }
 
 #[tokio::test]
+async fn a_lone_caller_that_gives_up_in_flight_frees_its_slot_for_those_waiting() {
+    within(async {
+        let server = TestServer::start(|_| {}).await;
+        let (tamper, gate) = Tamper::holding_enqueues();
+        let url = common::proxy(&server, tamper.clone()).await;
+        let client = SeppClient::builder(url)
+            .max_batches_in_flight(1)
+            .connect()
+            .await
+            .unwrap();
+
+        // A lone call on an idle client runs in its caller's future and holds the only slot.
+        let mut lone: Call<'_> = Box::pin(client.enqueue(unkeyed("lone")));
+        assert!(poll_once(&mut lone).await.is_pending());
+        tamper.enqueue_batches_received(1).await;
+        let mut waiting: Vec<Call<'_>> = ["a", "b"]
+            .into_iter()
+            .map(|t| Box::pin(client.enqueue(keyed(t))) as Call<'_>)
+            .collect();
+        for c in &mut waiting {
+            assert!(poll_once(c).await.is_pending());
+        }
+        // Its caller gives up while the call is held: the slot goes to those waiting, who
+        // leave together (the lone job may or may not have been committed, as with a unary
+        // call cut off).
+        drop(lone);
+        gate.add_permits(1_000);
+        for c in waiting {
+            c.await.unwrap();
+        }
+        assert_eq!(sizes(&tamper), [1, 2]);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_lone_enqueue_on_an_idle_client_goes_out_alone_at_once() {
     within(async {
         let server = TestServer::start(|_| {}).await;
