@@ -643,6 +643,18 @@ export interface JobInfo {
   idempotencyKey?: string
   /** The worker label of its current lease. */
   workerId?: string
+  /**
+   * Its data, as enqueued (or as a dedup hit replaced it). Unset when it has none, and once
+   * only a tombstone is left of the job (acked, cancelled, a dead letter past its retention).
+   */
+  payload?: Payload
+  /**
+   * Its custom entries; empty when it has none, or only a tombstone is left. An int64
+   * beyond ±(2^53 − 1) is a `bigint`, any other number a `number`.
+   */
+  custom: Record<string, CustomValue>
+  /** Its W3C trace context; unset when it has none, or only a tombstone is left. */
+  traceContext?: TraceContext
 }
 
 /** Where a job is. */

@@ -6,10 +6,14 @@ use crate::client::SeppClient;
 use crate::error::ClientError;
 #[allow(unused_imports)]
 use crate::error::ErrorCode;
-use crate::job::{DeadLetterCause, DeadLetterRecord, proto_to_system_time};
+use crate::job::{
+    DeadLetterCause, DeadLetterRecord, Payload, TraceContext, Value, custom_from_proto,
+    proto_to_system_time,
+};
 use crate::retry::RetryClass;
 use sepp_proto::admin::v1 as pb;
 use sepp_proto::prost_types;
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 /// Where a job is.
@@ -104,6 +108,14 @@ pub struct JobInfo {
     pub idempotency_key: Option<String>,
     /// The worker label of its current lease.
     pub worker_id: Option<String>,
+    /// Its data, as enqueued (or as a dedup hit replaced it). `None` when it has none, and
+    /// once only a tombstone is left of the job (acked, cancelled, a dead letter past its
+    /// retention).
+    pub payload: Option<Payload>,
+    /// Its custom entries; empty when it has none, or only a tombstone is left.
+    pub custom: BTreeMap<String, Value>,
+    /// Its trace context; `None` when it has none, or only a tombstone is left.
+    pub trace_context: Option<TraceContext>,
 }
 
 /// A live dedup record.
@@ -229,6 +241,9 @@ impl SeppClient {
                 .then(|| DeadLetterCause::from_proto(j.dead_letter_cause)),
             idempotency_key: j.idempotency_key,
             worker_id: j.worker_id,
+            payload: j.payload.map(Payload::from_proto),
+            custom: custom_from_proto(j.custom),
+            trace_context: j.trace_context.map(TraceContext::from_proto),
         })
     }
 

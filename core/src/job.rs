@@ -14,6 +14,15 @@ pub struct Payload {
     pub encoding: String,
 }
 
+impl Payload {
+    pub(crate) fn from_proto(p: pb::Payload) -> Self {
+        Payload {
+            data: p.data,
+            encoding: p.encoding,
+        }
+    }
+}
+
 /// W3C trace context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceContext {
@@ -21,6 +30,25 @@ pub struct TraceContext {
     pub traceparent: String,
     /// `tracestate`.
     pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    pub(crate) fn from_proto(t: pb::TraceContext) -> Self {
+        TraceContext {
+            traceparent: t.traceparent,
+            tracestate: t.tracestate,
+        }
+    }
+}
+
+/// A custom map from the wire; an entry without a value (none is sent) is left out.
+pub(crate) fn custom_from_proto(
+    custom: impl IntoIterator<Item = (String, pb::PrimitiveValue)>,
+) -> BTreeMap<String, Value> {
+    custom
+        .into_iter()
+        .filter_map(|(k, v)| Value::from_proto(v).map(|v| (k, v)))
+        .collect()
 }
 
 /// A value of a job's custom map.
@@ -143,24 +171,14 @@ impl Job {
             id: j.id,
             queue: j.queue,
             job_type: j.job_type,
-            payload: j.payload.map(|p| Payload {
-                data: p.data,
-                encoding: p.encoding,
-            }),
+            payload: j.payload.map(Payload::from_proto),
             priority: j.priority,
-            trace_context: j.trace_context.map(|t| TraceContext {
-                traceparent: t.traceparent,
-                tracestate: t.tracestate,
-            }),
+            trace_context: j.trace_context.map(TraceContext::from_proto),
             enqueued_at: j.enqueued_at.as_ref().map(proto_to_system_time),
             attempt: j.attempt,
             max_attempts: j.max_attempts,
             lease_expires_at: j.lease_expires_at.as_ref().map(proto_to_system_time),
-            custom: j
-                .custom
-                .into_iter()
-                .filter_map(|(k, v)| Value::from_proto(v).map(|v| (k, v)))
-                .collect(),
+            custom: custom_from_proto(j.custom),
             scheduled_at: j.scheduled_at.as_ref().map(proto_to_system_time),
         }
     }

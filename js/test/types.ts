@@ -3,6 +3,7 @@
 
 import {
   type AtomicResult,
+  type CustomValue,
   Engine,
   type EngineOptions,
   type EngineReport,
@@ -106,6 +107,11 @@ export async function rightUsage(): Promise<void> {
     records[0]?.cause;
   const jobInfo: JobInfo = await client.getJob("job-id");
   const state: JobState = jobInfo.state;
+  const carried: [Uint8Array | undefined, CustomValue | undefined, string | undefined] = [
+    jobInfo.payload?.data,
+    jobInfo.custom["tenant"],
+    jobInfo.traceContext?.traceparent,
+  ];
   const key: KeyRecord | null = await client.lookupIdempotencyKey("emails", "user-42");
   const page = await client.listDeadLetters({ queue: "emails", pageSize: 50 });
   const next: string | undefined = page.nextPageToken;
@@ -114,7 +120,7 @@ export async function rightUsage(): Promise<void> {
   await client.pauseQueue("emails");
   await client.resumeQueue("emails");
   const stats: QueueStats = await client.getQueueStats("emails");
-  void state, key, next, requeued, deleted, stats;
+  void state, carried, key, next, requeued, deleted, stats;
   const info: ServerInfo = await client.getServerInfo();
   const limit: number = info.maxIdempotencyKeyBytes;
   const horizon: number | undefined = info.maxScheduleHorizonMs;

@@ -120,6 +120,9 @@ async def consume(client: sepp.SeppClient) -> None:
     assert_type(await client.delete_dead_letters(queue="thumbnails", max=10), list[str])
     job_info = await client.get_job("id")
     job_info.state == "LOST"  # type: ignore[comparison-overlap]  # states are a closed set
+    assert_type(job_info.payload, Optional[sepp.Payload])
+    assert_type(job_info.trace_context, Optional[sepp.TraceContext])
+    assert_type(job_info.custom["tenant"], Union[str, int, float, bool])
     key = await client.lookup_idempotency_key("thumbnails", "photo-1")
     assert_type(key, Optional[sepp.KeyRecord])
     await client.pause_queue("thumbnails")

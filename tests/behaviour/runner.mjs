@@ -78,7 +78,10 @@ class Runner {
     if (spec.priority !== undefined) r.priority = spec.priority;
     if (spec.max_attempts !== undefined) r.maxAttempts = spec.max_attempts;
     if (spec.custom) r.custom = spec.custom;
-    if (spec.traceparent !== undefined) r.traceContext = { traceparent: spec.traceparent };
+    if (spec.traceparent !== undefined) {
+      r.traceContext = { traceparent: spec.traceparent };
+      if (spec.tracestate !== undefined) r.traceContext.tracestate = spec.tracestate;
+    }
     if (spec.scheduled_in_ms !== undefined) r.scheduledAt = new Date(Date.now() + spec.scheduled_in_ms);
     return { request: r, name: spec.as === undefined ? undefined : this.text(spec.as) };
   }
@@ -150,6 +153,23 @@ class Runner {
             attempt: info.attempt,
             dead_letter_cause: screaming(info.deadLetterCause),
             last_reason: info.lastReason ?? null,
+          };
+        }
+        return record;
+      }
+      case "carried": {
+        /** @type {Record<string, unknown>} */
+        const record = {};
+        for (const name of arg) {
+          const info = await this.client.getJob(/** @type {string} */ (this.jobs.get(name)));
+          const { payload, traceContext: trace } = info;
+          if (payload && !(payload.data instanceof Uint8Array)) throw new Error("payload data is not a Uint8Array");
+          record[name] = {
+            payload: payload
+              ? { encoding: payload.encoding, data_hex: Buffer.from(payload.data).toString("hex") }
+              : null,
+            custom: info.custom,
+            trace_context: trace ? { traceparent: trace.traceparent, tracestate: trace.tracestate ?? null } : null,
           };
         }
         return record;

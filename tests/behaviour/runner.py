@@ -55,7 +55,9 @@ class Runner:
             max_attempts=spec.get("max_attempts"),
             custom=spec.get("custom"),
             trace_context=(
-                None if "traceparent" not in spec else sepp.TraceContext(spec["traceparent"])
+                None
+                if "traceparent" not in spec
+                else sepp.TraceContext(spec["traceparent"], spec.get("tracestate"))
             ),
             scheduled_at=(
                 None
@@ -140,6 +142,25 @@ class Runner:
                     "attempt": info.attempt,
                     "dead_letter_cause": info.dead_letter_cause,
                     "last_reason": info.last_reason,
+                }
+            return record
+        if kind == "carried":
+            record = {}
+            for name in arg:
+                info = await self.client.get_job(self.jobs[name])
+                payload, trace = info.payload, info.trace_context
+                record[name] = {
+                    "payload": (
+                        None
+                        if payload is None
+                        else {"encoding": payload.encoding, "data_hex": payload.data.hex()}
+                    ),
+                    "custom": info.custom,
+                    "trace_context": (
+                        None
+                        if trace is None
+                        else {"traceparent": trace.traceparent, "tracestate": trace.tracestate}
+                    ),
                 }
             return record
         if kind == "dead_letters":

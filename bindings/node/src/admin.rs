@@ -4,14 +4,15 @@
 
 use crate::client::SeppClient;
 use crate::error::{Failure, SeppFailure, settle};
-use crate::job::{DeadLetterCause, DeadLetterRecord};
+use crate::job::{DeadLetterCause, DeadLetterRecord, Payload, TraceContext};
 use crate::read::{self, BadInput, Fields};
-use crate::value::{self, Date};
+use crate::value::{self, CustomValue, Date};
 use napi::Env;
 use napi::bindgen_prelude::{PromiseRaw, Unknown};
 use napi_derive::napi;
 use sepp_rs::ErrorCode;
 use sepp_rs::admin as core;
+use std::collections::HashMap;
 
 /// Where a job is.
 #[napi(string_enum = "camelCase")]
@@ -84,6 +85,14 @@ pub struct JobInfo {
     pub idempotency_key: Option<String>,
     /// The worker label of its current lease.
     pub worker_id: Option<String>,
+    /// Its data, as enqueued (or as a dedup hit replaced it). Unset when it has none, and once
+    /// only a tombstone is left of the job (acked, cancelled, a dead letter past its retention).
+    pub payload: Option<Payload>,
+    /// Its custom entries; empty when it has none, or only a tombstone is left. An int64
+    /// beyond ±(2^53 − 1) is a `bigint`, any other number a `number`.
+    pub custom: HashMap<String, CustomValue>,
+    /// Its W3C trace context; unset when it has none, or only a tombstone is left.
+    pub trace_context: Option<TraceContext>,
 }
 
 impl From<core::JobInfo> for JobInfo {
@@ -104,6 +113,13 @@ impl From<core::JobInfo> for JobInfo {
             dead_letter_cause: j.dead_letter_cause.map(DeadLetterCause::from),
             idempotency_key: j.idempotency_key,
             worker_id: j.worker_id,
+            payload: j.payload.map(Payload::from),
+            custom: j
+                .custom
+                .into_iter()
+                .map(|(k, v)| (k, value::custom_from_core(v)))
+                .collect(),
+            trace_context: j.trace_context.map(TraceContext::from),
         }
     }
 }

@@ -4,9 +4,12 @@
 use crate::call::ToPython;
 use crate::job::cause_name;
 use crate::repr::repr;
+use crate::request::{Payload, TraceContext, custom_to_py};
 use crate::time::opt_datetime_to_py;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList};
+use sepp_rs::Value;
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 /// What the server knows about one job.
@@ -38,6 +41,9 @@ pub(crate) struct JobInfo {
     idempotency_key: Option<String>,
     #[pyo3(get)]
     worker_id: Option<String>,
+    payload: Option<Py<Payload>>,
+    custom: BTreeMap<String, Value>,
+    trace_context: Option<Py<TraceContext>>,
 }
 
 #[pymethods]
@@ -60,6 +66,21 @@ impl JobInfo {
     #[getter]
     fn finished_at<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         opt_datetime_to_py(py, self.finished_at)
+    }
+
+    #[getter]
+    fn payload(&self, py: Python<'_>) -> Option<Py<Payload>> {
+        self.payload.as_ref().map(|p| p.clone_ref(py))
+    }
+
+    #[getter]
+    fn custom<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        custom_to_py(py, &self.custom)
+    }
+
+    #[getter]
+    fn trace_context(&self, py: Python<'_>) -> Option<Py<TraceContext>> {
+        self.trace_context.as_ref().map(|t| t.clone_ref(py))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -92,6 +113,15 @@ impl ToPython for sepp_rs::admin::JobInfo {
             dead_letter_cause: self.dead_letter_cause.map(cause_name),
             idempotency_key: self.idempotency_key,
             worker_id: self.worker_id,
+            payload: self
+                .payload
+                .map(|p| Py::new(py, Payload::from_core(py, p)))
+                .transpose()?,
+            custom: self.custom,
+            trace_context: self
+                .trace_context
+                .map(|t| Py::new(py, TraceContext::from_core(t)))
+                .transpose()?,
         };
         Ok(Bound::new(py, info)?.into_any())
     }

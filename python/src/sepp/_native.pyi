@@ -695,6 +695,20 @@ class JobInfo:
     def worker_id(self) -> Optional[str]:
         """The worker label of its current lease."""
 
+    @property
+    def payload(self) -> Optional[Payload]:
+        """Its data, as enqueued (or as a dedup hit replaced it). None when it has none, and
+        once only a tombstone is left of the job (acked, cancelled, a dead letter past its
+        retention)."""
+
+    @property
+    def custom(self) -> dict[str, _CustomValue]:
+        """A copy of its custom entries; empty when it has none, or only a tombstone is left."""
+
+    @property
+    def trace_context(self) -> Optional[TraceContext]:
+        """Its trace context; None when it has none, or only a tombstone is left."""
+
 @final
 class KeyRecord:
     """A live dedup record (`SeppClient.lookup_idempotency_key`)."""

@@ -1,8 +1,9 @@
 //! The cross-language behaviour suite: `scenarios.json` run by the Rust, Python and Node
 //! clients, one after the other, against one real server (the binary, with the config below),
 //! which a scenario restarts mid-run. The server's records of each run (GetJob's state, attempt,
-//! dead-letter cause and last reason; ListDeadLetters; queue counts), the rejections and the
-//! workers' counts must be identical across the three; ids and times are left out.
+//! dead-letter cause and last reason, and what the job carries: payload, custom entries, trace
+//! context; ListDeadLetters; queue counts), the rejections and the workers' counts must be
+//! identical across the three; ids and times are left out.
 //!
 //! `make test-behaviour` builds what it needs and sets `SEPP_TEST_SERVER_BIN` and
 //! `SEPP_TEST_BEHAVIOUR_PYTHON` (a Python with the `sepp` package installed); `node` runs the Node
@@ -187,4 +188,39 @@ fn the_three_clients_leave_identical_records_on_the_server() {
     );
     let restart = records(5);
     assert_eq!(restart[1]["record"]["deduplicated"], true, "{restart}");
+    let carried = records(6);
+    let carried = &carried[5]["record"];
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    assert_eq!(
+        carried["full"],
+        serde_json::json!({
+            "payload": {
+                "encoding": "application/json",
+                "data_hex": hex(r#"{"order": 17, "note": "crème brûlée"}"#),
+            },
+            "custom": {
+                "tenant": "acme", "city": "Zürich", "retries_left": 3, "below_zero": -7,
+                "ratio": 1.5, "urgent": true,
+            },
+            "trace_context": {
+                "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "tracestate": "congo=t61rcWkgMzE",
+            },
+        }),
+        "{carried}"
+    );
+    let nothing = serde_json::json!({ "payload": null, "custom": {}, "trace_context": null });
+    assert_eq!(carried["bare"], nothing, "{carried}");
+    // An acked job leaves only a tombstone, without its content; a dead letter keeps it.
+    assert_eq!(carried["acked"], nothing, "{carried}");
+    assert_eq!(
+        carried["dead letter"]["payload"]["data_hex"],
+        hex("not json"),
+        "{carried}"
+    );
+    assert_eq!(carried["dead letter"]["custom"]["attempted"], false);
+    assert_eq!(
+        carried["dead letter"]["trace_context"]["tracestate"],
+        Value::Null
+    );
 }

@@ -199,6 +199,15 @@ impl Runner {
                 }
                 Some(Value::Object(record))
             }
+            "carried" => {
+                let mut record = Map::new();
+                for name in arg.as_array().ok_or("carried takes a list")? {
+                    let name = name.as_str().ok_or("a job name")?;
+                    let info = self.client.get_job(&self.job(name)?).await?;
+                    record.insert(name.to_string(), carried_record(&info));
+                }
+                Some(Value::Object(record))
+            }
             "dead_letters" => {
                 let queue = self.text(arg)?;
                 let page = self
@@ -303,10 +312,13 @@ impl Runner {
             priority: number("priority").map(|n| n as u32),
             max_attempts: number("max_attempts").map(|n| n as u32),
             custom,
-            trace_context: text("traceparent")?.map(|traceparent| TraceContext {
-                traceparent,
-                tracestate: None,
-            }),
+            trace_context: match text("traceparent")? {
+                Some(traceparent) => Some(TraceContext {
+                    traceparent,
+                    tracestate: text("tracestate")?,
+                }),
+                None => None,
+            },
             scheduled_at: number("scheduled_in_ms")
                 .map(|ms| SystemTime::now() + Duration::from_millis(ms)),
         };
@@ -477,6 +489,35 @@ fn job_record(info: &JobInfo) -> Value {
         "attempt": info.attempt,
         "dead_letter_cause": info.dead_letter_cause.map(cause_name),
         "last_reason": info.last_reason,
+    })
+}
+
+/// What GetJob says the job carries: the payload (its bytes in hex), custom entries and trace
+/// context.
+fn carried_record(info: &JobInfo) -> Value {
+    let custom: Map<String, Value> = info
+        .custom
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                CustomValue::String(s) => json!(s),
+                CustomValue::Double(d) => json!(d),
+                CustomValue::Int(i) => json!(i),
+                CustomValue::Bool(b) => json!(b),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    json!({
+        "payload": info.payload.as_ref().map(|p| json!({
+            "encoding": p.encoding,
+            "data_hex": p.data.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        })),
+        "custom": custom,
+        "trace_context": info.trace_context.as_ref().map(|t| json!({
+            "traceparent": t.traceparent,
+            "tracestate": t.tracestate,
+        })),
     })
 }
 
