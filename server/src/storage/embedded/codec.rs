@@ -15,7 +15,7 @@
 
 pub(crate) use crate::domain::Stage;
 use crate::domain::{
-    DeadLetterCause, Fingerprint, JobId, NewJob, Payload, TraceContext, UnixMs, Value,
+    DeadLetterCause, Fingerprint, JobContent, JobId, NewJob, Payload, TraceContext, UnixMs, Value,
 };
 use crate::storage::StorageError;
 use std::collections::BTreeMap;
@@ -36,6 +36,17 @@ pub(crate) struct Body {
 }
 
 impl Body {
+    /// What job inspection reports of a body: the job's idempotency key and, `with_content`,
+    /// what the job carries.
+    pub(crate) fn inspected(self, with_content: bool) -> (Option<String>, Option<JobContent>) {
+        let content = with_content.then_some(JobContent {
+            payload: self.payload,
+            custom: self.custom,
+            trace_context: self.trace_context,
+        });
+        (self.idempotency_key, content)
+    }
+
     /// The encoded body of a new job (what it keeps for its whole life), written from the
     /// job's own fields: nothing is copied before encoding.
     pub(crate) fn encode_of(j: &NewJob) -> Vec<u8> {

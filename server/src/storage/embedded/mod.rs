@@ -53,9 +53,9 @@ use super::{
 use super::{RateBucket, RateCounts};
 use crate::domain::{
     CancelSelector, DeadLetter, DeadLetterCursor, DeadLetterSelector, Expiry, Finish, Fit,
-    InsertOutcome, Job, JobContent, JobCursor, JobFacts, JobId, KeyRecord, LastReason, ListState,
-    NewJob, PersistMode, Placement, QueueStats, Requeue, ReserveSpec, Settle, SettleRefusal,
-    StoredJob, UnixMs, reached,
+    InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord, LastReason, ListState, NewJob,
+    PersistMode, Placement, QueueStats, Requeue, ReserveSpec, Settle, SettleRefusal, StoredJob,
+    UnixMs, reached,
 };
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -308,17 +308,7 @@ impl Shared {
             Stage::Tombstone { .. } => None,
             _ => self.body(id)?,
         };
-        let (idempotency_key, content) = match body {
-            Some(b) => (
-                b.idempotency_key,
-                with_content.then_some(JobContent {
-                    payload: b.payload,
-                    custom: b.custom,
-                    trace_context: b.trace_context,
-                }),
-            ),
-            None => (None, None),
-        };
+        let (idempotency_key, content) = body.map_or((None, None), |b| b.inspected(with_content));
         Ok(StoredJob {
             id,
             queue: meta.queue.to_string(),

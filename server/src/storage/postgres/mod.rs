@@ -41,8 +41,8 @@ use super::{
 use super::{RateBucket, RateCounts};
 use crate::domain::{
     CancelSelector, DeadLetter, DeadLetterCause, DeadLetterCursor, DeadLetterSelector, Expiry,
-    Fingerprint, Finish, Fit, InsertOutcome, Job, JobContent, JobCursor, JobFacts, JobId,
-    KeyRecord, LastReason, ListState, NewJob, Placement, QueueStats, Requeue, ReserveSpec, Settle,
+    Fingerprint, Finish, Fit, InsertOutcome, Job, JobCursor, JobFacts, JobId, KeyRecord,
+    LastReason, ListState, NewJob, Placement, QueueStats, Requeue, ReserveSpec, Settle,
     SettleRefusal, Stage, StoredJob, UnixMs,
 };
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -538,17 +538,7 @@ fn stored_of(row: JobRow, with_content: bool) -> Result<StoredJob, StorageError>
         Stage::Tombstone { .. } => None,
         _ => row.body()?,
     };
-    let (key, content) = match body {
-        Some(b) => (
-            b.idempotency_key,
-            with_content.then_some(JobContent {
-                payload: b.payload,
-                custom: b.custom,
-                trace_context: b.trace_context,
-            }),
-        ),
-        None => (None, None),
-    };
+    let (key, content) = body.map_or((None, None), |b| b.inspected(with_content));
     Ok(StoredJob {
         id: row.id,
         queue: row.queue,
