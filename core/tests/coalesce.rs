@@ -44,6 +44,37 @@ async fn direct(server: &TestServer) -> SeppClient {
     SeppClient::connect(server.url()).await.unwrap()
 }
 
+/// A server behind a proxy that holds every EnqueueBatch call until the gate (a semaphore) has
+/// permits, and a client through the proxy with one batch in flight at most.
+async fn one_slot_behind_a_holding_proxy() -> (
+    TestServer,
+    Tamper,
+    std::sync::Arc<tokio::sync::Semaphore>,
+    SeppClient,
+) {
+    let server = TestServer::start(|_| {}).await;
+    let (tamper, gate) = Tamper::holding_enqueues();
+    let url = common::proxy(&server, tamper.clone()).await;
+    let client = SeppClient::builder(url)
+        .max_batches_in_flight(1)
+        .connect()
+        .await
+        .unwrap();
+    (server, tamper, gate, client)
+}
+
+/// Keyed enqueues of `types`, each polled once: with the client's slot busy, each waits.
+async fn waiting_keyed<'a>(client: &'a SeppClient, types: &[&str]) -> Vec<Call<'a>> {
+    let mut calls: Vec<Call<'a>> = types
+        .iter()
+        .map(|t| Box::pin(client.enqueue(keyed(t))) as Call<'a>)
+        .collect();
+    for c in &mut calls {
+        assert!(poll_once(c).await.is_pending());
+    }
+    calls
+}
+
 /// The job sizes of the EnqueueBatch calls the proxy has seen.
 fn sizes(tamper: &Tamper) -> Vec<usize> {
     tamper
@@ -237,25 +268,12 @@ async fn a_connection_cut_mid_batch_fails_only_the_callers_of_that_batch() {
 #[tokio::test]
 async fn a_caller_that_gives_up_before_its_batch_leaves_is_not_sent() {
     within(async {
-        let server = TestServer::start(|_| {}).await;
-        let (tamper, gate) = Tamper::holding_enqueues();
-        let url = common::proxy(&server, tamper.clone()).await;
-        let client = SeppClient::builder(url)
-            .max_batches_in_flight(1)
-            .connect()
-            .await
-            .unwrap();
+        let (server, tamper, gate, client) = one_slot_behind_a_holding_proxy().await;
 
         let mut first: Call<'_> = Box::pin(client.enqueue(keyed("first")));
         assert!(poll_once(&mut first).await.is_pending());
         tamper.enqueue_batches_received(1).await;
-        let mut waiting: Vec<Call<'_>> = ["a", "gives-up", "b"]
-            .into_iter()
-            .map(|t| Box::pin(client.enqueue(keyed(t))) as Call<'_>)
-            .collect();
-        for c in &mut waiting {
-            assert!(poll_once(c).await.is_pending());
-        }
+        let mut waiting = waiting_keyed(&client, &["a", "gives-up", "b"]).await;
         drop(waiting.remove(1));
 
         gate.add_permits(1_000);
@@ -284,26 +302,13 @@ async fn a_caller_that_gives_up_before_its_batch_leaves_is_not_sent() {
 #[tokio::test]
 async fn a_lone_caller_that_gives_up_in_flight_frees_its_slot_for_those_waiting() {
     within(async {
-        let server = TestServer::start(|_| {}).await;
-        let (tamper, gate) = Tamper::holding_enqueues();
-        let url = common::proxy(&server, tamper.clone()).await;
-        let client = SeppClient::builder(url)
-            .max_batches_in_flight(1)
-            .connect()
-            .await
-            .unwrap();
+        let (_server, tamper, gate, client) = one_slot_behind_a_holding_proxy().await;
 
         // A lone call on an idle client runs in its caller's future and holds the only slot.
         let mut lone: Call<'_> = Box::pin(client.enqueue(unkeyed("lone")));
         assert!(poll_once(&mut lone).await.is_pending());
         tamper.enqueue_batches_received(1).await;
-        let mut waiting: Vec<Call<'_>> = ["a", "b"]
-            .into_iter()
-            .map(|t| Box::pin(client.enqueue(keyed(t))) as Call<'_>)
-            .collect();
-        for c in &mut waiting {
-            assert!(poll_once(c).await.is_pending());
-        }
+        let waiting = waiting_keyed(&client, &["a", "b"]).await;
         // Its caller gives up while the call is held: the slot goes to those waiting, who
         // leave together (the lone job may or may not have been committed, as with a unary
         // call cut off).
