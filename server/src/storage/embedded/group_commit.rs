@@ -1,10 +1,13 @@
 //! Group commit: many concurrent transitions share one journal write and one fsync.
 //!
 //! Transitions append their writes to the batch being filled (while holding the store's state
-//! lock, so batches follow state order) and get that batch's number. One flusher thread takes
-//! the whole batch, writes it to fjall as one atomic write batch, makes it durable as the
-//! `persist_mode` says, and publishes the batch number. While it flushes, the next batch fills;
-//! so the more concurrent writers, the more writes each fsync carries.
+//! lock, so batches follow state order) and get that batch's number. One committer at a time
+//! takes the whole batch, writes it to fjall as one atomic write batch, makes it durable as the
+//! `persist_mode` says, and publishes the batch number. While it commits, the next batch fills;
+//! so the more concurrent writers, the more writes each fsync carries. The committer is the
+//! first waiter of a batch when nothing else is being committed (a lone writer commits its own
+//! write, on its own thread, with no hand-over), and otherwise the flusher thread, which takes
+//! each batch that filled during the previous commit.
 //!
 //! A transition replies only after [`GroupCommit::wait`] sees its batch durable. If a commit
 //! fails, every waiter of that batch and of the batch filling meanwhile gets
@@ -184,6 +187,34 @@ struct Filling {
     id: u64,
     closing: bool,
     refusal: Option<Refusal>,
+    /// A batch is being committed (by the flusher or by a waiter that leads): one at a time,
+    /// so batches reach fjall in number order.
+    committing: bool,
+    /// A leader's commit that failed, for the flusher to handle (it may have to wait for free
+    /// space, which a leader on an async worker must not). `committing` stays set meanwhile.
+    failed_commit: Option<Box<Failure>>,
+    /// When the free space was last looked at after a commit.
+    probed: Instant,
+    /// Whether the last batch taken held the writes of one transition only: the store is
+    /// written by one writer at a time, and a waiter may lead (see [`GroupCommit::lead`]).
+    lone: bool,
+}
+
+/// A commit that failed: what [`GroupCommit::on_commit_failed`] needs.
+struct Failure {
+    id: u64,
+    error: fjall::Error,
+    keyspaces: Keyspaces,
+    touched: Vec<(Ks, fjall::Slice)>,
+}
+
+impl std::fmt::Debug for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Failure")
+            .field("id", &self.id)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where the data lives and how much free space it keeps.
@@ -217,6 +248,7 @@ pub(crate) struct GroupCommit {
 
 enum Next {
     Batch(Vec<Vec<WriteOp>>, u64),
+    Failed(Box<Failure>),
     Seal,
     Probe,
 }
@@ -229,6 +261,10 @@ impl GroupCommit {
                 id: 1,
                 closing: false,
                 refusal: None,
+                committing: false,
+                failed_commit: None,
+                probed: Instant::now(),
+                lone: true,
             }),
             work: Condvar::new(),
             durable: [
@@ -274,7 +310,9 @@ impl GroupCommit {
         });
     }
 
-    /// Appends `ops` to the filling batch and returns its number (0 when `ops` is empty).
+    /// Appends `ops` to the filling batch and returns its number (0 when `ops` is empty). The
+    /// caller then calls [`GroupCommit::wait`] with that number, in the same poll (nothing
+    /// awaited in between): that call commits the batch, or the commit under way hands it on.
     ///
     /// Cannot fail: a transition calls it under the store's state lock after
     /// [`GroupCommit::check_writable`] passed under the same lock hold, and a failed commit and
@@ -296,11 +334,15 @@ impl GroupCommit {
             self.publish_failure(id, id, "writes are refused (append after refusal)".into());
             return id;
         }
-        let was_empty = f.ops.is_empty();
         f.ops.push(ops);
-        let id = f.id;
-        drop(f);
-        if was_empty {
+        f.id
+    }
+
+    /// [`GroupCommit::append`] for writes nobody waits for (the sweeper's): the flusher is told
+    /// to commit them, since no caller of [`GroupCommit::wait`] will.
+    pub(crate) fn append_unawaited(&self, ops: Vec<WriteOp>) -> u64 {
+        let id = self.append(ops);
+        if id != 0 {
             self.work.notify_one();
         }
         id
@@ -332,9 +374,18 @@ impl GroupCommit {
     /// # Errors
     /// [`StorageError::Unavailable`] if the batch was discarded by a failed commit (its own or
     /// an earlier one's): never `Ok` for a write that did not reach the disk.
-    pub(crate) async fn wait(&self, id: u64) -> Result<(), StorageError> {
+    ///
+    /// When batch `id` is still filling and no commit is under way, the caller commits it
+    /// itself, on its own thread (blocking it for the write and the sync): with few concurrent
+    /// writers this saves the hand-over to the flusher thread and back (two thread wake-ups per
+    /// write). A commit under way hands a batch that filled meanwhile to the flusher, so under
+    /// load the flusher commits back to back and callers only wait, as before.
+    pub(crate) async fn wait(&self, id: u64, engine: &dyn Engine) -> Result<(), StorageError> {
         if id == 0 {
             return Ok(());
+        }
+        if self.durable_batch() < id {
+            self.lead(id, engine);
         }
         let mut rx = self.durable[(id % 2) as usize].subscribe();
         let d = rx
@@ -344,6 +395,125 @@ impl GroupCommit {
         match d.failure(id) {
             Some(why) => Err(StorageError::Unavailable(why.to_string())),
             None => Ok(()),
+        }
+    }
+
+    /// Commits batch `id` on this thread if it is still filling and nothing is being committed.
+    fn lead(&self, id: u64, engine: &dyn Engine) {
+        let (ops, id) = {
+            let mut f = self.lock();
+            if f.id != id || f.ops.is_empty() || f.committing || f.failed_commit.is_some() {
+                return;
+            }
+            // Under concurrent writes (the last batch held several), leading would block an
+            // async worker for a sync while other requests wait on it; the flusher commits.
+            if !(f.ops.len() == 1 && f.lone) {
+                drop(f);
+                self.work.notify_one();
+                return;
+            }
+            f.committing = true;
+            f.id += 1;
+            (std::mem::take(&mut f.ops), id)
+        };
+        let failed = self.commit(engine, ops, id).err();
+        let mut f = self.lock();
+        let hand_over = failed.is_some() || !f.ops.is_empty() || f.closing;
+        match failed {
+            // The flusher handles it; nothing is committed meanwhile.
+            Some(failure) => f.failed_commit = Some(failure),
+            None => f.committing = false,
+        }
+        drop(f);
+        if hand_over {
+            self.work.notify_one();
+        }
+    }
+
+    /// Writes batch `id` to fjall as one atomic batch, makes it as durable as the mode says
+    /// and publishes it. Called by whoever set `committing` (the flusher or a leading waiter).
+    fn commit(
+        &self,
+        engine: &dyn Engine,
+        ops: Vec<Vec<WriteOp>>,
+        id: u64,
+    ) -> Result<(), Box<Failure>> {
+        let Some(ks) = engine.keyspaces() else {
+            // Only while reopening, when nothing can be appended; never reached.
+            self.publish_failure(id, id, "storage is being reopened".to_string());
+            return Ok(());
+        };
+        let mode = match self.mode {
+            PersistMode::SyncAll => fjall::PersistMode::SyncAll,
+            PersistMode::SyncData => fjall::PersistMode::SyncData,
+            PersistMode::Buffer => fjall::PersistMode::Buffer,
+        };
+        let mut batch = ks.db.batch().durability(Some(mode));
+        // The keys of the batch, to undo it should it fail and still reach the disk. Each
+        // key is made a fjall slice once: the batch and this list share it (a short key is
+        // held inline, a longer one counted by reference), instead of a copy of each.
+        let writes: usize = ops.iter().map(Vec::len).sum();
+        let mut touched = Vec::with_capacity(writes);
+        for op in ops.into_iter().flatten() {
+            let key = fjall::Slice::from(op.key);
+            touched.push((op.ks, key.clone()));
+            let keyspace = ks.get(op.ks);
+            match op.value {
+                Some(v) => batch.insert(keyspace, key, v),
+                None => batch.remove(keyspace, key),
+            }
+        }
+        let started = Instant::now();
+        #[cfg(test)]
+        let injected = self.fail_next_commit.swap(false, Ordering::SeqCst);
+        #[cfg(not(test))]
+        let injected = false;
+        let result = if injected {
+            // Not committed at all: as when the disk refuses the write.
+            drop(batch);
+            Err(fjall::Error::Io(std::io::Error::other(
+                "injected commit failure",
+            )))
+        } else {
+            batch.commit()
+        };
+        let took = started.elapsed();
+        if took > SLOW_COMMIT {
+            // Usually the commit that meets a memtable rotation (and so a new journal).
+            tracing::debug!(
+                took_ms = took.as_millis() as u64,
+                journals = ks.db.journal_count(),
+                outstanding_flushes = ks.db.outstanding_flushes(),
+                "slow storage commit"
+            );
+        }
+        match result {
+            Ok(()) => {
+                drop(ks);
+                if let Some(o) = self.observer.get() {
+                    o.committed(writes, took);
+                }
+                self.durable_batch.store(id, Ordering::Release);
+                self.durable[(id % 2) as usize].send_modify(|d| d.batch = id);
+                let probe = {
+                    let mut f = self.lock();
+                    let due = f.probed.elapsed() >= SPACE_PROBE_AFTER_COMMITS;
+                    if due {
+                        f.probed = Instant::now();
+                    }
+                    due
+                };
+                if probe {
+                    self.probe_space();
+                }
+                Ok(())
+            }
+            Err(error) => Err(Box::new(Failure {
+                id,
+                error,
+                keyspaces: ks,
+                touched,
+            })),
         }
     }
 
@@ -403,14 +573,14 @@ impl GroupCommit {
     /// After a failed commit of batch `id`: refuse, fail every waiter of this and every later
     /// batch, make memory equal what fjall holds, and, after a lack of space, reopen fjall
     /// and wait for the free space to come back. Returns false when the flusher must stop.
-    fn on_commit_failed(
-        &self,
-        engine: &dyn Engine,
-        id: u64,
-        e: &fjall::Error,
-        failed: Keyspaces,
-        touched: Vec<(Ks, fjall::Slice)>,
-    ) -> bool {
+    fn on_commit_failed(&self, engine: &dyn Engine, failure: Failure) -> bool {
+        let Failure {
+            id,
+            error,
+            keyspaces: failed,
+            touched,
+        } = failure;
+        let e = &error;
         let dir = &self.space.dir;
         let free = space::free_bytes(dir).ok();
         let low = self.space.min_free_bytes.max(POISONED_LOW_SPACE);
@@ -530,35 +700,39 @@ impl GroupCommit {
         true
     }
 
-    /// The flusher loop; runs on its own thread until [`GroupCommit::close`].
+    /// The flusher loop; runs on its own thread until [`GroupCommit::close`]. It commits the
+    /// batches no waiter leads (those that filled during another commit, and unawaited ones),
+    /// handles failed commits, seals idle memtables and watches the free space.
     pub(crate) fn run_flusher(&self, engine: &dyn Engine) {
-        let mode = match self.mode {
-            PersistMode::SyncAll => fjall::PersistMode::SyncAll,
-            PersistMode::SyncData => fjall::PersistMode::SyncData,
-            PersistMode::Buffer => fjall::PersistMode::Buffer,
-        };
-        // Whether anything was written since the memtables were last sealed for idleness.
+        // Whether anything was written since the memtables were last sealed for idleness, and
+        // the durable batch when the flusher last looked (leaders commit without telling it).
         let mut written = false;
-        let mut probed = Instant::now();
+        let mut seen = self.durable_batch();
+        // Whether the flusher set `committing` for the batch it just handled.
+        let mut mine = false;
         self.probe_space();
         loop {
             let next = {
                 let mut f = self.lock();
+                if std::mem::take(&mut mine) {
+                    f.committing = false;
+                }
                 loop {
-                    if !f.ops.is_empty() {
+                    if let Some(failure) = f.failed_commit.take() {
+                        break Next::Failed(failure);
+                    }
+                    if !f.ops.is_empty() && !f.committing {
+                        f.committing = true;
+                        f.lone = f.ops.len() == 1;
                         let ops = std::mem::take(&mut f.ops);
                         let id = f.id;
                         f.id += 1;
                         break Next::Batch(ops, id);
                     }
-                    if f.closing {
+                    if f.closing && !f.committing {
                         return;
                     }
                     let low_space = matches!(f.refusal, Some(Refusal::LowSpace(_)));
-                    if !written && !low_space {
-                        f = self.work.wait(f).unwrap_or_else(|e| e.into_inner());
-                        continue;
-                    }
                     let timeout = if low_space {
                         SPACE_PROBE_EVERY
                     } else {
@@ -569,86 +743,42 @@ impl GroupCommit {
                         .wait_timeout(f, timeout)
                         .unwrap_or_else(|e| e.into_inner());
                     f = g;
-                    if waited.timed_out() && f.ops.is_empty() && !f.closing {
-                        break if low_space { Next::Probe } else { Next::Seal };
+                    if !waited.timed_out() || !f.ops.is_empty() || f.closing || f.committing {
+                        continue;
+                    }
+                    if low_space {
+                        break Next::Probe;
+                    }
+                    let durable = self.durable_batch();
+                    if durable != seen {
+                        // Written to in the last period: not quiet yet.
+                        seen = durable;
+                        written = true;
+                    } else if written {
+                        break Next::Seal;
                     }
                 }
             };
-            let (ops, id) = match next {
-                Next::Probe => {
-                    self.probe_space();
-                    probed = Instant::now();
-                    continue;
-                }
+            match next {
+                Next::Probe => self.probe_space(),
                 Next::Seal => {
                     written = false;
                     if let Some(ks) = engine.keyspaces() {
                         ks.seal_idle_memtables();
                     }
-                    continue;
                 }
-                Next::Batch(ops, id) => (ops, id),
-            };
-            written = true;
-            let Some(ks) = engine.keyspaces() else {
-                // Only while reopening, when nothing can be appended; never reached.
-                self.publish_failure(id, id, "storage is being reopened".to_string());
-                continue;
-            };
-            let mut batch = ks.db.batch().durability(Some(mode));
-            // The keys of the batch, to undo it should it fail and still reach the disk. Each
-            // key is made a fjall slice once: the batch and this list share it (a short key is
-            // held inline, a longer one counted by reference), instead of a copy of each.
-            let writes: usize = ops.iter().map(Vec::len).sum();
-            let mut touched = Vec::with_capacity(writes);
-            for op in ops.into_iter().flatten() {
-                let key = fjall::Slice::from(op.key);
-                touched.push((op.ks, key.clone()));
-                let keyspace = ks.get(op.ks);
-                match op.value {
-                    Some(v) => batch.insert(keyspace, key, v),
-                    None => batch.remove(keyspace, key),
-                }
-            }
-            let started = Instant::now();
-            #[cfg(test)]
-            let injected = self.fail_next_commit.swap(false, Ordering::SeqCst);
-            #[cfg(not(test))]
-            let injected = false;
-            let result = if injected {
-                // Not committed at all: as when the disk refuses the write.
-                drop(batch);
-                Err(fjall::Error::Io(std::io::Error::other(
-                    "injected commit failure",
-                )))
-            } else {
-                batch.commit()
-            };
-            let took = started.elapsed();
-            if took > SLOW_COMMIT {
-                // Usually the commit that meets a memtable rotation (and so a new journal).
-                tracing::debug!(
-                    took_ms = took.as_millis() as u64,
-                    journals = ks.db.journal_count(),
-                    outstanding_flushes = ks.db.outstanding_flushes(),
-                    "slow storage commit"
-                );
-            }
-            match result {
-                Ok(()) => {
-                    drop(ks);
-                    if let Some(o) = self.observer.get() {
-                        o.committed(writes, took);
-                    }
-                    self.durable_batch.store(id, Ordering::Release);
-                    self.durable[(id % 2) as usize].send_modify(|d| d.batch = id);
-                    if probed.elapsed() >= SPACE_PROBE_AFTER_COMMITS {
-                        self.probe_space();
-                        probed = Instant::now();
+                Next::Batch(ops, id) => {
+                    mine = true;
+                    if let Err(failure) = self.commit(engine, ops, id)
+                        && !self.on_commit_failed(engine, *failure)
+                    {
+                        return;
                     }
                 }
-                Err(e) => {
-                    if !self.on_commit_failed(engine, id, &e, ks, touched) {
+                Next::Failed(failure) => {
+                    // A leader's: `committing` is still set for it.
+                    mine = true;
+                    if !self.on_commit_failed(engine, *failure) {
                         return;
                     }
                 }
@@ -669,52 +799,93 @@ mod tests {
     use std::sync::Arc;
     use std::time::Instant;
 
+    /// An engine over fixed fjall handles, in a temporary directory.
+    struct Fixed(Keyspaces, tempfile::TempDir);
+
+    impl Fixed {
+        fn open() -> Self {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let db = fjall::Database::builder(dir.path())
+                .manual_journal_persist(true)
+                .open()
+                .expect("open");
+            let ks = |name: &str| {
+                db.keyspace(name, fjall::KeyspaceCreateOptions::default)
+                    .expect("keyspace")
+            };
+            let keyspaces = Keyspaces {
+                jobs: ks("jobs"),
+                meta: ks("meta"),
+                dedup: ks("dedup"),
+                queues: ks("queues"),
+                db: db.clone(),
+            };
+            Fixed(keyspaces, dir)
+        }
+    }
+
+    impl Engine for Fixed {
+        fn keyspaces(&self) -> Option<Keyspaces> {
+            Some(self.0.clone())
+        }
+        fn rebuild(&self, then: &mut dyn FnMut()) -> Result<(), StorageError> {
+            then();
+            Ok(())
+        }
+        fn reopen(
+            &self,
+            then: &mut dyn FnMut(&Keyspaces) -> Result<(), StorageError>,
+        ) -> Result<(), StorageError> {
+            then(&self.0)
+        }
+    }
+
+    /// A lone writer commits its own batch: with no flusher thread at all, its wait still ends
+    /// with the write in fjall, and the next batch is numbered after it.
+    #[tokio::test]
+    async fn a_lone_writer_commits_its_own_batch_without_the_flusher() {
+        let engine = Fixed::open();
+        let commit = GroupCommit::new(
+            PersistMode::SyncAll,
+            SpaceMark {
+                dir: engine.1.path().to_path_buf(),
+                min_free_bytes: 0,
+            },
+        );
+        for i in 0u32..3 {
+            let batch = commit.append(vec![WriteOp::put(
+                Ks::Jobs,
+                i.to_be_bytes().to_vec(),
+                vec![1; 8],
+            )]);
+            assert_eq!(batch, u64::from(i) + 1);
+            tokio::time::timeout(Duration::from_secs(30), commit.wait(batch, &engine))
+                .await
+                .expect("the writer's own wait commits its batch, with no flusher running")
+                .expect("durable");
+            assert_eq!(commit.durable_batch(), batch);
+            let v = engine.0.jobs.get(i.to_be_bytes()).expect("get");
+            assert_eq!(v.as_deref(), Some(&[1u8; 8][..]));
+        }
+    }
+
     /// A store that goes quiet gets its memtables written out and their memory freed, instead
     /// of holding them until they reach their size bound.
     #[test]
     fn idle_flusher_seals_memtables_after_quiet_period() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let db = fjall::Database::builder(dir.path())
-            .manual_journal_persist(true)
-            .open()
-            .expect("open");
-        let ks = |name: &str| {
-            db.keyspace(name, fjall::KeyspaceCreateOptions::default)
-                .expect("keyspace")
-        };
-        let keyspaces = Keyspaces {
-            jobs: ks("jobs"),
-            meta: ks("meta"),
-            dedup: ks("dedup"),
-            queues: ks("queues"),
-            db: db.clone(),
-        };
-        struct Fixed(Keyspaces);
-        impl Engine for Fixed {
-            fn keyspaces(&self) -> Option<Keyspaces> {
-                Some(self.0.clone())
-            }
-            fn rebuild(&self, then: &mut dyn FnMut()) -> Result<(), StorageError> {
-                then();
-                Ok(())
-            }
-            fn reopen(
-                &self,
-                then: &mut dyn FnMut(&Keyspaces) -> Result<(), StorageError>,
-            ) -> Result<(), StorageError> {
-                then(&self.0)
-            }
-        }
+        let engine = Fixed::open();
+        let (keyspaces, db) = (engine.0.clone(), engine.0.db.clone());
         let commit = Arc::new(GroupCommit::new(
             PersistMode::Buffer,
             SpaceMark {
-                dir: dir.path().to_path_buf(),
+                dir: engine.1.path().to_path_buf(),
                 min_free_bytes: 0,
             },
         ));
+        let engine = Arc::new(engine);
         let flusher = {
-            let (commit, engine) = (commit.clone(), Fixed(keyspaces.clone()));
-            std::thread::spawn(move || commit.run_flusher(&engine))
+            let (commit, engine) = (commit.clone(), engine.clone());
+            std::thread::spawn(move || commit.run_flusher(&*engine))
         };
         // About 4 MiB in memtables: well over IDLE_SEAL_MIN_BYTES.
         let ops = (0u32..4096)
@@ -724,7 +895,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
-        rt.block_on(commit.wait(batch)).expect("durable");
+        rt.block_on(commit.wait(batch, &*engine)).expect("durable");
         let before = db.write_buffer_size();
         assert!(
             before >= IDLE_SEAL_MIN_BYTES,

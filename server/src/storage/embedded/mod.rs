@@ -262,9 +262,17 @@ impl Shared {
 
     /// Appends a transition's writes (under the state lock, after it changed memory) and tells
     /// the job index which batch holds them, so that it pages jobs out only once that batch is
-    /// durable. Returns the batch number (0 when `ops` is empty).
+    /// durable. Returns the batch number (0 when `ops` is empty), which the caller must pass to
+    /// [`GroupCommit::wait`] before it awaits anything else (that call commits it).
     fn append(&self, st: &mut State, ops: Vec<WriteOp>) -> u64 {
         let batch = self.commit.append(ops);
+        st.jobs.seal(batch, self.commit.durable_batch());
+        batch
+    }
+
+    /// [`Shared::append`] for writes nobody waits for: the flusher commits them.
+    fn append_unawaited(&self, st: &mut State, ops: Vec<WriteOp>) -> u64 {
+        let batch = self.commit.append_unawaited(ops);
         st.jobs.seal(batch, self.commit.durable_batch());
         batch
     }
@@ -683,7 +691,7 @@ impl Store for EmbeddedStore {
             }
             (plan.outcomes, wait_for)
         };
-        sh.commit.wait(wait_for).await?;
+        sh.commit.wait(wait_for, sh).await?;
         Ok(outcomes)
     }
 
@@ -734,7 +742,7 @@ impl Store for EmbeddedStore {
             }
             sh.append(&mut st, ops)
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         let mut jobs = Vec::with_capacity(leased.len());
         for (id, meta) in leased {
             // The body was written in an earlier (now durable) batch. It is missing only if the
@@ -794,7 +802,7 @@ impl Store for EmbeddedStore {
             }
             (sh.append(&mut st, ops), Settled { plan, queue })
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok(Ok(settled))
     }
 
@@ -845,7 +853,7 @@ impl Store for EmbeddedStore {
             Shared::remove_dead(&mut st, &removed, rule, &mut ops);
             (records, sh.append(&mut st, ops))
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok(records)
     }
 
@@ -961,14 +969,14 @@ impl Store for EmbeddedStore {
             };
             // Sweeper writes need not be awaited for safety: if they are lost in a crash,
             // recovery finds the same deadlines passed and the next pass repeats them.
-            sh.append(&mut st, ops)
+            sh.append_unawaited(&mut st, ops)
         };
         // But during a mass expiry (more to do), wait for this pass's batch before the next
         // pass: otherwise passes outrun the flusher and pile thousands of deletes into the
         // batch that every concurrent enqueue, ack and reserve must wait for. A million
         // expiring records took the p99 of keyed enqueues from 1.4 ms to 26 ms that way.
         if report.more {
-            sh.commit.wait(batch).await?;
+            sh.commit.wait(batch, sh).await?;
         }
         Ok(report)
     }
@@ -1062,7 +1070,7 @@ impl Store for EmbeddedStore {
             }
             (ids, sh.append(&mut st, ops))
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok((ids, ready))
     }
 
@@ -1081,7 +1089,7 @@ impl Store for EmbeddedStore {
             Shared::remove_dead(&mut st, &ids, rule, &mut ops);
             (ids, sh.append(&mut st, ops))
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok(ids)
     }
 
@@ -1130,7 +1138,7 @@ impl Store for EmbeddedStore {
             };
             (batch, ids)
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok((ids, ready))
     }
 
@@ -1153,7 +1161,7 @@ impl Store for EmbeddedStore {
             };
             (batch, rec)
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok(Some(rec))
     }
 
@@ -1173,7 +1181,7 @@ impl Store for EmbeddedStore {
             );
             (batch, ready)
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok(ready)
     }
 
@@ -1226,7 +1234,7 @@ impl Store for EmbeddedStore {
             }
             sh.append(&mut st, ops)
         };
-        sh.commit.wait(batch).await
+        sh.commit.wait(batch, sh).await
     }
 
     async fn delete_queue(
@@ -1254,7 +1262,7 @@ impl Store for EmbeddedStore {
                 .append(vec![WriteOp::delete(Ks::Queues, queue.as_bytes())]);
             (batch, stats)
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok(QueueDeletion::Deleted(stats))
     }
 
@@ -1345,7 +1353,7 @@ impl Store for EmbeddedStore {
             }
             (ids, sh.append(&mut st, ops))
         };
-        sh.commit.wait(batch).await?;
+        sh.commit.wait(batch, sh).await?;
         Ok(ids)
     }
 

@@ -176,7 +176,12 @@ async fn the_last_write_of_a_key_in_one_batch_wins() {
             WriteOp::put(Ks::Queues, "delete-put", paused(true)),
         ];
         let batch = store.shared.commit.append(ops);
-        store.shared.commit.wait(batch).await.expect("durable");
+        store
+            .shared
+            .commit
+            .wait(batch, &*store.shared)
+            .await
+            .expect("durable");
         check(&store, "in the memtable");
         // Not flushed: the next open replays the journal.
         drop(store.shared.lock());
