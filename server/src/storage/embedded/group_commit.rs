@@ -200,6 +200,18 @@ struct Filling {
     lone: bool,
 }
 
+impl Filling {
+    /// Takes the filling batch for commit (by the flusher or a leader): marks a commit under
+    /// way, notes whether the batch is one transition's, and starts the next batch.
+    fn take(&mut self) -> (Vec<Vec<WriteOp>>, u64) {
+        self.committing = true;
+        self.lone = self.ops.len() == 1;
+        let id = self.id;
+        self.id += 1;
+        (std::mem::take(&mut self.ops), id)
+    }
+}
+
 /// A commit that failed: what [`GroupCommit::on_commit_failed`] needs.
 struct Failure {
     id: u64,
@@ -338,14 +350,10 @@ impl GroupCommit {
         f.id
     }
 
-    /// [`GroupCommit::append`] for writes nobody waits for (the sweeper's): the flusher is told
-    /// to commit them, since no caller of [`GroupCommit::wait`] will.
-    pub(crate) fn append_unawaited(&self, ops: Vec<WriteOp>) -> u64 {
-        let id = self.append(ops);
-        if id != 0 {
-            self.work.notify_one();
-        }
-        id
+    /// Tells the flusher to commit what is filling: for writes nobody waits for (the sweeper's),
+    /// since no caller of [`GroupCommit::wait`] will.
+    pub(crate) fn nudge(&self) {
+        self.work.notify_one();
     }
 
     /// Refuses a write transition while writes are refused (too little space, a failed commit,
@@ -412,9 +420,7 @@ impl GroupCommit {
                 self.work.notify_one();
                 return;
             }
-            f.committing = true;
-            f.id += 1;
-            (std::mem::take(&mut f.ops), id)
+            f.take()
         };
         let failed = self.commit(engine, ops, id).err();
         let mut f = self.lock();
@@ -722,11 +728,7 @@ impl GroupCommit {
                         break Next::Failed(failure);
                     }
                     if !f.ops.is_empty() && !f.committing {
-                        f.committing = true;
-                        f.lone = f.ops.len() == 1;
-                        let ops = std::mem::take(&mut f.ops);
-                        let id = f.id;
-                        f.id += 1;
+                        let (ops, id) = f.take();
                         break Next::Batch(ops, id);
                     }
                     if f.closing && !f.committing {

@@ -272,8 +272,10 @@ impl Shared {
 
     /// [`Shared::append`] for writes nobody waits for: the flusher commits them.
     fn append_unawaited(&self, st: &mut State, ops: Vec<WriteOp>) -> u64 {
-        let batch = self.commit.append_unawaited(ops);
-        st.jobs.seal(batch, self.commit.durable_batch());
+        let batch = self.append(st, ops);
+        if batch != 0 {
+            self.commit.nudge();
+        }
         batch
     }
 
