@@ -2,7 +2,7 @@
 //! cheap clones.
 
 use crate::admin::JobState;
-use crate::coalesce::{Coalescer, DEFAULT_MAX_BATCHES_IN_FLIGHT, job_result};
+use crate::coalesce::{Coalescer, DEFAULT_MAX_BATCHES_IN_FLIGHT, EnqueueHandle, job_result};
 use crate::error::{
     BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, ReserveError,
 };
@@ -605,6 +605,40 @@ impl SeppClient {
                 ErrorCode::ServerFault,
                 "the server returned no result for the job",
             ))),
+        }
+    }
+
+    /// [`SeppClient::enqueue`] for callers that are not tokio tasks (a binding's event-loop
+    /// thread): instead of a future, `on_reply` gets the answer, called once, from a task on
+    /// `runtime` (the client's own) or, for a job refused by the checks before sending, at
+    /// once on the calling thread. With coalescing on, the job joins the client's queue
+    /// directly, so a call costs no task and no wake-up of its own: the batch that takes it
+    /// answers it. Without coalescing, the call runs in a task of its own.
+    ///
+    /// The returned handle cancels the call: a job whose batch has not left yet is never sent
+    /// and its `on_reply` is not called; after that, the job may exist and `on_reply` may still
+    /// be called, as with a unary call cut off.
+    pub fn enqueue_with<F>(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        request: EnqueueRequest,
+        on_reply: F,
+    ) -> EnqueueHandle
+    where
+        F: FnOnce(Result<EnqueueAck, EnqueueError>) + Send + 'static,
+    {
+        if let Err(r) = request.check_before_sending(self.limits().as_ref()) {
+            on_reply(Err(EnqueueError::Rejected(r)));
+            return EnqueueHandle::default();
+        }
+        let _entered = runtime.enter();
+        match &self.inner.coalescer {
+            Some(c) => c.enqueue_with(self, request.to_proto(), Box::new(on_reply)),
+            None => {
+                let client = self.clone();
+                let task = runtime.spawn(async move { on_reply(client.enqueue(request).await) });
+                EnqueueHandle::of_task(task.abort_handle())
+            }
         }
     }
 

@@ -36,7 +36,8 @@ use crate::retry::RetryClass;
 use prost::Message;
 use sepp_proto::v1 as pb;
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -58,6 +59,107 @@ pub const MAX_COALESCED_BATCH_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
 /// A caller's answer: its own ack, rejection or failure.
 type Reply = Result<EnqueueAck, EnqueueError>;
 
+/// The callback of [`SeppClient::enqueue_with`](crate::SeppClient::enqueue_with).
+pub(crate) type OnReply = Box<dyn FnOnce(Reply) + Send>;
+
+/// How a waiting caller is answered.
+enum Answer {
+    /// An `enqueue` future, through a channel: closed when the caller dropped its future.
+    Channel(oneshot::Sender<Reply>),
+    /// A callback of `enqueue_with`: given up once its [`EnqueueHandle`] was cancelled.
+    Callback(Callback),
+}
+
+impl Answer {
+    /// Whether the caller gave up.
+    fn is_closed(&self) -> bool {
+        match self {
+            Answer::Channel(tx) => tx.is_closed(),
+            Answer::Callback(cb) => cb.cancelled.load(Ordering::Acquire),
+        }
+    }
+
+    /// Drops a caller that gave up, unanswered.
+    fn give_up(self) {
+        if let Answer::Callback(cb) = self {
+            cb.forget();
+        }
+    }
+
+    /// Answers the caller (a channel whose caller gave up drops the answer).
+    fn send(self, reply: Reply) {
+        match self {
+            Answer::Channel(tx) => {
+                let _ = tx.send(reply);
+            }
+            Answer::Callback(mut cb) => {
+                if let Some(f) = cb.f.take() {
+                    f(reply);
+                }
+            }
+        }
+    }
+}
+
+/// A callback that is called exactly once: with the caller's answer, or, if it is dropped
+/// unanswered (its batch's task dropped as the runtime shut down), with a transport error.
+/// A cancelled caller's callback may still be called; skipped waiters drop it uncalled.
+struct Callback {
+    f: Option<OnReply>,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Callback {
+    /// Drops the callback without calling it (its caller gave up).
+    fn forget(mut self) {
+        self.f = None;
+    }
+}
+
+impl Drop for Callback {
+    fn drop(&mut self) {
+        if let Some(f) = self.f.take() {
+            f(Err(runtime_stopped()));
+        }
+    }
+}
+
+/// The answer of a caller whose batch's task was dropped unanswered.
+fn runtime_stopped() -> EnqueueError {
+    EnqueueError::Client(ClientError::new(
+        ErrorCode::Transport,
+        "the client's runtime stopped before the batch was answered",
+    ))
+}
+
+/// Cancels an enqueue made with [`SeppClient::enqueue_with`](crate::SeppClient::enqueue_with):
+/// if its job has not left in a batch yet, it never will and its callback is not called. Once
+/// its batch left, the job may be committed (as with a unary call cut off) and the callback
+/// may still be called.
+#[derive(Debug, Clone, Default)]
+pub struct EnqueueHandle {
+    cancelled: Arc<AtomicBool>,
+    task: Option<tokio::task::AbortHandle>,
+}
+
+impl EnqueueHandle {
+    /// Gives up the enqueue (see the type's docs). Idempotent; harmless after the answer.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+
+    /// A handle that cancels a spawned task (the enqueue of a client without coalescing).
+    pub(crate) fn of_task(task: tokio::task::AbortHandle) -> Self {
+        EnqueueHandle {
+            cancelled: Arc::default(),
+            task: Some(task),
+        }
+    }
+}
+
 /// One caller waiting for a batch.
 struct Waiter {
     /// Order of arrival across both queues, so the older queue goes first.
@@ -68,8 +170,8 @@ struct Waiter {
     /// When the caller's `rpc_timeout` runs out; `None` without a timeout.
     deadline: Option<Instant>,
     /// Owned by the batch that takes the waiter, which sends exactly one reply. Closed when
-    /// the caller dropped its future: the waiter is then skipped.
-    reply: oneshot::Sender<Reply>,
+    /// the caller gave up: the waiter is then skipped.
+    reply: Answer,
 }
 
 /// Callers waiting and slots taken. Calls that may share a batch wait in the same queue.
@@ -150,28 +252,55 @@ impl Coalescer {
             return reply;
         }
         let (reply, answer) = oneshot::channel();
-        let len = job.encoded_len();
-        let waiter = Waiter {
-            seq: 0,
-            bytes: len + prost::length_delimiter_len(len) + 1,
-            job,
-            deadline,
-            reply,
+        self.wait(client, job, deadline, Answer::Channel(reply));
+        // An error: the batch's task was dropped before it answered (the runtime is stopping).
+        answer.await.unwrap_or_else(|_| Err(runtime_stopped()))
+    }
+
+    /// Enqueues one job that passed the checks before sending, answering through `on_reply`
+    /// instead of a future: the job joins the queue of its kind, and the batch that takes it
+    /// calls `on_reply` from its task. Unlike [`Coalescer::enqueue`], a caller on an idle
+    /// client leaves in a batch task of its own (there is no caller's task to send from).
+    /// Must run in the client's tokio runtime context.
+    pub(crate) fn enqueue_with(
+        &self,
+        client: &SeppClient,
+        job: pb::EnqueueRequest,
+        on_reply: OnReply,
+    ) -> EnqueueHandle {
+        let handle = EnqueueHandle::default();
+        let deadline = client.rpc_timeout().map(|t| Instant::now() + t);
+        let callback = Callback {
+            f: Some(on_reply),
+            cancelled: handle.cancelled.clone(),
         };
+        self.wait(client, job, deadline, Answer::Callback(callback));
+        handle
+    }
+
+    /// Puts a caller in the queue of its kind and sends what a free slot can take.
+    fn wait(
+        &self,
+        client: &SeppClient,
+        job: pb::EnqueueRequest,
+        deadline: Option<Instant>,
+        reply: Answer,
+    ) {
+        let keyed = job.idempotency_key.is_some();
+        let len = job.encoded_len();
         {
             let mut s = self.lock();
             let seq = s.next_seq;
             s.next_seq += 1;
-            s.waiting[usize::from(keyed)].push_back(Waiter { seq, ..waiter });
+            s.waiting[usize::from(keyed)].push_back(Waiter {
+                seq,
+                bytes: len + prost::length_delimiter_len(len) + 1,
+                job,
+                deadline,
+                reply,
+            });
         }
         self.dispatch(client);
-        answer.await.unwrap_or_else(|_| {
-            // The batch's task was dropped before it answered: the runtime is shutting down.
-            Err(EnqueueError::Client(ClientError::new(
-                ErrorCode::Transport,
-                "the client's runtime stopped before the batch was answered",
-            )))
-        })
     }
 
     /// Sends batches while a slot is free and callers wait.
@@ -246,10 +375,11 @@ fn drop_given_up(q: &mut VecDeque<Waiter>, now: Instant) {
         if !w.reply.is_closed() && !expired {
             return;
         }
-        if let Some(w) = q.pop_front()
-            && expired
-        {
-            let _ = w.reply.send(Err(EnqueueError::Client(ClientError::new(
+        let Some(w) = q.pop_front() else { return };
+        if w.reply.is_closed() {
+            w.reply.give_up();
+        } else {
+            w.reply.send(Err(EnqueueError::Client(ClientError::new(
                 ErrorCode::Transport,
                 "rpc_timeout passed while the enqueue waited for a batch",
             ))));
@@ -273,12 +403,12 @@ async fn send(client: &SeppClient, batch: Batch) {
     match call(client, keyed, jobs, timeout).await {
         Ok(results) => {
             for (reply, r) in replies.into_iter().zip(results) {
-                let _ = reply.send(job_result(r));
+                reply.send(job_result(r));
             }
         }
         Err(e) => {
             for reply in replies {
-                let _ = reply.send(Err(EnqueueError::Client(e.clone())));
+                reply.send(Err(EnqueueError::Client(e.clone())));
             }
         }
     }
@@ -355,7 +485,7 @@ mod tests {
                 job: pb::EnqueueRequest::default(),
                 bytes,
                 deadline: None,
-                reply,
+                reply: Answer::Channel(reply),
             },
             rx,
         )

@@ -45,6 +45,7 @@ pub mod trace;
 pub mod worker;
 
 pub use client::SeppClient;
+pub use coalesce::EnqueueHandle;
 pub use error::{
     BatchError, ClientError, EnqueueError, ErrorCode, LeaseError, Rejection, RejectionFields,
     ReserveError,

@@ -378,3 +378,84 @@ async fn with_coalescing_off_each_enqueue_is_its_own_call() {
     })
     .await;
 }
+
+/// `enqueue_with`: the answer comes through a callback, for callers that are not tokio tasks.
+fn answered(
+    client: &SeppClient,
+    request: EnqueueRequest,
+) -> (
+    sepp_rs::EnqueueHandle,
+    tokio::sync::oneshot::Receiver<Result<EnqueueAck, EnqueueError>>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = client.enqueue_with(&tokio::runtime::Handle::current(), request, move |r| {
+        tx.send(r).unwrap();
+    });
+    (handle, rx)
+}
+
+#[tokio::test]
+async fn enqueue_with_answers_each_caller_through_its_callback_and_cancelled_ones_are_not_sent() {
+    within(async {
+        let (server, tamper, gate, client) = one_slot_behind_a_holding_proxy().await;
+
+        // On an idle client the first call leaves at once, alone, and holds the only slot.
+        let (_first, first) = answered(&client, keyed("cb-first"));
+        tamper.enqueue_batches_received(1).await;
+        let (_a, a) = answered(&client, keyed("cb-a"));
+        let (gives_up, gave_up) = answered(&client, keyed("cb-gives-up"));
+        let (_b, b) = answered(&client, keyed("cb-b"));
+        // A job refused by the checks before sending is answered at once, on this thread.
+        let (_bad, mut bad) = answered(
+            &client,
+            unkeyed("cb-bad").with_idempotency_key("k".repeat(300)),
+        );
+        assert!(matches!(bad.try_recv(), Ok(Err(EnqueueError::Rejected(_)))));
+        gives_up.cancel();
+
+        gate.add_permits(1_000);
+        let mut ids = HashSet::new();
+        for rx in [first, a, b] {
+            let ack = rx.await.expect("answered").expect("enqueued");
+            assert!(ids.insert(ack.job_id));
+        }
+        // The cancelled caller's callback is dropped uncalled, and its job never left.
+        assert!(gave_up.await.is_err());
+        assert_eq!(sizes(&tamper), [1, 2]);
+        let admin = direct(&server).await;
+        for (key, sent) in [
+            ("first", true),
+            ("a", true),
+            ("gives-up", false),
+            ("b", true),
+        ] {
+            let found = admin
+                .lookup_idempotency_key("coalesced", &format!("key-cb-{key}"))
+                .await
+                .unwrap();
+            assert_eq!(found.is_some(), sent, "{key}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn enqueue_with_on_a_client_without_coalescing_makes_one_call_per_job() {
+    within(async {
+        let server = TestServer::start(|_| {}).await;
+        let client = SeppClient::builder(server.url())
+            .coalesce(false)
+            .connect()
+            .await
+            .unwrap();
+        let calls: Vec<_> = (0..5)
+            .map(|i| answered(&client, keyed(&format!("nc{i}"))))
+            .collect();
+        let mut ids = HashSet::new();
+        for (_handle, rx) in calls {
+            assert!(ids.insert(rx.await.unwrap().unwrap().job_id));
+        }
+        assert_eq!(ids.len(), 5);
+    })
+    .await;
+}
