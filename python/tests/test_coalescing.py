@@ -111,3 +111,69 @@ async def test_with_coalescing_off_each_enqueue_is_its_own_call(
 async def test_max_batches_in_flight_must_be_at_least_one(server: Server) -> None:
     with pytest.raises(sepp.InvalidConfigError, match="max_batches_in_flight is 0"):
         await sepp.SeppClient.connect(server.url, max_batches_in_flight=0)
+
+
+class HoldingRelay:
+    """A TCP relay in front of the server whose replies (the bytes from the server) wait while
+    `open` is clear, so that a batch stays in flight until the test lets it return."""
+
+    def __init__(self, addr: str) -> None:
+        host, port = addr.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.open = asyncio.Event()
+        self.open.set()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        listener = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.listener = listener
+        return "http://127.0.0.1:%d" % listener.sockets[0].getsockname()[1]
+
+    async def _relay(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        sr, sw = await asyncio.open_connection(*self.target)
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, held: bool) -> None:
+            while data := await r.read(65536):
+                if held:
+                    await self.open.wait()
+                w.write(data)
+                await w.drain()
+            w.close()
+
+        self.tasks.add(asyncio.ensure_future(pipe(cr, sw, False)))
+        self.tasks.add(asyncio.ensure_future(pipe(sr, cw, True)))
+
+    def close(self) -> None:
+        self.listener.close()
+        for t in self.tasks:
+            t.cancel()
+
+
+async def test_a_cancelled_enqueue_that_has_not_left_is_not_sent(
+    server: Server, queue: str
+) -> None:
+    relay = HoldingRelay(server.addr)
+    url = await relay.start()
+    try:
+        async with await sepp.SeppClient.connect(url, max_batches_in_flight=1) as client:
+            relay.open.clear()
+            calls = {
+                key: asyncio.create_task(
+                    client.enqueue(EnqueueRequest(queue, key, idempotency_key=key))
+                )
+                for key in ("first", "a", "gives-up", "b")
+            }
+            # One turn of the loop: each task makes its call. "first" takes the only slot and
+            # its reply is held at the relay; the other three wait in the client's queue.
+            await asyncio.sleep(0)
+            calls["gives-up"].cancel()
+            relay.open.set()
+            for key in ("first", "a", "b"):
+                await calls[key]
+            with pytest.raises(asyncio.CancelledError):
+                await calls["gives-up"]
+            for key, sent in (("first", True), ("a", True), ("gives-up", False), ("b", True)):
+                found = await client.lookup_idempotency_key(queue, key)
+                assert (found is not None) == sent, key
+    finally:
+        relay.close()

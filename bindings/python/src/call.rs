@@ -8,11 +8,17 @@
 //! Cancelling the awaiting task cancels the asyncio future, which aborts the core future on the
 //! runtime; a gRPC call in flight is then reset, so a cancelled reserve leases no job.
 //!
+//! `enqueue` is the exception ([`callback_coroutine`]): when its coroutine first awaits, it
+//! hands the job to the core's coalescing queue from the loop's thread
+//! (`SeppClient::enqueue_with`), and the batch that takes it answers through a callback, so a
+//! call spawns no task. Cancelling it removes a job that has not left yet.
+//!
 //! Results go back to the event loops through one delivery thread: it takes every result that
 //! is ready, attaches to the interpreter once for all of them, and wakes each loop once with
 //! `loop.call_soon_threadsafe` (so many concurrent calls share one wake-up). Attaching happens
 //! on that thread only, never on a runtime worker, which keeps the runtime's threads free while
-//! the event loop holds the GIL.
+//! the event loop holds the GIL. The thread keeps one Python thread state for its life
+//! ([`keep_thread_state`]), so an attach only takes the GIL.
 //!
 //! Interpreter exit: `call_soon_threadsafe` releases the GIL while it wakes the loop, so the
 //! main thread may finish and start finalizing meanwhile; a thread that attaches, or
@@ -147,18 +153,27 @@ impl PendingCall {
     }
 }
 
-/// The done callback of a call's asyncio future: tells the runtime to abort the core future
-/// (when the result was set instead, the runtime is no longer listening).
+/// The done callback of a call's asyncio future: tells the core to give up the call (when the
+/// result was set instead, the core is no longer listening).
 #[pyclass(module = "sepp._native", frozen)]
 struct AbortOnDone {
-    tx: Mutex<Option<oneshot::Sender<()>>>,
+    abort: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl AbortOnDone {
+    /// How to give the call up.
+    fn set(&self, abort: Box<dyn FnOnce() + Send>) {
+        if let Ok(mut g) = self.abort.lock() {
+            *g = Some(abort);
+        }
+    }
 }
 
 #[pymethods]
 impl AbortOnDone {
     fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        if let Some(tx) = self.tx.lock().ok().and_then(|mut g| g.take()) {
-            let _ = tx.send(());
+        if let Some(abort) = self.abort.lock().ok().and_then(|mut g| g.take()) {
+            abort();
         }
     }
 }
@@ -209,44 +224,104 @@ where
     F: Future<Output = Result<T, Failure>> + Send + 'static,
     T: ToPython,
 {
-    let py = event_loop.py();
-    let sender = delivery_thread()?;
-    let future = event_loop.call_method0("create_future")?;
-    let (abort_tx, abort_rx) = oneshot::channel();
-    let on_done = AbortOnDone {
-        tx: Mutex::new(Some(abort_tx)),
-    };
-    future.call_method1("add_done_callback", (Bound::new(py, on_done)?,))?;
-    let (event_loop_ref, future_ref) = (event_loop.clone().unbind(), future.clone().unbind());
+    let (abort_tx, abort_rx) = oneshot::channel::<()>();
+    let (future, deliver, on_done) = awaited_on(event_loop)?;
+    on_done.get().set(Box::new(move || {
+        let _ = abort_tx.send(());
+    }));
     pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
         // A dropped callback (the future collected unfinished) counts as a cancellation.
         let outcome = tokio::select! {
             outcome = AssertUnwindSafe(fut).catch_unwind() => outcome,
             _ = abort_rx => return,
         };
-        let value: ValueFn = match outcome {
-            Ok(result) => Box::new(move |py| Reply(result).into_pyobject(py)),
+        match outcome {
+            Ok(result) => deliver.result(result),
             Err(panic) => {
                 let message = panic
                     .downcast_ref::<&str>()
                     .map(|s| (*s).to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "no message".into());
-                Box::new(move |_| {
+                deliver.value(Box::new(move |_| {
                     Err(PyRuntimeError::new_err(format!(
                         "sepp: the native call panicked: {message}"
                     )))
-                })
+                }));
             }
-        };
-        // Fails only once the delivery thread is gone; nobody could await the result then.
-        let _ = sender.send(Delivery {
-            event_loop: event_loop_ref,
-            future: future_ref,
-            value,
-        });
+        }
     });
     Ok(future)
+}
+
+/// A coroutine whose call answers through a callback instead of a future: when the coroutine
+/// first awaits, `start` gets the callback ([`Deliver`], to call once, from any thread) and
+/// returns how to give the call up (called when the asyncio future is cancelled). The enqueue
+/// of a coalescing client is made so, without a task of its own (`SeppClient::enqueue_with`).
+pub(crate) fn callback_coroutine<S>(py: Python<'_>, start: S) -> PyResult<Bound<'_, PyAny>>
+where
+    S: FnOnce(Deliver) -> Box<dyn FnOnce() + Send> + Send + 'static,
+{
+    let start: StartFn = Box::new(move |event_loop| {
+        let (future, deliver, on_done) = awaited_on(event_loop)?;
+        // Safe to set after the call started: the future is settled, or cancelled, only on
+        // this loop's thread, which is busy here.
+        on_done.get().set(start(deliver));
+        Ok(future)
+    });
+    let pending = Bound::new(
+        py,
+        PendingCall {
+            start: Mutex::new(Some(start)),
+        },
+    )?;
+    helpers(py)?.getattr("run")?.call1((pending,))
+}
+
+/// A new asyncio future on `event_loop`, the way to settle it from any thread, and its done
+/// callback, which gives the call up once [`AbortOnDone::set`] told it how.
+fn awaited_on<'py>(
+    event_loop: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Deliver, Bound<'py, AbortOnDone>)> {
+    let py = event_loop.py();
+    let sender = delivery_thread()?;
+    let future = event_loop.call_method0("create_future")?;
+    let on_done = Bound::new(
+        py,
+        AbortOnDone {
+            abort: Mutex::new(None),
+        },
+    )?;
+    future.call_method1("add_done_callback", (&on_done,))?;
+    let deliver = Deliver {
+        sender,
+        event_loop: event_loop.clone().unbind(),
+        future: future.clone().unbind(),
+    };
+    Ok((future, deliver, on_done))
+}
+
+/// Settles one call's asyncio future from any thread, through the delivery thread.
+pub(crate) struct Deliver {
+    sender: mpsc::Sender<Delivery>,
+    event_loop: Py<PyAny>,
+    future: Py<PyAny>,
+}
+
+impl Deliver {
+    /// Settles the future with a call's outcome.
+    pub(crate) fn result<T: ToPython>(self, result: Result<T, Failure>) {
+        self.value(Box::new(move |py| Reply(result).into_pyobject(py)));
+    }
+
+    fn value(self, value: ValueFn) {
+        // Fails only once the delivery thread is gone; nobody could await the result then.
+        let _ = self.sender.send(Delivery {
+            event_loop: self.event_loop,
+            future: self.future,
+            value,
+        });
+    }
 }
 
 /// Builds a call's Python value, under the GIL on the delivery thread.
@@ -278,6 +353,7 @@ fn delivery_thread() -> PyResult<mpsc::Sender<Delivery>> {
 
 /// The delivery thread: hands each batch of ready results to the loops awaiting them.
 fn deliver(rx: mpsc::Receiver<Delivery>) {
+    keep_thread_state();
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
@@ -294,6 +370,32 @@ fn deliver(rx: mpsc::Receiver<Delivery>) {
         });
         drop(gate);
     }
+}
+
+/// Gives this thread a Python thread state for the rest of its life, without holding the GIL.
+///
+/// Without it, each attach of the delivery thread (one per batch of results) created a thread
+/// state and its release destroyed it again, and with it the 16 KiB frame stack that CPython
+/// maps for the thread's first call and unmaps when the state goes: an mmap and a munmap per
+/// batch, and each munmap flushes the other cores' TLBs by interrupt. With one state held
+/// here (the outer `PyGILState_Ensure` is never released), later attaches only take and drop
+/// the GIL. Not done once the interpreter is exiting ([`EXITING`]).
+fn keep_thread_state() {
+    let gate = EXITING.read().unwrap_or_else(|e| e.into_inner());
+    if *gate {
+        return;
+    }
+    // SAFETY: the interpreter is initialized (this thread is started by a call from Python)
+    // and not finalizing (the gate is open and held). `PyGILState_Ensure` attaches this
+    // thread, creating its thread state; `PyEval_SaveThread` releases the GIL and keeps the
+    // state, which stays this thread's until the process ends. pyo3 has not attached this
+    // thread (it counts its own attaches), so its later `Python::attach` calls find the state
+    // and only take the GIL.
+    unsafe {
+        let _ = pyo3::ffi::PyGILState_Ensure();
+        let _ = pyo3::ffi::PyEval_SaveThread();
+    }
+    drop(gate);
 }
 
 /// Sets each result on its future, through one `call_soon_threadsafe` per event loop.

@@ -1,12 +1,13 @@
 //! `SeppClient`: the core client behind a Python class whose async methods return coroutines.
 
-use crate::call::{ToPython, coroutine};
+use crate::call::{ToPython, callback_coroutine, coroutine};
 use crate::error::{Failure, Invalid};
 use crate::job::LeaseExpiry;
 use crate::request::{EnqueueRequest, NackRetry, RetryPolicy, TlsOptions, opt_u32_arg, u32_arg};
 use crate::time::{duration_arg, opt_duration_arg};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use sepp_rs::admin::DeadLetterSelector;
 use sepp_rs::{EnqueueError, ReserveOptions};
 use std::sync::RwLock;
@@ -174,9 +175,21 @@ impl SeppClient {
         let client = self.core()?;
         let current = current_trace_context(py);
         let request = with_trace(request.prepared(), current.as_ref());
-        coroutine(py, async move {
-            let request = request.map_err(EnqueueError::Rejected)?;
-            client.enqueue(request).await.map_err(Failure::from)
+        callback_coroutine(py, move |deliver| {
+            let request = match request {
+                Ok(r) => r,
+                Err(r) => {
+                    deliver.result::<sepp_rs::EnqueueAck>(Err(Failure::from(
+                        EnqueueError::Rejected(r),
+                    )));
+                    return Box::new(|| {});
+                }
+            };
+            let runtime = pyo3_async_runtimes::tokio::get_runtime().handle();
+            let handle = client.enqueue_with(runtime, request, move |r| {
+                deliver.result(r.map_err(Failure::from));
+            });
+            Box::new(move || handle.cancel())
         })
     }
 
@@ -459,11 +472,16 @@ impl SeppClient {
 /// The caller's current trace context, from OpenTelemetry's Python API when it is installed
 /// (`sepp._tracing.current_trace_context`); `None` without it, or on any error (tracing never
 /// fails an enqueue).
+/// The function is looked up once, not imported again on every enqueue.
 fn current_trace_context(py: Python<'_>) -> Option<sepp_rs::TraceContext> {
-    let got = py
-        .import("sepp._tracing")
-        .and_then(|m| m.getattr("current_trace_context"))
-        .and_then(|f| f.call0())
+    static READ: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let got = READ
+        .get_or_try_init(py, || {
+            py.import("sepp._tracing")
+                .and_then(|m| m.getattr("current_trace_context"))
+                .map(Bound::unbind)
+        })
+        .and_then(|f| f.bind(py).call0())
         .and_then(|v| v.extract::<Option<(String, Option<String>)>>())
         .ok()??;
     Some(sepp_rs::TraceContext {
