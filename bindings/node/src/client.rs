@@ -4,7 +4,7 @@
 //! them to the core's types (the operation's sepp error when a value cannot be held), and
 //! runs the core call on the addon's tokio runtime. Nothing is sent before all of that passed.
 
-use crate::error::{Failure, SeppFailure, settle};
+use crate::error::{Failure, SeppFailure, settle, settle_with};
 use crate::job::{AtomicResult, DeadLetterRecord, EnqueueAck, EnqueueResult, Job, ServerInfo};
 use crate::read::{self, BadInput};
 use crate::request::{
@@ -182,11 +182,23 @@ impl SeppClient {
                 .map_err(|e| e.into_failure(|message| Rejection::InvalidRequest { message }))?;
             Ok((self.core()?, with_trace(request.into_core(), &current)))
         })();
-        settle(
+        settle_with(
             env,
-            async move {
-                let (client, request) = call?;
-                Ok(client.enqueue(request?).await?)
+            move |answer| {
+                let (client, request) = match call {
+                    Ok((client, Ok(request))) => (client, request),
+                    Ok((_, Err(rejection))) => return answer(Err(rejection.into())),
+                    Err(failure) => return answer(Err(failure)),
+                };
+                match runtime() {
+                    Ok(rt) => {
+                        // A promise cannot be cancelled: the handle is not needed.
+                        let _ = client.enqueue_with(&rt, request, move |r| {
+                            answer(r.map_err(Failure::from));
+                        });
+                    }
+                    Err(failure) => answer(Err(failure)),
+                }
             },
             EnqueueAck::from,
         )
@@ -439,4 +451,19 @@ impl SeppClient {
             ServerInfo::from,
         )
     }
+}
+
+/// The addon's tokio runtime, for [`sepp_rs::SeppClient::enqueue_with`]. napi keeps the runtime
+/// to itself (it may stop it when the last environment goes and start another), so its handle
+/// is asked for on each call rather than kept.
+fn runtime() -> Result<napi::tokio::runtime::Handle, Failure> {
+    std::panic::catch_unwind(|| {
+        napi::bindgen_prelude::block_on(async { napi::tokio::runtime::Handle::current() })
+    })
+    .map_err(|_| {
+        Failure::Sepp(SeppFailure::new(
+            ErrorCode::Transport,
+            "the addon's async runtime is not running",
+        ))
+    })
 }

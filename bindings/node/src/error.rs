@@ -248,6 +248,34 @@ where
     )
 }
 
+/// The answer of a call made by [`settle_with`]: called once, from any thread.
+pub type Answer<T> = Box<dyn FnOnce(Result<T, Failure>) + Send>;
+
+/// Like [`settle`], for work that answers through a callback instead of a future (the enqueue
+/// of a coalescing client, `SeppClient::enqueue_with`): `start` gets the callback and starts
+/// the work, and no task is spawned for the call. The Promise settles on the JavaScript
+/// thread, as with `settle`.
+pub fn settle_with<'env, T, V>(
+    env: &'env Env,
+    start: impl FnOnce(Answer<T>),
+    to_js: impl FnOnce(T) -> V + Send + 'static,
+) -> napi::Result<PromiseRaw<'env, V>>
+where
+    T: Send + 'static,
+    V: ToNapiValue + 'static,
+{
+    type Resolver<V> = Box<dyn FnOnce(Env) -> napi::Result<V> + Send>;
+    let (deferred, promise) = env.create_deferred::<V, Resolver<V>>()?;
+    start(Box::new(move |outcome| {
+        let resolve: Resolver<V> = match outcome {
+            Ok(value) => Box::new(move |_| Ok(to_js(value))),
+            Err(failure) => Box::new(move |env| Err(rejection(&env, failure))),
+        };
+        deferred.resolve(resolve);
+    }));
+    Ok(PromiseRaw::new(env.raw(), promise.raw()))
+}
+
 /// The JavaScript error for `failure`, as the `napi::Error` that rejects a Promise with it.
 fn rejection(env: &Env, failure: Failure) -> napi::Error {
     // SAFETY: runs on the JavaScript thread with the live `env` of the Promise's callback.
