@@ -609,11 +609,13 @@ impl SeppClient {
     }
 
     /// [`SeppClient::enqueue`] for callers that are not tokio tasks (a binding's event-loop
-    /// thread): instead of a future, `on_reply` gets the answer, called once, from a task on
-    /// `runtime` (the client's own) or, for a job refused by the checks before sending, at
-    /// once on the calling thread. With coalescing on, the job joins the client's queue
-    /// directly, so a call costs no task and no wake-up of its own: the batch that takes it
-    /// answers it. Without coalescing, the call runs in a task of its own.
+    /// thread): instead of a future, `on_reply` gets the answer, called once, from whichever
+    /// thread answers it (a task on `runtime`, the client's own; a thread that formed a batch,
+    /// for a job whose `rpc_timeout` passed while it waited; the calling thread, at once, for a
+    /// job refused by the checks before sending). It must not block. With coalescing on, the
+    /// job joins the client's queue directly: a call that waits for a batch costs no task and
+    /// no wake-up of its own, the batch that takes it answers it (a call on an idle client
+    /// leaves in a batch task of its own). Without coalescing, each call runs in a task.
     ///
     /// The returned handle cancels the call: a job whose batch has not left yet is never sent
     /// and its `on_reply` is not called; after that, the job may exist and `on_reply` may still
@@ -636,8 +638,8 @@ impl SeppClient {
             Some(c) => c.enqueue_with(self, request.to_proto(), Box::new(on_reply)),
             None => {
                 let client = self.clone();
-                let task = runtime.spawn(async move { on_reply(client.enqueue(request).await) });
-                EnqueueHandle::of_task(task.abort_handle())
+                let call = async move { client.enqueue(request).await };
+                EnqueueHandle::spawn(runtime, call, Box::new(on_reply))
             }
         }
     }

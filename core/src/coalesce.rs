@@ -20,7 +20,8 @@
 //! - A batch's deadline is the earliest of its callers' (each caller's `rpc_timeout` counts
 //!   from its own call, waiting included); a caller whose deadline passed while it waited
 //!   fails with a transport error and is not sent.
-//! - A caller that gives up (drops its future) before its batch is formed is left out of it.
+//! - A caller that gives up (drops its future, or cancels the [`EnqueueHandle`] of
+//!   `enqueue_with`) before its batch is formed is left out of it.
 //!   Once its batch has left, the job may be committed, as with a lost reply to a unary call.
 //!
 //! Batch limits: at most the server's `max_enqueue_batch` jobs
@@ -92,24 +93,28 @@ impl Answer {
             Answer::Channel(tx) => {
                 let _ = tx.send(reply);
             }
-            Answer::Callback(mut cb) => {
-                if let Some(f) = cb.f.take() {
-                    f(reply);
-                }
-            }
+            Answer::Callback(cb) => cb.call(reply),
         }
     }
 }
 
-/// A callback that is called exactly once: with the caller's answer, or, if it is dropped
-/// unanswered (its batch's task dropped as the runtime shut down), with a transport error.
-/// A cancelled caller's callback may still be called; skipped waiters drop it uncalled.
+/// A callback that is called at most once: with the caller's answer, or, if it is dropped
+/// unanswered (its task dropped as the runtime shut down, or a panic in it), with a transport
+/// error. A caller that gave up and is skipped drops it uncalled ([`Callback::forget`]); one
+/// that gave up after its batch left may still be called.
 struct Callback {
     f: Option<OnReply>,
     cancelled: Arc<AtomicBool>,
 }
 
 impl Callback {
+    /// Calls the callback with `reply`.
+    fn call(mut self, reply: Reply) {
+        if let Some(f) = self.f.take() {
+            f(reply);
+        }
+    }
+
     /// Drops the callback without calling it (its caller gave up).
     fn forget(mut self) {
         self.f = None;
@@ -124,11 +129,11 @@ impl Drop for Callback {
     }
 }
 
-/// The answer of a caller whose batch's task was dropped unanswered.
+/// The answer of a caller whose batch's task ended unanswered.
 fn runtime_stopped() -> EnqueueError {
     EnqueueError::Client(ClientError::new(
         ErrorCode::Transport,
-        "the client's runtime stopped before the batch was answered",
+        "the enqueue's task ended before it was answered (its runtime stopped, or it panicked)",
     ))
 }
 
@@ -151,11 +156,22 @@ impl EnqueueHandle {
         }
     }
 
-    /// A handle that cancels a spawned task (the enqueue of a client without coalescing).
-    pub(crate) fn of_task(task: tokio::task::AbortHandle) -> Self {
+    /// Runs `call` in a task of `runtime` and answers `on_reply` with its result (the enqueue of
+    /// a client without coalescing); the handle aborts the task. A task that ends unanswered
+    /// (aborted, panicked, its runtime stopped) answers with a transport error.
+    pub(crate) fn spawn(
+        runtime: &tokio::runtime::Handle,
+        call: impl std::future::Future<Output = Reply> + Send + 'static,
+        on_reply: OnReply,
+    ) -> Self {
+        let callback = Callback {
+            f: Some(on_reply),
+            cancelled: Arc::default(),
+        };
+        let task = runtime.spawn(async move { callback.call(call.await) });
         EnqueueHandle {
             cancelled: Arc::default(),
-            task: Some(task),
+            task: Some(task.abort_handle()),
         }
     }
 }
@@ -314,17 +330,22 @@ impl Coalescer {
             .max_enqueue_batch()
             .map_or(DEFAULT_COALESCED_BATCH_JOBS, |n| n as usize);
         loop {
+            // Callers left out (gave up, or out of time) are answered after the lock is
+            // released: a callback may enqueue again, which takes the lock.
+            let mut left_out = Vec::new();
             let batch = {
                 let mut s = self.lock();
                 if s.in_flight >= self.max_in_flight {
                     return;
                 }
-                let Some(batch) = take_batch(&mut s, max_jobs, Instant::now()) else {
-                    return;
-                };
-                s.in_flight += 1;
+                let batch = take_batch(&mut s, max_jobs, Instant::now(), &mut left_out);
+                if batch.is_some() {
+                    s.in_flight += 1;
+                }
                 batch
             };
+            answer_left_out(left_out);
+            let Some(batch) = batch else { return };
             let slot = Slot(client.clone());
             // The batch runs in its own task so that no caller's future carries it: a caller
             // that gives up does not cut off the others' call.
@@ -337,11 +358,16 @@ impl Coalescer {
 }
 
 /// Takes the next batch: from the queue whose oldest caller came first, callers in order while
-/// the batch has room. Callers that gave up are dropped; those whose deadline passed are
-/// answered with a transport error and not sent.
-fn take_batch(s: &mut State, max_jobs: usize, now: Instant) -> Option<Batch> {
+/// the batch has room. Callers that gave up and those whose deadline passed are moved to
+/// `left_out`, for [`answer_left_out`], and not sent.
+fn take_batch(
+    s: &mut State,
+    max_jobs: usize,
+    now: Instant,
+    left_out: &mut Vec<Waiter>,
+) -> Option<Batch> {
     for q in &mut s.waiting {
-        drop_given_up(q, now);
+        drop_given_up(q, now, left_out);
     }
     let idx = match (s.waiting[0].front(), s.waiting[1].front()) {
         (Some(a), Some(b)) => usize::from(b.seq < a.seq),
@@ -353,7 +379,7 @@ fn take_batch(s: &mut State, max_jobs: usize, now: Instant) -> Option<Batch> {
     let mut waiters = Vec::new();
     let mut bytes = 0;
     while waiters.len() < max_jobs {
-        drop_given_up(q, now);
+        drop_given_up(q, now, left_out);
         let Some(w) = q.front() else { break };
         if !waiters.is_empty() && bytes + w.bytes > MAX_COALESCED_BATCH_BYTES {
             break;
@@ -367,15 +393,22 @@ fn take_batch(s: &mut State, max_jobs: usize, now: Instant) -> Option<Batch> {
     })
 }
 
-/// Removes, from the front of `q`, the callers that dropped their future and those whose
-/// deadline passed (these get their error).
-fn drop_given_up(q: &mut VecDeque<Waiter>, now: Instant) {
+/// Moves, from the front of `q` to `left_out`, the callers that gave up and those whose
+/// deadline passed.
+fn drop_given_up(q: &mut VecDeque<Waiter>, now: Instant, left_out: &mut Vec<Waiter>) {
     while let Some(w) = q.front() {
         let expired = w.deadline.is_some_and(|d| d <= now);
         if !w.reply.is_closed() && !expired {
             return;
         }
-        let Some(w) = q.pop_front() else { return };
+        left_out.extend(q.pop_front());
+    }
+}
+
+/// Answers the callers [`take_batch`] left out, outside the coalescer's lock: those that gave
+/// up get nothing, the others (whose deadline passed) a transport error.
+fn answer_left_out(left_out: Vec<Waiter>) {
+    for w in left_out {
         if w.reply.is_closed() {
             w.reply.give_up();
         } else {
@@ -500,16 +533,16 @@ mod tests {
         s.waiting[0].push_back(a);
         s.waiting[1].push_back(b);
         s.waiting[1].push_back(c);
-        let first = take_batch(&mut s, 10, Instant::now()).unwrap();
+        let first = take_batch(&mut s, 10, Instant::now(), &mut Vec::new()).unwrap();
         assert!(first.keyed);
         assert_eq!(
             first.waiters.iter().map(|w| w.seq).collect::<Vec<_>>(),
             [0, 2]
         );
-        let second = take_batch(&mut s, 10, Instant::now()).unwrap();
+        let second = take_batch(&mut s, 10, Instant::now(), &mut Vec::new()).unwrap();
         assert!(!second.keyed);
         assert_eq!(second.waiters.len(), 1);
-        assert!(take_batch(&mut s, 10, Instant::now()).is_none());
+        assert!(take_batch(&mut s, 10, Instant::now(), &mut Vec::new()).is_none());
     }
 
     #[test]
@@ -523,7 +556,7 @@ mod tests {
         }
         // Two halves fill a batch; the third waits.
         assert_eq!(
-            take_batch(&mut s, 10, Instant::now())
+            take_batch(&mut s, 10, Instant::now(), &mut Vec::new())
                 .unwrap()
                 .waiters
                 .len(),
@@ -531,7 +564,10 @@ mod tests {
         );
         // A count limit of 1 stops before the bytes do.
         assert_eq!(
-            take_batch(&mut s, 1, Instant::now()).unwrap().waiters.len(),
+            take_batch(&mut s, 1, Instant::now(), &mut Vec::new())
+                .unwrap()
+                .waiters
+                .len(),
             1
         );
         // A job larger than the limit still leaves, alone.
@@ -539,7 +575,7 @@ mod tests {
         let mut s = State::default();
         s.waiting[0].push_back(big);
         assert_eq!(
-            take_batch(&mut s, 10, Instant::now())
+            take_batch(&mut s, 10, Instant::now(), &mut Vec::new())
                 .unwrap()
                 .waiters
                 .len(),
@@ -559,8 +595,13 @@ mod tests {
         };
         let (kept, _rx_kept) = waiter(2, 10);
         s.waiting[0].extend([gone, late, kept]);
-        let batch = take_batch(&mut s, 10, Instant::now()).unwrap();
+        let mut left_out = Vec::new();
+        let batch = take_batch(&mut s, 10, Instant::now(), &mut left_out).unwrap();
         assert_eq!(batch.waiters.iter().map(|w| w.seq).collect::<Vec<_>>(), [2]);
+        assert_eq!(left_out.iter().map(|w| w.seq).collect::<Vec<_>>(), [0, 1]);
+        // Answered only once outside the lock.
+        assert!(rx_late.try_recv().is_err());
+        answer_left_out(left_out);
         let e = rx_late.try_recv().unwrap().unwrap_err();
         assert_eq!(e.code(), ErrorCode::Transport);
     }

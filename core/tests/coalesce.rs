@@ -443,7 +443,9 @@ async fn enqueue_with_answers_each_caller_through_its_callback_and_cancelled_one
 async fn enqueue_with_on_a_client_without_coalescing_makes_one_call_per_job() {
     within(async {
         let server = TestServer::start(|_| {}).await;
-        let client = SeppClient::builder(server.url())
+        let (tamper, gate) = Tamper::holding_enqueues();
+        let url = common::proxy(&server, tamper.clone()).await;
+        let client = SeppClient::builder(url)
             .coalesce(false)
             .connect()
             .await
@@ -451,11 +453,15 @@ async fn enqueue_with_on_a_client_without_coalescing_makes_one_call_per_job() {
         let calls: Vec<_> = (0..5)
             .map(|i| answered(&client, keyed(&format!("nc{i}"))))
             .collect();
+        // All five are in flight at once, each its own call (coalescing would hold all but
+        // max_batches_in_flight of them back, and this would never return).
+        tamper.enqueue_batches_received(5).await;
+        gate.add_permits(1_000);
         let mut ids = HashSet::new();
         for (_handle, rx) in calls {
             assert!(ids.insert(rx.await.unwrap().unwrap().job_id));
         }
-        assert_eq!(ids.len(), 5);
+        assert_eq!(sizes(&tamper), [1; 5]);
     })
     .await;
 }

@@ -457,13 +457,11 @@ impl SeppClient {
 /// to itself (it may stop it when the last environment goes and start another), so its handle
 /// is asked for on each call rather than kept.
 fn runtime() -> Result<napi::tokio::runtime::Handle, Failure> {
-    std::panic::catch_unwind(|| {
-        napi::bindgen_prelude::block_on(async { napi::tokio::runtime::Handle::current() })
-    })
-    .map_err(|_| {
-        Failure::Sepp(SeppFailure::new(
-            ErrorCode::Transport,
-            "the addon's async runtime is not running",
-        ))
-    })
+    napi::bindgen_prelude::within_runtime_if_available(napi::tokio::runtime::Handle::try_current)
+        .map_err(|_| {
+            Failure::Sepp(SeppFailure::new(
+                ErrorCode::Transport,
+                "the addon's async runtime is not running",
+            ))
+        })
 }

@@ -25,7 +25,8 @@
 //! re-attaches, during finalization crashes the process (an abort or a segfault at exit, seen
 //! with pyo3-async-runtimes' own `future_into_py`, which also attached for cancelled calls).
 //! Hence an `atexit` hook closes a gate ([`EXITING`]): it waits, with the GIL released, for the
-//! delivery in progress, and nothing attaches after it. A cancelled call delivers nothing.
+//! delivery in progress, and nothing attaches after it. A cancelled call's result, if one
+//! still comes, is dropped (`settle` skips a future that is done).
 
 use crate::error::Failure;
 use futures_util::FutureExt;
