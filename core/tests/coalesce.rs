@@ -63,6 +63,25 @@ async fn one_slot_behind_a_holding_proxy() -> (
     (server, tamper, gate, client)
 }
 
+/// A server behind a proxy that holds every EnqueueBatch call until the gate has permits, and a
+/// client through the proxy with coalescing off.
+async fn uncoalesced_behind_a_holding_proxy() -> (
+    TestServer,
+    Tamper,
+    std::sync::Arc<tokio::sync::Semaphore>,
+    SeppClient,
+) {
+    let server = TestServer::start(|_| {}).await;
+    let (tamper, gate) = Tamper::holding_enqueues();
+    let url = common::proxy(&server, tamper.clone()).await;
+    let client = SeppClient::builder(url)
+        .coalesce(false)
+        .connect()
+        .await
+        .unwrap();
+    (server, tamper, gate, client)
+}
+
 /// Keyed enqueues of `types`, each polled once: with the client's slot busy, each waits.
 async fn waiting_keyed<'a>(client: &'a SeppClient, types: &[&str]) -> Vec<Call<'a>> {
     let mut calls: Vec<Call<'a>> = types
@@ -73,6 +92,20 @@ async fn waiting_keyed<'a>(client: &'a SeppClient, types: &[&str]) -> Vec<Call<'
         assert!(poll_once(c).await.is_pending());
     }
     calls
+}
+
+/// Checks, by idempotency key (`{prefix}{name}`), which jobs reached the server.
+async fn assert_sent(server: &TestServer, prefix: &str, sent: &[&str], not_sent: &[&str]) {
+    let admin = direct(server).await;
+    for (names, expected) in [(sent, true), (not_sent, false)] {
+        for name in names {
+            let found = admin
+                .lookup_idempotency_key("coalesced", &format!("{prefix}{name}"))
+                .await
+                .unwrap();
+            assert_eq!(found.is_some(), expected, "{name}");
+        }
+    }
 }
 
 /// The job sizes of the EnqueueBatch calls the proxy has seen.
@@ -282,19 +315,8 @@ async fn a_caller_that_gives_up_before_its_batch_leaves_is_not_sent() {
             c.await.unwrap();
         }
         assert_eq!(sizes(&tamper), [1, 2]);
-        let admin = direct(&server).await;
-        for (key, sent) in [
-            ("first", true),
-            ("a", true),
-            ("gives-up", false),
-            ("b", true),
-        ] {
-            let found = admin
-                .lookup_idempotency_key("coalesced", &format!("key-{key}"))
-                .await
-                .unwrap();
-            assert_eq!(found.is_some(), sent, "{key}");
-        }
+        // "gives-up" gave up before its batch left: never sent.
+        assert_sent(&server, "key-", &["first", "a", "b"], &["gives-up"]).await;
     })
     .await;
 }
@@ -352,14 +374,7 @@ async fn a_lone_enqueue_on_an_idle_client_goes_out_alone_at_once() {
 #[tokio::test]
 async fn with_coalescing_off_each_enqueue_is_its_own_call() {
     within(async {
-        let server = TestServer::start(|_| {}).await;
-        let (tamper, gate) = Tamper::holding_enqueues();
-        let url = common::proxy(&server, tamper.clone()).await;
-        let client = SeppClient::builder(url)
-            .coalesce(false)
-            .connect()
-            .await
-            .unwrap();
+        let (_server, tamper, gate, client) = uncoalesced_behind_a_holding_proxy().await;
 
         let mut calls: Vec<Call<'_>> = (0..20)
             .map(|i| Box::pin(client.enqueue(keyed(&format!("off{i}")))) as Call<'_>)
@@ -422,19 +437,8 @@ async fn enqueue_with_answers_each_caller_through_its_callback_and_cancelled_one
         // The cancelled caller's callback is dropped uncalled, and its job never left.
         assert!(gave_up.await.is_err());
         assert_eq!(sizes(&tamper), [1, 2]);
-        let admin = direct(&server).await;
-        for (key, sent) in [
-            ("first", true),
-            ("a", true),
-            ("gives-up", false),
-            ("b", true),
-        ] {
-            let found = admin
-                .lookup_idempotency_key("coalesced", &format!("key-cb-{key}"))
-                .await
-                .unwrap();
-            assert_eq!(found.is_some(), sent, "{key}");
-        }
+        // "gives-up" gave up before its batch left: never sent.
+        assert_sent(&server, "key-cb-", &["first", "a", "b"], &["gives-up"]).await;
     })
     .await;
 }
@@ -442,14 +446,7 @@ async fn enqueue_with_answers_each_caller_through_its_callback_and_cancelled_one
 #[tokio::test]
 async fn enqueue_with_on_a_client_without_coalescing_makes_one_call_per_job() {
     within(async {
-        let server = TestServer::start(|_| {}).await;
-        let (tamper, gate) = Tamper::holding_enqueues();
-        let url = common::proxy(&server, tamper.clone()).await;
-        let client = SeppClient::builder(url)
-            .coalesce(false)
-            .connect()
-            .await
-            .unwrap();
+        let (_server, tamper, gate, client) = uncoalesced_behind_a_holding_proxy().await;
         let calls: Vec<_> = (0..5)
             .map(|i| answered(&client, keyed(&format!("nc{i}"))))
             .collect();

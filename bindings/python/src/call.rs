@@ -209,7 +209,11 @@ where
     F: Future<Output = Result<T, Failure>> + Send + 'static,
     T: ToPython,
 {
-    let start: StartFn = Box::new(move |event_loop| spawn_on(event_loop, fut));
+    pending(py, Box::new(move |event_loop| spawn_on(event_loop, fut)))
+}
+
+/// The coroutine that runs `start` on its loop when it first awaits, and awaits its future.
+fn pending(py: Python<'_>, start: StartFn) -> PyResult<Bound<'_, PyAny>> {
     let pending = Bound::new(
         py,
         PendingCall {
@@ -270,13 +274,7 @@ where
         on_done.get().set(start(deliver));
         Ok(future)
     });
-    let pending = Bound::new(
-        py,
-        PendingCall {
-            start: Mutex::new(Some(start)),
-        },
-    )?;
-    helpers(py)?.getattr("run")?.call1((pending,))
+    pending(py, start)
 }
 
 /// A new asyncio future on `event_loop`, the way to settle it from any thread, and its done
