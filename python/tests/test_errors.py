@@ -214,6 +214,23 @@ def test_a_wrong_type_raises_type_error_naming_the_argument(
         make()
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: EnqueueRequest(1, "t"), "queue must be str, not int"),
+        (lambda: EnqueueRequest("q", None), "job_type must be str, not NoneType"),
+        (lambda: EnqueueRequest("q", "t", idempotency_key=5), "idempotency_key must be str, not int"),
+    ],
+)
+def test_a_request_string_of_the_wrong_type_is_named_in_the_message(
+    make: Callable[[], object], message: str
+) -> None:
+    # In the message itself, not only in a note (which str() and logs of str(e) leave out).
+    with pytest.raises(TypeError) as caught:
+        make()
+    assert str(caught.value) == message
+
+
 async def test_wrong_call_argument_types_raise_type_error_naming_them(
     client: sepp.SeppClient,
 ) -> None:

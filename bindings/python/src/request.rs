@@ -19,6 +19,18 @@ pub(crate) fn u32_arg(obj: &Bound<'_, PyAny>, name: &str, invalid: Invalid) -> P
     u32_value(obj, name)?.map_err(|m| invalid.err(obj.py(), m))
 }
 
+/// Reads the string argument `name`: `TypeError` naming it in its message for anything but a
+/// `str` (pyo3's own conversion error names a constructor's argument only in a note).
+fn str_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
+    match obj.cast::<PyString>() {
+        Ok(s) => s.extract(),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{name} must be str, not {}",
+            type_name(obj)
+        ))),
+    }
+}
+
 /// Reads the integer `name` as a `u32`: `Err` (`TypeError`) for a non-int, `Ok(Err(message))`
 /// for an int out of range, with the message the Node package gives for the same value.
 fn u32_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<u32, String>> {
@@ -262,16 +274,22 @@ impl EnqueueRequest {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        queue: String,
-        job_type: String,
+        queue: &Bound<'_, PyAny>,
+        job_type: &Bound<'_, PyAny>,
         payload: Option<Bound<'_, Payload>>,
-        idempotency_key: Option<String>,
+        idempotency_key: Option<&Bound<'_, PyAny>>,
         priority: Option<&Bound<'_, PyAny>>,
         max_attempts: Option<&Bound<'_, PyAny>>,
         custom: Option<&Bound<'_, PyAny>>,
         trace_context: Option<PyRef<'_, TraceContext>>,
         scheduled_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let queue = str_value(queue, "queue")?;
+        let job_type = str_value(job_type, "job_type")?;
+        let idempotency_key = match idempotency_key.filter(|k| !k.is_none()) {
+            Some(k) => Some(str_value(k, "idempotency_key")?),
+            None => None,
+        };
         let mut fault = None;
         let count = |obj: Option<&Bound<'_, PyAny>>, name: &str| match obj {
             Some(o) if !o.is_none() => u32_value(o, name).map(Some),
