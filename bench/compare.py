@@ -11,8 +11,8 @@ Output:
   docs/bench/*.svg                      the plots (with --write-docs)
   docs/benchmarks.md, README.md         the text between their GENERATED markers (--write-docs)
 
-Figures: jobs/s, per-call latency percentiles in ms (one enqueue; for drain one reserve or ack;
-for cycle one enqueue -> reserve -> ack), the server's CPU seconds per 1,000 jobs (user + system
+Figures: jobs/s, per-call latency percentiles in ms (one enqueue; for sepp's drain one ack that
+brings the next job, or a reserve; for cycle one enqueue -> reserve -> ack), the server's CPU seconds per 1,000 jobs (user + system
 of the server process and its children, from /proc) and its peak RSS in MiB.
 """
 
@@ -39,7 +39,7 @@ WORKLOAD_TITLES = {
     "nokey": "no key",
     "unique": "unique key",
     "hits": "every enqueue a dedup hit",
-    "drain": "drain (reserve + ack)",
+    "drain": "drain (take a job, ack it)",
     "cycle": "enqueue → reserve → ack, 1 connection",
 }
 

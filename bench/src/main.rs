@@ -116,6 +116,11 @@ struct Cli {
     /// from the previous drain point's rate).
     #[arg(long)]
     drain_jobs: Option<usize>,
+    /// Drain with a Reserve and an Ack per job (two calls, two commits) instead of acks that
+    /// ask for the next job (`ack_then_reserve`; against a server without it, such as the
+    /// public sepp, each ack answers no job and the worker reserves: the same two calls).
+    #[arg(long)]
+    drain_separate_calls: bool,
     /// Where the JSON results go.
     #[arg(long, value_name = "DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
     results_dir: PathBuf,
@@ -348,6 +353,7 @@ async fn run_points(
                 hit_keys: cli.hit_keys.max(1),
                 drain_jobs: drain_jobs.unwrap_or(0),
                 drain_cap: plan.duration * 3 + Duration::from_secs(2),
+                drain_separate_calls: cli.drain_separate_calls,
                 published_jobs: plan.published_jobs,
                 published_keyed: cli.published_keyed,
                 duration: plan.duration,

@@ -116,6 +116,8 @@ pub(crate) struct PointSpec {
     pub(crate) drain_jobs: usize,
     /// Longest drain, after which the workers stop.
     pub(crate) drain_cap: Duration,
+    /// Drain with a Reserve and an Ack per job instead of acks that bring the next job.
+    pub(crate) drain_separate_calls: bool,
     /// Jobs the `published` enqueue phase enqueues.
     pub(crate) published_jobs: usize,
     /// Whether the `published` producers give each job a fresh idempotency key.
@@ -700,7 +702,9 @@ async fn enqueue_all(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measur
 }
 
 /// Workers reserve (max 1 job, 30 s lease, 1 s wait) and ack until every pre-filled job is
-/// acked, or the queue answers empty, or the cap is reached.
+/// acked, or the queue answers empty, or the cap is reached. Each ack asks for the next job
+/// (`ack_then_reserve`; a server without it answers none, and the worker reserves) unless
+/// `drain_separate_calls`.
 async fn drain(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, BoxError> {
     let target = spec.drain_jobs as u64;
     let acked = Arc::new(AtomicU64::new(0));
@@ -708,13 +712,14 @@ async fn drain(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, Bo
     let start = Instant::now();
     let cpu0 = CpuSample::now(spec.server_pid);
     let mut set = JoinSet::new();
+    let separate = spec.drain_separate_calls;
     for client in clients {
         let queue = spec.queue.clone();
         let acked = acked.clone();
         let done = done.clone();
         set.spawn(async move {
             let mut st = Stats::new();
-            let opts = ReserveOptions::new([queue], LEASE)
+            let opts = ReserveOptions::new([queue.clone()], LEASE)
                 .with_max_jobs(1)
                 .with_wait_timeout(RESERVE_WAIT);
             'outer: while !done.is_cancelled() && st.consecutive_errors < MAX_CONSECUTIVE_ERRORS {
@@ -727,7 +732,7 @@ async fn drain(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, Bo
                 st.latency.saturating_record(micros(d));
                 st.rpc("reserve", d);
                 st.rpcs += 1;
-                let jobs = match res {
+                let mut jobs = match res {
                     Ok(jobs) if jobs.is_empty() => break,
                     Ok(jobs) => jobs,
                     Err(e) => {
@@ -737,23 +742,35 @@ async fn drain(spec: PointSpec, clients: Vec<SeppClient>) -> Result<Measured, Bo
                     }
                 };
                 st.consecutive_errors = 0;
-                for job in jobs {
+                // The last job of what is in hand is acked with a request for the next one
+                // (one call and one commit per job, as a worker does), unless separate calls
+                // are asked for; an empty or absent answer goes back to a waiting Reserve.
+                while let Some(job) = jobs.pop() {
                     let t1 = Instant::now();
-                    let r = client.ack(&job.id, job.attempt).await;
+                    let (r, rpc) = if separate || !jobs.is_empty() {
+                        (client.ack(&job.id, job.attempt).await.map(|()| None), "ack")
+                    } else {
+                        let next = ReserveOptions::new([queue.clone()], LEASE).with_max_jobs(1);
+                        (
+                            client.ack_then_reserve(&job.id, job.attempt, next).await,
+                            "ack+reserve",
+                        )
+                    };
                     let d = t1.elapsed();
                     st.latency.saturating_record(micros(d));
-                    st.rpc("ack", d);
+                    st.rpc(rpc, d);
                     st.rpcs += 1;
                     match r {
-                        Ok(()) => {
+                        Ok(next) => {
                             st.jobs += 1;
                             st.last_done = Some(Instant::now());
                             if acked.fetch_add(1, Ordering::Relaxed) + 1 >= target {
                                 done.cancel();
                                 break 'outer;
                             }
+                            jobs.extend(next.unwrap_or_default());
                         }
-                        Err(e) => st.error(format!("ack: {e}")),
+                        Err(e) => st.error(format!("{rpc}: {e}")),
                     }
                 }
             }

@@ -868,6 +868,7 @@ impl SeppClient {
             job_id: job_id.to_string(),
             attempt,
             worker_id: None,
+            then_reserve: None,
         };
         self.call(RetryClass::Settle, |mut c| {
             let req = self.request(msg.clone(), None);
@@ -876,6 +877,61 @@ impl SeppClient {
         .await
         .map_err(|s| LeaseError::from_client(job_id, ClientError::from_status(&s, true)))?;
         Ok(())
+    }
+
+    /// Acks delivery `attempt` of `job_id` and, in the same call, leases jobs per `next` (as
+    /// [`SeppClient::reserve`] would, without waiting): a worker's ack that brings its next
+    /// job. A sepp server commits the ack and the new leases together, one round trip and one
+    /// commit instead of two of each.
+    ///
+    /// `Ok(Some(jobs))`: acked, and `jobs` leased (empty when none was ready: long-poll with
+    /// [`SeppClient::reserve`]). `Ok(None)`: acked, but the server leased nothing for the
+    /// request (a server without this extension, such as the public sepp 0.1.1, or a lease that
+    /// failed after the ack took): reserve with [`SeppClient::reserve`].
+    ///
+    /// Retried as [`SeppClient::ack`] is. That leases no job twice: a retry after the first try
+    /// took is refused ([`LeaseError::NotInFlight`], as a retried ack is) and a refused ack
+    /// leases nothing, so a lost reply strands only the jobs it leased, until their leases
+    /// expire and they are delivered again.
+    ///
+    /// # Errors
+    /// [`LeaseError::Invalid`] before sending for `next` as [`SeppClient::reserve`] checks it,
+    /// or a `next.wait_timeout` above zero; otherwise as [`SeppClient::ack`] (nothing was
+    /// leased when the ack failed).
+    pub async fn ack_then_reserve(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        next: ReserveOptions,
+    ) -> Result<Option<Vec<Job>>, LeaseError> {
+        next.validate().map_err(LeaseError::Invalid)?;
+        if next.wait_timeout.is_some_and(|w| !w.is_zero()) {
+            return Err(LeaseError::Invalid(
+                "wait_timeout of the reserve after an ack must be unset: it does not wait".into(),
+            ));
+        }
+        let msg = pb::AckRequest {
+            job_id: job_id.to_string(),
+            attempt,
+            worker_id: None,
+            then_reserve: Some(pb::ReserveRequest {
+                queues: next.queues,
+                wait_timeout: None,
+                lease_duration: Some(duration_to_proto(next.lease_duration)),
+                worker_id: next.worker_id,
+                max_jobs: next.max_jobs,
+            }),
+        };
+        let resp = self
+            .call(RetryClass::Settle, |mut c| {
+                let req = self.request(msg.clone(), None);
+                async move { c.ack(req).await }
+            })
+            .await
+            .map_err(|s| LeaseError::from_client(job_id, ClientError::from_status(&s, true)))?;
+        Ok(resp
+            .next
+            .map(|n| n.jobs.into_iter().map(Job::from_proto).collect()))
     }
 
     /// Nacks delivery `attempt` of `job_id`. Returns whether the job was dead-lettered (the

@@ -328,6 +328,83 @@ async fn lease_errors_say_the_lease_is_lost() {
 }
 
 #[tokio::test]
+async fn ack_then_reserve_acks_and_brings_the_next_jobs_in_one_call() {
+    use sepp_proto::v1 as pb;
+    let (server, c) = setup().await;
+    for _ in 0..3 {
+        c.enqueue(EnqueueRequest::new("q", "t").unwrap())
+            .await
+            .unwrap();
+    }
+    let lease = Duration::from_secs(30);
+    let j = c
+        .reserve(ReserveOptions::new(["q"], lease))
+        .await
+        .unwrap()
+        .remove(0);
+    // Checked before sending: nothing is acked.
+    let e = c
+        .ack_then_reserve(
+            &j.id,
+            1,
+            ReserveOptions::new(["q"], lease).with_wait_timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    // The server's own check names the field inside the ack (a client that sends it anyway).
+    let mut raw = pb::queue_service_client::QueueServiceClient::connect(server.url())
+        .await
+        .unwrap();
+    let status = raw
+        .ack(pb::AckRequest {
+            job_id: j.id.clone(),
+            attempt: 1,
+            worker_id: None,
+            then_reserve: Some(pb::ReserveRequest {
+                queues: vec!["q".into()],
+                lease_duration: None,
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().starts_with("then_reserve.lease_duration"),
+        "{}",
+        status.message()
+    );
+    // A stale attempt: refused as an ack is, and nothing is leased.
+    let e = c
+        .ack_then_reserve(&j.id, 2, ReserveOptions::new(["q"], lease).with_max_jobs(2))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::AttemptMismatch);
+    assert_eq!(c.get_job(&j.id).await.unwrap().state, JobState::InFlight);
+
+    let next = c
+        .ack_then_reserve(&j.id, 1, ReserveOptions::new(["q"], lease).with_max_jobs(2))
+        .await
+        .unwrap()
+        .expect("our server leases after the ack");
+    assert_eq!(next.len(), 2);
+    assert!(next.iter().all(|n| n.attempt == 1 && n.id != j.id));
+    assert!(c.ack(&j.id, 1).await.unwrap_err().is_lease_lost());
+    c.ack(&next[0].id, 1).await.unwrap();
+    let none = c
+        .ack_then_reserve(&next[1].id, 1, ReserveOptions::new(["q"], lease))
+        .await
+        .unwrap();
+    assert_eq!(
+        none.map(|n| n.len()),
+        Some(0),
+        "acked, nothing left to lease"
+    );
+    assert!(c.ack(&next[1].id, 1).await.unwrap_err().is_lease_lost());
+}
+
+#[tokio::test]
 async fn nack_reasons_are_cut_to_the_length_the_server_advertises() {
     let server = TestServer::start(|c| c.limits.max_reason_bytes = 10).await;
     let c = SeppClient::connect(server.url()).await.unwrap();

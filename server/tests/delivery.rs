@@ -457,6 +457,7 @@ async fn malformed_requests_get_the_statuses_of_the_protocol() {
                 job_id: id.into(),
                 attempt: 1,
                 worker_id: None,
+                then_reserve: None,
             })
             .await
             .unwrap_err();

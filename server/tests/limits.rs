@@ -142,6 +142,7 @@ async fn five_1mb_jobs_through_a_4mib_receive_limit_are_all_delivered() {
                 job_id: j.id.clone(),
                 attempt: j.attempt,
                 worker_id: None,
+                then_reserve: None,
             })
             .await
             .unwrap();

@@ -58,6 +58,24 @@ pub(crate) fn duration_arg(field: &str, d: Option<&Duration>) -> Result<Option<i
     .transpose()
 }
 
+/// A Reserve's fields as the queue layer takes them; `prefix` goes before each field's name in
+/// an error (`"then_reserve."` inside an Ack).
+pub(crate) fn reserve_input(
+    prefix: &str,
+    r: sepp_proto::v1::ReserveRequest,
+) -> Result<crate::queue::ReserveInput, Status> {
+    Ok(crate::queue::ReserveInput {
+        queues: r.queues,
+        wait_timeout_ms: duration_arg(&format!("{prefix}wait_timeout"), r.wait_timeout.as_ref())?,
+        lease_ms: duration_arg(
+            &format!("{prefix}lease_duration"),
+            r.lease_duration.as_ref(),
+        )?,
+        worker_id: r.worker_id,
+        max_jobs: r.max_jobs,
+    })
+}
+
 /// A timestamp in milliseconds, or why its encoding is not a valid `google.protobuf.Timestamp`
 /// (seconds from year 1 to year 9999, nanos 0 to 999 999 999).
 pub(crate) fn timestamp_checked(t: &Timestamp) -> Result<UnixMs, String> {

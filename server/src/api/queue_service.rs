@@ -4,8 +4,9 @@
 use super::check_reply_budget;
 use super::convert::{
     dead_letter_out, duration_arg, enqueue_in, job_out, ms_duration, ms_timestamp, rejection_out,
+    reserve_input,
 };
-use crate::queue::{NackStrategy, Queue, ReserveInput};
+use crate::queue::{NackStrategy, Queue};
 use crate::rpc_span;
 use crate::telemetry::{adopt_trace_context, exported, link_trace_context, sampled};
 use prost::Message;
@@ -94,14 +95,7 @@ impl QueueApi {
         &self,
         req: Request<pb::ReserveRequest>,
     ) -> Result<Response<pb::ReserveResponse>, Status> {
-        let r = req.into_inner();
-        let input = ReserveInput {
-            queues: r.queues,
-            wait_timeout_ms: duration_arg("wait_timeout", r.wait_timeout.as_ref())?,
-            lease_ms: duration_arg("lease_duration", r.lease_duration.as_ref())?,
-            worker_id: r.worker_id,
-            max_jobs: r.max_jobs,
-        };
+        let input = reserve_input("", req.into_inner())?;
         let jobs = self.queue.reserve(input).await?;
         let span = tracing::Span::current();
         span.record("jobs", jobs.len());
@@ -113,6 +107,11 @@ impl QueueApi {
             span.record("job_id", one.id.to_string());
             span.record("attempt", one.attempt);
         }
+        Ok(Response::new(self.reserve_reply("reserve", jobs)))
+    }
+
+    /// Leased jobs as a Reserve reply; links their trace contexts to the call's span.
+    fn reserve_reply(&self, call: &str, jobs: Vec<crate::domain::Job>) -> pb::ReserveResponse {
         for j in &jobs {
             if let Some(t) = &j.trace_context {
                 link_trace_context(&t.traceparent);
@@ -122,12 +121,12 @@ impl QueueApi {
             jobs: jobs.into_iter().map(job_out).collect(),
         };
         check_reply_budget(
-            "reserve",
+            call,
             reply.jobs.len(),
             reply.encoded_len(),
             self.queue.limits().max_reserve_reply_bytes,
         );
-        Ok(Response::new(reply))
+        reply
     }
 
     async fn ack_in(
@@ -135,9 +134,25 @@ impl QueueApi {
         req: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
         let r = req.into_inner();
-        self.queue.ack(&r.job_id, r.attempt).await?;
+        let Some(then) = r.then_reserve else {
+            self.queue.ack(&r.job_id, r.attempt).await?;
+            record_outcome("acked");
+            return Ok(Response::new(pb::AckResponse {
+                job_id: r.job_id,
+                next: None,
+            }));
+        };
+        let input = reserve_input("then_reserve.", then)?;
+        let jobs = self
+            .queue
+            .ack_then_reserve(&r.job_id, r.attempt, input)
+            .await?;
         record_outcome("acked");
-        Ok(Response::new(pb::AckResponse { job_id: r.job_id }))
+        let next = jobs.map(|jobs| self.reserve_reply("ack then reserve", jobs));
+        Ok(Response::new(pb::AckResponse {
+            job_id: r.job_id,
+            next,
+        }))
     }
 
     async fn nack_in(

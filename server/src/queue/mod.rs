@@ -336,6 +336,24 @@ impl Queue {
     /// negative lease, a negative wait, `max_jobs = 0` or a malformed queue name;
     /// [`QueueError::UnknownQueues`] in strict mode; [`QueueError::Storage`].
     pub async fn reserve(&self, input: ReserveInput) -> Result<Vec<Job>, QueueError> {
+        let (spec, lease_ms, wait_ms) = self.reserve_spec(input)?;
+        let jobs = reserve::reserve_with_wait(
+            &*self.store,
+            &*self.clock,
+            &self.signals,
+            spec,
+            lease_ms,
+            wait_ms,
+            &self.shutdown,
+        )
+        .await?;
+        self.after_reserve(&jobs);
+        Ok(jobs)
+    }
+
+    /// Checks a Reserve's input; returns its spec (lease expiry still to be set), the clamped
+    /// lease and the clamped wait, in ms.
+    fn reserve_spec(&self, input: ReserveInput) -> Result<(ReserveSpec, u64, u64), QueueError> {
         let l = &self.limits;
         if input.queues.is_empty() {
             return Err(QueueError::InvalidArgument(
@@ -405,16 +423,11 @@ impl Queue {
             worker_id: input.worker_id,
             max_reply_bytes: l.max_reserve_reply_bytes,
         };
-        let jobs = reserve::reserve_with_wait(
-            &*self.store,
-            &*self.clock,
-            &self.signals,
-            spec,
-            lease_ms,
-            wait_ms,
-            &self.shutdown,
-        )
-        .await?;
+        Ok((spec, lease_ms, wait_ms))
+    }
+
+    /// What follows a lease: the sweeper's alarm for its expiry, the reserved counts.
+    fn after_reserve(&self, jobs: &[Job]) {
         if let Some(expires) = jobs.first().and_then(|j| j.lease_expires_at) {
             self.sweep_wake.deadline_at(expires);
         }
@@ -427,7 +440,6 @@ impl Queue {
                 i += n;
             }
         }
-        Ok(jobs)
     }
 
     fn parse_id(job_id: &str) -> Result<JobId, QueueError> {
@@ -468,9 +480,15 @@ impl Queue {
             .settle(id, rule, reason, now)
             .await?
             .map_err(|r| Self::refusal(job_id, attempt, r))?;
-        let Settled { plan, queue } = &settled;
-        let plan = *plan;
-        match plan {
+        self.after_settle(&settled);
+        Ok(settled)
+    }
+
+    /// Raises what a settlement makes due: a ready signal for a retry that is ready at once,
+    /// the sweeper's alarm for a new deadline.
+    fn after_settle(&self, settled: &Settled) {
+        let Settled { plan, queue } = settled;
+        match *plan {
             Settle::Retry(Placement::Ready) => self.signals.job_ready(queue, 1),
             Settle::Retry(Placement::Scheduled { due }) => self.sweep_wake.deadline_at(due),
             Settle::Finish(Finish::DeadLetter { failed_at, .. }) => {
@@ -480,7 +498,6 @@ impl Queue {
             Settle::Extend { expires } => self.sweep_wake.deadline_at(expires),
             Settle::Finish(Finish::Tombstone { .. } | Finish::Delete) => {}
         }
-        Ok(settled)
     }
 
     fn count_enqueue(&self, queue: &str, outcome: &JobOutcome) {
@@ -501,17 +518,83 @@ impl Queue {
         let id = Self::parse_id(job_id)?;
         let now = self.clock.now();
         let retention = self.limits.dead_letter_retention_ms;
-        let rule = |job: Option<JobFacts<'_>>| {
-            let job = lease::fence(job, attempt, now)?;
-            Ok(Settle::Finish(lifecycle::finish(job, None, retention, now)))
-        };
+        let rule = |job: Option<JobFacts<'_>>| Self::ack_rule(job, attempt, retention, now);
         let settled = self
             .settle(job_id, attempt, id, &rule, LastReason::Unchanged, now)
             .await?;
+        self.count_ack(&settled, now);
+        Ok(())
+    }
+
+    /// An ack's rule: the delivery's lease must be in force ([`lease::fence`]); what stays of
+    /// the job is [`lifecycle::finish`]'s.
+    fn ack_rule(
+        job: Option<JobFacts<'_>>,
+        attempt: u32,
+        retention: u64,
+        now: UnixMs,
+    ) -> Result<Settle, SettleRefusal> {
+        let job = lease::fence(job, attempt, now)?;
+        Ok(Settle::Finish(lifecycle::finish(job, None, retention, now)))
+    }
+
+    fn count_ack(&self, settled: &Settled, now: UnixMs) {
         self.metrics.acked(&settled.queue);
         self.rates
             .count(&settled.queue, rates::Event::Acked, 1, now);
-        Ok(())
+    }
+
+    /// Acks delivery `attempt` of `job_id` as [`Queue::ack`] does, then leases jobs per `next`
+    /// as [`Queue::reserve`] does, without waiting, in the same storage transition where the
+    /// backend can: a worker's ack that fetches its next job in the same call.
+    ///
+    /// Returns `None` when the ack took but the lease failed (the worker then reserves on
+    /// its own). `next` is checked before the ack: bad input acks nothing.
+    ///
+    /// # Errors
+    /// As [`Queue::ack`]; and [`QueueError::InvalidArgument`] for `next` as for
+    /// [`Queue::reserve`], or a positive `next.wait_timeout` (the lease after an ack never waits).
+    pub async fn ack_then_reserve(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        next: ReserveInput,
+    ) -> Result<Option<Vec<Job>>, QueueError> {
+        if let Some(ms) = next.wait_timeout_ms.filter(|ms| *ms > 0) {
+            return Err(QueueError::InvalidArgument(format!(
+                "then_reserve.wait_timeout is {ms} ms: the lease after an ack does not wait, \
+                 leave it unset or zero"
+            )));
+        }
+        // On an ack, FAILED_PRECONDITION means another attempt holds the job: an undeclared
+        // queue (strict mode) is this request's mistake, named as its field.
+        let (mut spec, lease_ms, _) = self.reserve_spec(next).map_err(|e| match e {
+            QueueError::UnknownQueues(q) => QueueError::InvalidArgument(format!(
+                "then_reserve.queues lists queues not declared in strict mode: {}",
+                q.join(", ")
+            )),
+            QueueError::InvalidArgument(m) => {
+                QueueError::InvalidArgument(format!("then_reserve.{m}"))
+            }
+            e => e,
+        })?;
+        let id = Self::parse_id(job_id)?;
+        let now = self.clock.now();
+        spec.lease_expires_at = now.saturating_add(i64::try_from(lease_ms).unwrap_or(i64::MAX));
+        let retention = self.limits.dead_letter_retention_ms;
+        let rule = |job: Option<JobFacts<'_>>| Self::ack_rule(job, attempt, retention, now);
+        let fit = reserve::fit_within(spec.max_reply_bytes);
+        let (settled, jobs) = self
+            .store
+            .settle_then_reserve(id, &rule, now, &spec, &fit)
+            .await?
+            .map_err(|r| Self::refusal(job_id, attempt, r))?;
+        self.after_settle(&settled);
+        self.count_ack(&settled, now);
+        if let Some(jobs) = &jobs {
+            self.after_reserve(jobs);
+        }
+        Ok(jobs)
     }
 
     /// Nacks delivery `attempt` of `job_id`; returns whether it was dead-lettered.

@@ -36,10 +36,7 @@ pub async fn reserve_with_wait(
     shutdown: &CancellationToken,
 ) -> Result<Vec<Job>, StorageError> {
     let lease_ms = i64::try_from(lease_ms).unwrap_or(i64::MAX);
-    let budget = spec.max_reply_bytes;
-    let fit = move |size: u32, used: u64, taken: usize| {
-        super::reply::reserve_fit(size, used, taken, budget)
-    };
+    let fit = fit_within(spec.max_reply_bytes);
     let look = |spec: &mut ReserveSpec| {
         let now = clock.now();
         spec.lease_expires_at = now.saturating_add(lease_ms);
@@ -71,6 +68,11 @@ pub async fn reserve_with_wait(
             _ = shutdown.cancelled() => return Ok(Vec::new()),
         }
     }
+}
+
+/// The reply budget of a lease: [`super::reply::reserve_fit`] within `budget` bytes.
+pub(crate) fn fit_within(budget: u64) -> impl Fn(u32, u64, usize) -> crate::domain::Fit {
+    move |size, used, taken| super::reply::reserve_fit(size, used, taken, budget)
 }
 
 /// One queue's signal and how many Reserves wait on it.

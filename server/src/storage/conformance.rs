@@ -72,6 +72,7 @@ macro_rules! conformance_suite {
             an_atomic_batch_with_a_refused_job_writes_nothing,
             paused_queues_are_skipped_until_resumed,
             fencing_refuses_a_wrong_attempt_an_old_attempt_and_a_finished_job,
+            an_ack_then_reserve_leases_in_the_same_step_and_a_refused_ack_leases_nothing,
             a_late_ack_nack_or_extend_before_any_sweep_is_refused,
             nack_plans_retry_at_once_after_a_delay_or_dead_letter,
             lease_expiry_redelivers_and_on_the_last_attempt_dead_letters,
@@ -1064,6 +1065,80 @@ pub(crate) mod cases {
         // A job that is ready (not leased) is not in flight either.
         let r = h.put(job("q")).await;
         not_in_flight(h.queue.ack(&r.to_string(), 0).await);
+    }
+
+    pub(crate) async fn an_ack_then_reserve_leases_in_the_same_step_and_a_refused_ack_leases_nothing(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |_| {}).await;
+        let a = h.put(keyed("q", "a")).await;
+        let b = h.put(keyed("q", "b")).await;
+        let c = h.put(keyed("q", "c")).await;
+        let next = |max_jobs: u32, wait_timeout_ms: Option<i64>| ReserveInput {
+            queues: vec!["q".into()],
+            wait_timeout_ms,
+            lease_ms: Some(5_000),
+            worker_id: Some("w2".into()),
+            max_jobs: Some(max_jobs),
+        };
+        let got = h.reserve_one("q", 1_000).await.unwrap();
+        assert_eq!(got.id, a);
+        let s = a.to_string();
+        // A refused ack leases nothing; bad input is refused before the ack.
+        mismatch(h.queue.ack_then_reserve(&s, 2, next(2, None)).await, 1);
+        not_in_flight(
+            h.queue
+                .ack_then_reserve(&b.to_string(), 1, next(2, None))
+                .await,
+        );
+        for bad in [
+            next(2, Some(1)),
+            next(0, None),
+            ReserveInput {
+                queues: Vec::new(),
+                ..next(1, None)
+            },
+        ] {
+            match h.queue.ack_then_reserve(&s, 1, bad).await {
+                Err(QueueError::InvalidArgument(m)) => {
+                    assert!(m.starts_with("then_reserve."), "{m}")
+                }
+                other => panic!("expected InvalidArgument, got {other:?}"),
+            }
+        }
+        let st = h.stats("q").await;
+        assert_eq!((st.ready, st.in_flight), (2, 1));
+        assert_eq!(h.state(a).await, Some(JobState::InFlight));
+
+        // The ack takes, and the next two jobs are leased under the new lease.
+        h.advance(10);
+        let leased = h
+            .queue
+            .ack_then_reserve(&s, 1, next(2, None))
+            .await
+            .unwrap();
+        let leased = leased.expect("this backend leases after the ack");
+        assert_eq!(leased.iter().map(|j| j.id).collect::<Vec<_>>(), vec![b, c]);
+        for j in &leased {
+            assert_eq!(j.attempt, 1);
+            assert_eq!(j.lease_expires_at, Some(T0 + 10 + 5_000));
+        }
+        assert_eq!(h.state(a).await, Some(JobState::Acked));
+        // Nothing ready: acked, and an empty lease.
+        let none = h
+            .queue
+            .ack_then_reserve(&b.to_string(), 1, next(1, None))
+            .await
+            .unwrap();
+        assert_eq!(none.map(|j| j.len()), Some(0));
+
+        // Both halves are durable.
+        let h = h.reopen().await;
+        assert_eq!(h.state(a).await, Some(JobState::Acked));
+        assert_eq!(h.state(b).await, Some(JobState::Acked));
+        assert_eq!(h.state(c).await, Some(JobState::InFlight));
+        mismatch(h.queue.ack(&c.to_string(), 2).await, 1);
+        h.queue.ack(&c.to_string(), 1).await.unwrap();
     }
 
     pub(crate) async fn a_late_ack_nack_or_extend_before_any_sweep_is_refused(b: Box<dyn Backend>) {

@@ -330,6 +330,33 @@ pub trait Store: Send + Sync + 'static {
         now: UnixMs,
     ) -> Result<Result<Settled, SettleRefusal>, StorageError>;
 
+    /// [`Store::settle`], then, only if the settlement was applied, [`Store::reserve`] with
+    /// `spec` and `fit` (same `now`): a worker's ack that asks for its next job. A backend may
+    /// commit both in one write (the embedded one does); the default runs one after the other.
+    /// `Ok(Ok((settled, None)))`: the settlement is durable but the lease failed (the reply
+    /// says so and the worker reserves on its own); the error is logged.
+    async fn settle_then_reserve(
+        &self,
+        id: JobId,
+        rule: &SettleRule<'_>,
+        now: UnixMs,
+        spec: &ReserveSpec,
+        fit: &ReserveFitRule<'_>,
+    ) -> Result<Result<(Settled, Option<Vec<Job>>), SettleRefusal>, StorageError> {
+        let settled = match self.settle(id, rule, LastReason::Unchanged, now).await? {
+            Ok(s) => s,
+            Err(r) => return Ok(Err(r)),
+        };
+        let next = match self.reserve(spec, fit, now).await {
+            Ok(jobs) => Some(jobs),
+            Err(e) => {
+                tracing::warn!(error = %e, "the lease after an ack failed; the ack took");
+                None
+            }
+        };
+        Ok(Ok((settled, next)))
+    }
+
     /// Removes and returns up to `max` dead letters, oldest first, of one queue or all, as
     /// `fit` lets them into the reply: a record is removed only if it is returned (or has no
     /// body left to send); one `fit` skips stays, and the drain ends where `fit` stops it. What

@@ -143,3 +143,42 @@ async fn our_client_reserves_acks_nacks_and_drains_on_the_public_server() {
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].attempt, 2);
 }
+
+#[tokio::test]
+async fn ack_then_reserve_on_the_public_server_acks_and_leaves_the_next_job_to_reserve() {
+    let server = public_server();
+    let c = SeppClient::connect(server.url()).await.unwrap();
+    for _ in 0..2 {
+        c.enqueue(EnqueueRequest::new("work", "t").unwrap())
+            .await
+            .unwrap();
+    }
+    let lease = Duration::from_secs(30);
+    let first = c
+        .reserve(ReserveOptions::new(["work"], lease))
+        .await
+        .unwrap()
+        .remove(0);
+    // The public server does not know the extension: it acks and leases nothing for it.
+    let next = c
+        .ack_then_reserve(
+            &first.id,
+            first.attempt,
+            ReserveOptions::new(["work"], lease),
+        )
+        .await
+        .unwrap();
+    assert!(next.is_none(), "the public server leased {next:?}");
+    assert!(
+        c.ack(&first.id, first.attempt)
+            .await
+            .unwrap_err()
+            .is_lease_lost()
+    );
+    let second = c
+        .reserve(ReserveOptions::new(["work"], lease))
+        .await
+        .unwrap();
+    assert_eq!(second.len(), 1, "the second job is still ready");
+    assert_eq!(second[0].attempt, 1);
+}

@@ -354,6 +354,108 @@ impl Shared {
 
     /// Applies what stays of job `id` as it leaves the live set (or a dead letter leaves):
     /// memory changes, the writes go to `ops`. Infallible (invariant 2).
+    /// Leases per `spec` what `fit` lets into the reply, appending each lease's write to `ops`;
+    /// returns the leased jobs' metas. Infallible: a transition's apply step (invariant 2).
+    fn lease(
+        st: &mut State,
+        spec: &ReserveSpec,
+        fit: &ReserveFitRule<'_>,
+        ops: &mut Vec<WriteOp>,
+    ) -> Vec<(JobId, Meta)> {
+        let expires = spec.lease_expires_at;
+        let mut leased = Vec::new();
+        // The reply budget is `fit`'s (`queue::reply::reserve_fit`): a job is leased only
+        // if it is sent.
+        let mut reply_bytes = 0u64;
+        'queues: for queue in &spec.queues {
+            if st.jobs.queue(queue).is_none_or(|q| q.paused) {
+                continue;
+            }
+            while leased.len() < spec.max_jobs as usize {
+                let Some(id) = st.jobs.first_ready(queue) else {
+                    break;
+                };
+                let Some(size) = st.jobs.get(id).map(|m| m.reply_bytes) else {
+                    break;
+                };
+                match fit(size, reply_bytes, leased.len()) {
+                    Fit::Take(n) => reply_bytes = reply_bytes.saturating_add(n),
+                    Fit::Skip | Fit::Stop => break 'queues,
+                }
+                let Some(meta) = st.jobs.update(id, |m| {
+                    m.attempt += 1;
+                    m.stage = Stage::InFlight { expires };
+                    m.worker_id.clone_from(&spec.worker_id);
+                }) else {
+                    break;
+                };
+                ops.push(meta_put(id, meta));
+                leased.push((id, meta.clone()));
+            }
+        }
+        leased
+    }
+
+    /// The jobs of leases whose batch is durable, with their bodies.
+    fn assemble_leased(&self, leased: Vec<(JobId, Meta)>) -> Result<Vec<Job>, StorageError> {
+        let mut jobs = Vec::with_capacity(leased.len());
+        for (id, meta) in leased {
+            // The body was written in an earlier (now durable) batch. It is missing only if the
+            // job was settled by someone else in the meantime, which needs the lease to have
+            // expired already; then it is not ours to hand out.
+            if let Some(body) = self.body(id)? {
+                jobs.push(assemble(id, &meta, body));
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// Reads job `id`'s facts, asks `rule`, and applies its plan (and `reason`), appending the
+    /// writes to `ops`. Checks before it changes anything (invariant 2): `Err` and `Ok(Err)`
+    /// leave memory and `ops` as they were.
+    fn settle_locked(
+        st: &mut State,
+        id: JobId,
+        rule: &SettleRule<'_>,
+        reason: LastReason,
+        ops: &mut Vec<WriteOp>,
+    ) -> Result<Result<Settled, SettleRefusal>, StorageError> {
+        let (plan, queue) = match st.jobs.get(id) {
+            Some(m) => match rule(Some(facts(id, &m))) {
+                Ok(plan) => (plan, m.queue.clone()),
+                Err(r) => return Ok(Err(r)),
+            },
+            None => match rule(None) {
+                Ok(_) => return Err(invalid_plan("a settlement of a job that is not there")),
+                Err(r) => return Ok(Err(r)),
+            },
+        };
+        // Apply: nothing fallible from here (invariant 2).
+        if let LastReason::Set(reason) = reason {
+            st.jobs.update(id, |m| m.last_reason = reason);
+        }
+        match plan {
+            Settle::Finish(finish) => Shared::apply_finish(st, id, finish, ops),
+            Settle::Retry(to) => {
+                if let Some(m) = st.jobs.update(id, |m| {
+                    m.stage = stage_of(to);
+                    m.worker_id = None;
+                }) {
+                    ops.push(meta_put(id, m));
+                }
+            }
+            Settle::Extend { expires } => {
+                if let Some(m) = st
+                    .jobs
+                    .update(id, |m| m.stage = Stage::InFlight { expires })
+                {
+                    ops.push(meta_put(id, m));
+                }
+            }
+        }
+        Ok(Ok(Settled { plan, queue }))
+    }
+
     fn apply_finish(st: &mut State, id: JobId, finish: Finish, ops: &mut Vec<WriteOp>) {
         match finish {
             Finish::DeadLetter { cause, failed_at } => {
@@ -704,57 +806,18 @@ impl Store for EmbeddedStore {
         _now: UnixMs,
     ) -> Result<Vec<Job>, StorageError> {
         let sh = &*self.shared;
-        let expires = spec.lease_expires_at;
-        let mut leased = Vec::new();
-        let batch = {
+        let (batch, leased) = {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
             let mut ops = Vec::new();
-            // The reply budget is `fit`'s (`queue::reply::reserve_fit`): a job is leased only
-            // if it is sent.
-            let mut reply_bytes = 0u64;
-            'queues: for queue in &spec.queues {
-                if st.jobs.queue(queue).is_none_or(|q| q.paused) {
-                    continue;
-                }
-                while leased.len() < spec.max_jobs as usize {
-                    let Some(id) = st.jobs.first_ready(queue) else {
-                        break;
-                    };
-                    let Some(size) = st.jobs.get(id).map(|m| m.reply_bytes) else {
-                        break;
-                    };
-                    match fit(size, reply_bytes, leased.len()) {
-                        Fit::Take(n) => reply_bytes = reply_bytes.saturating_add(n),
-                        Fit::Skip | Fit::Stop => break 'queues,
-                    }
-                    let Some(meta) = st.jobs.update(id, |m| {
-                        m.attempt += 1;
-                        m.stage = Stage::InFlight { expires };
-                        m.worker_id.clone_from(&spec.worker_id);
-                    }) else {
-                        break;
-                    };
-                    ops.push(meta_put(id, meta));
-                    leased.push((id, meta.clone()));
-                }
-            }
+            let leased = Shared::lease(&mut st, spec, fit, &mut ops);
             if leased.is_empty() {
                 return Ok(Vec::new());
             }
-            sh.append(&mut st, ops)
+            (sh.append(&mut st, ops), leased)
         };
         sh.commit.wait(batch, sh).await?;
-        let mut jobs = Vec::with_capacity(leased.len());
-        for (id, meta) in leased {
-            // The body was written in an earlier (now durable) batch. It is missing only if the
-            // job was settled by someone else in the meantime, which needs the lease to have
-            // expired already; then it is not ours to hand out.
-            if let Some(body) = sh.body(id)? {
-                jobs.push(assemble(id, &meta, body));
-            }
-        }
-        Ok(jobs)
+        sh.assemble_leased(leased)
     }
 
     async fn settle(
@@ -768,44 +831,48 @@ impl Store for EmbeddedStore {
         let (batch, settled) = {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
-            let (plan, queue) = match st.jobs.get(id) {
-                Some(m) => match rule(Some(facts(id, &m))) {
-                    Ok(plan) => (plan, m.queue.clone()),
-                    Err(r) => return Ok(Err(r)),
-                },
-                None => match rule(None) {
-                    Ok(_) => return Err(invalid_plan("a settlement of a job that is not there")),
-                    Err(r) => return Ok(Err(r)),
-                },
-            };
-            // Apply: nothing fallible from here (invariant 2).
             let mut ops = Vec::with_capacity(2);
-            if let LastReason::Set(reason) = reason {
-                st.jobs.update(id, |m| m.last_reason = reason);
-            }
-            match plan {
-                Settle::Finish(finish) => Shared::apply_finish(&mut st, id, finish, &mut ops),
-                Settle::Retry(to) => {
-                    if let Some(m) = st.jobs.update(id, |m| {
-                        m.stage = stage_of(to);
-                        m.worker_id = None;
-                    }) {
-                        ops.push(meta_put(id, m));
-                    }
-                }
-                Settle::Extend { expires } => {
-                    if let Some(m) = st
-                        .jobs
-                        .update(id, |m| m.stage = Stage::InFlight { expires })
-                    {
-                        ops.push(meta_put(id, m));
-                    }
-                }
-            }
-            (sh.append(&mut st, ops), Settled { plan, queue })
+            let settled = match Shared::settle_locked(&mut st, id, rule, reason, &mut ops)? {
+                Ok(s) => s,
+                Err(r) => return Ok(Err(r)),
+            };
+            (sh.append(&mut st, ops), settled)
         };
         sh.commit.wait(batch, sh).await?;
         Ok(Ok(settled))
+    }
+
+    async fn settle_then_reserve(
+        &self,
+        id: JobId,
+        rule: &SettleRule<'_>,
+        _now: UnixMs,
+        spec: &ReserveSpec,
+        fit: &ReserveFitRule<'_>,
+    ) -> Result<Result<(Settled, Option<Vec<Job>>), SettleRefusal>, StorageError> {
+        let sh = &*self.shared;
+        // One transition, one batch: the ack's writes and the new leases commit together.
+        let (batch, settled, leased) = {
+            let mut st = sh.lock();
+            sh.commit.check_writable()?;
+            let mut ops = Vec::with_capacity(3);
+            let settled =
+                match Shared::settle_locked(&mut st, id, rule, LastReason::Unchanged, &mut ops)? {
+                    Ok(s) => s,
+                    Err(r) => return Ok(Err(r)),
+                };
+            let leased = Shared::lease(&mut st, spec, fit, &mut ops);
+            (sh.append(&mut st, ops), settled, leased)
+        };
+        sh.commit.wait(batch, sh).await?;
+        let next = match sh.assemble_leased(leased) {
+            Ok(jobs) => Some(jobs),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the jobs leased after an ack failed; the ack took");
+                None
+            }
+        };
+        Ok(Ok((settled, next)))
     }
 
     async fn drain_dead_letters(
