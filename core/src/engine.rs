@@ -266,8 +266,8 @@ struct Held {
     /// Tells the host's [`Lease`] why the engine let go; sent when the entry is removed.
     end: watch::Sender<Option<LeaseEnd>>,
     /// The slot this job occupies; released when the entry is dropped (after any network
-    /// call that settles it).
-    _permit: OwnedSemaphorePermit,
+    /// call that settles it), or handed to the next job an ack brought.
+    permit: OwnedSemaphorePermit,
 }
 
 type Key = (String, u32);
@@ -281,6 +281,8 @@ struct Inner {
     held: Mutex<HashMap<Key, Held>>,
     /// Leases reserved but not yet taken by the host.
     ready: tokio::sync::Mutex<mpsc::UnboundedReceiver<Lease>>,
+    /// Where the poller and acks that bring a next job put its lease.
+    to_host: mpsc::UnboundedSender<Lease>,
     /// Stops the poller.
     stopping: CancellationToken,
     /// Ends a drain's grace period at once ([`Engine::end_grace_period`]).
@@ -422,13 +424,14 @@ impl Engine {
             opts,
             held: Mutex::new(HashMap::new()),
             ready: tokio::sync::Mutex::new(rx),
+            to_host: tx,
             stopping: CancellationToken::new(),
             hurry: CancellationToken::new(),
             settled: tokio::sync::Notify::new(),
             report: Mutex::new(WorkerReport::default()),
             runtime: tokio::runtime::Handle::current(),
         });
-        tokio::spawn(poll(inner.clone(), tx));
+        tokio::spawn(poll(inner.clone()));
         Ok(Engine {
             _alive: Arc::new(StopOnDrop(inner.clone())),
             inner,
@@ -489,12 +492,21 @@ impl Engine {
         held.stop.cancel();
         let acked = outcome == Outcome::Success;
         let result = match outcome.nack() {
-            None => inner.client.ack(job_id, attempt).await,
+            // The ack brings the job that takes this one's slot (one call and one commit
+            // instead of an ack and a Reserve); a server without that answers none, and the
+            // freed slot goes back to the poller.
+            None if !inner.stopping.is_cancelled() => {
+                let mut next =
+                    ReserveOptions::new(inner.opts.queues.clone(), inner.opts.lease_duration);
+                next.worker_id.clone_from(&inner.opts.worker_id);
+                inner.client.ack_then_reserve(job_id, attempt, next).await
+            }
+            None => inner.client.ack(job_id, attempt).await.map(|()| None),
             Some((retry, reason)) => inner
                 .client
                 .nack(job_id, attempt, retry, reason)
                 .await
-                .map(|_| ()),
+                .map(|_| None),
         };
         match &result {
             Err(e) if e.is_lease_lost() => inner.count(|r| r.lease_lost += 1),
@@ -507,9 +519,36 @@ impl Engine {
             tracing::warn!(job_id, attempt, error = %e, "could not settle the job; its lease will run out");
         }
         held.end.send_replace(Some(LeaseEnd::Settled));
-        drop(held);
+        let Held { permit, .. } = held;
+        let next = match &result {
+            Ok(Some(jobs)) => jobs.clone(),
+            _ => Vec::new(),
+        };
+        let mut permit = Some(permit);
+        for job in next {
+            // One job is asked for; a slot is taken for any more, or the job is given back.
+            let slot = permit
+                .take()
+                .or_else(|| inner.slots.clone().try_acquire_owned().ok());
+            match slot {
+                Some(slot) => hand_out(inner, job, slot).await,
+                None => {
+                    let (id, attempt) = (job.id, job.attempt);
+                    let _ = inner
+                        .client
+                        .nack(
+                            &id,
+                            attempt,
+                            NackRetry::Delay(Duration::ZERO),
+                            Some(UNSTARTED_REASON.into()),
+                        )
+                        .await;
+                }
+            }
+        }
+        drop(permit);
         inner.settled.notify_waiters();
-        result
+        result.map(|_| ())
     }
 
     /// The former name of [`Engine::settle`].
@@ -661,7 +700,7 @@ fn start_timer(inner: &Arc<Inner>, lease: &Lease, limit: Duration) {
 }
 
 /// The poller: reserve for the free slots, hand the jobs out, back off on errors.
-async fn poll(inner: Arc<Inner>, tx: mpsc::UnboundedSender<Lease>) {
+async fn poll(inner: Arc<Inner>) {
     let mut backoff = Duration::ZERO;
     loop {
         // Wait for at least one free slot, then take every free one.
@@ -687,17 +726,7 @@ async fn poll(inner: Arc<Inner>, tx: mpsc::UnboundedSender<Lease>) {
                 backoff = Duration::ZERO;
                 for job in jobs {
                     let Some(permit) = permits.pop() else { break };
-                    let handled = inner
-                        .opts
-                        .job_types
-                        .as_ref()
-                        .is_none_or(|types| types.contains(&job.job_type));
-                    let lease = hold(&inner, job, permit);
-                    if !handled {
-                        tokio::spawn(refuse_unhandled(inner.clone(), lease));
-                    } else if inner.stopping.is_cancelled() || tx.send(lease.clone()).is_err() {
-                        release_unstarted(&inner, lease).await;
-                    }
+                    hand_out(&inner, job, permit).await;
                 }
             }
             Err(e) => {
@@ -717,6 +746,22 @@ async fn poll(inner: Arc<Inner>, tx: mpsc::UnboundedSender<Lease>) {
     }
 }
 
+/// Holds a leased job in `permit`'s slot and hands it to the host; one of a type this engine
+/// has no handler for is nacked, and one leased while the engine stops is given back.
+async fn hand_out(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) {
+    let handled = inner
+        .opts
+        .job_types
+        .as_ref()
+        .is_none_or(|types| types.contains(&job.job_type));
+    let lease = hold(inner, job, permit);
+    if !handled {
+        tokio::spawn(refuse_unhandled(inner.clone(), lease));
+    } else if inner.stopping.is_cancelled() || inner.to_host.send(lease.clone()).is_err() {
+        release_unstarted(inner, lease).await;
+    }
+}
+
 /// Registers a reserved job as held and starts its lease keeping: the extender, or without
 /// auto-extension a timer that declares the lease lost when it runs out.
 fn hold(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) -> Lease {
@@ -729,7 +774,7 @@ fn hold(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) -> Lease {
         Held {
             stop: stop.clone(),
             end: end_tx,
-            _permit: permit,
+            permit,
         },
     );
     if inner.opts.auto_extend {

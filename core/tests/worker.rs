@@ -440,6 +440,73 @@ async fn counted_client(server: &TestServer) -> (SeppClient, Arc<AtomicUsize>) {
     (SeppClient::connect(url).await.unwrap(), settlements)
 }
 
+/// A worker's ack brings the job that takes its slot: one Ack per job and no Reserve between
+/// them. Against a server that ignores the request (the public sepp), each ack brings none and
+/// the poller reserves as before; every job is processed once either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_acks_bring_its_next_jobs_and_without_the_extension_it_reserves() {
+    let (server, c) = setup().await;
+    let tamper = common::Tamper::default();
+    let url = common::proxy(&server, tamper.clone()).await;
+    let through_proxy = SeppClient::connect(url).await.unwrap();
+    const N: usize = 20;
+    for strip in [false, true] {
+        tamper.strip_then_reserve.store(strip, Ordering::SeqCst);
+        let reserves_before = tamper.reserves.load(Ordering::SeqCst);
+        let settlements_before = tamper.settlements.load(Ordering::SeqCst);
+        let batch = (0..N)
+            .map(|_| EnqueueRequest::new("next", "t").unwrap())
+            .collect();
+        for r in c.enqueue_batch(batch).await.unwrap() {
+            r.unwrap();
+        }
+        let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        let done = Arc::new(Notify::new());
+        let worker = {
+            let (seen, done) = (seen.clone(), done.clone());
+            Worker::builder(through_proxy.clone(), ["next"])
+                .max_in_flight(1)
+                .wait_timeout(Duration::from_secs(10))
+                .handle("t", move |ctx| {
+                    let (seen, done) = (seen.clone(), done.clone());
+                    async move {
+                        let mut s = seen.lock().unwrap();
+                        *s.entry(ctx.job().id.clone()).or_default() += 1;
+                        if s.len() == N {
+                            done.notify_one();
+                        }
+                        Ok(())
+                    }
+                })
+                .build()
+        };
+        // The drain lets the last handler's ack finish.
+        let all_acked = async move { done.notified().await };
+        let report = tokio::time::timeout(Duration::from_secs(60), worker.run_until(all_acked))
+            .await
+            .expect("finished in time")
+            .unwrap();
+        assert_eq!(report.acked as usize, N, "{report:?}");
+        assert!(
+            seen.lock().unwrap().values().all(|n| *n == 1),
+            "a job ran twice"
+        );
+        assert_eq!(seen.lock().unwrap().len(), N);
+        let reserves = tamper.reserves.load(Ordering::SeqCst) - reserves_before;
+        let acks = tamper.settlements.load(Ordering::SeqCst) - settlements_before;
+        assert_eq!(acks, N);
+        if strip {
+            assert!(
+                reserves >= N,
+                "{reserves} Reserves for {N} jobs without the extension"
+            );
+        } else {
+            // The first job's Reserve, and at most one more once an ack brought none.
+            assert!(reserves <= 2, "{reserves} Reserves for {N} jobs");
+        }
+    }
+}
+
 /// A lost lease frees the worker's slot without any call: the server's lease expiry decides,
 /// so on the last attempt the dead letter says `LEASE_EXPIRED`, not `ATTEMPTS_EXHAUSTED`
 /// (a nack would have spent the attempt).

@@ -23,6 +23,11 @@ pub(crate) struct Tamper {
     pub(crate) drop_enqueue_replies: Arc<AtomicU32>,
     /// Acks and nacks that passed.
     pub(crate) settlements: Arc<AtomicUsize>,
+    /// Reserve calls that passed.
+    pub(crate) reserves: Arc<AtomicUsize>,
+    /// When set, an Ack's `then_reserve` is removed before it is forwarded, as a server
+    /// without the extension (the public sepp) ignores it: its reply has no `next`.
+    pub(crate) strip_then_reserve: Arc<std::sync::atomic::AtomicBool>,
     /// Every EnqueueBatch call received, in order of arrival: how many of its jobs were keyed
     /// and how many were not. A watch, so that a test can await a number of calls.
     pub(crate) enqueue_batches: Arc<watch::Sender<Vec<BatchSeen>>>,
@@ -108,11 +113,16 @@ impl QueueService for Proxy {
         &self,
         r: Request<pb::ReserveRequest>,
     ) -> Result<Response<pb::ReserveResponse>, Status> {
+        self.tamper.reserves.fetch_add(1, Ordering::SeqCst);
         self.upstream.clone().reserve(r.into_inner()).await
     }
     async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
         self.tamper.settlements.fetch_add(1, Ordering::SeqCst);
-        self.upstream.clone().ack(r.into_inner()).await
+        let mut r = r.into_inner();
+        if self.tamper.strip_then_reserve.load(Ordering::SeqCst) {
+            r.then_reserve = None;
+        }
+        self.upstream.clone().ack(r).await
     }
     async fn nack(
         &self,
