@@ -581,6 +581,11 @@ impl SeppClient {
     /// ```
     pub async fn enqueue(&self, request: EnqueueRequest) -> Result<EnqueueAck, EnqueueError> {
         request.check_before_sending(self.limits().as_ref())?;
+        self.enqueue_checked(request).await
+    }
+
+    /// [`SeppClient::enqueue`] of a request that passed the checks before sending.
+    async fn enqueue_checked(&self, request: EnqueueRequest) -> Result<EnqueueAck, EnqueueError> {
         if let Some(c) = &self.inner.coalescer {
             return c.enqueue(self, request.to_proto()).await;
         }
@@ -638,7 +643,7 @@ impl SeppClient {
             Some(c) => c.enqueue_with(self, request.to_proto(), Box::new(on_reply)),
             None => {
                 let client = self.clone();
-                let call = async move { client.enqueue(request).await };
+                let call = async move { client.enqueue_checked(request).await };
                 EnqueueHandle::spawn(runtime, call, Box::new(on_reply))
             }
         }

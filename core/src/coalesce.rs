@@ -164,13 +164,14 @@ impl EnqueueHandle {
         call: impl std::future::Future<Output = Reply> + Send + 'static,
         on_reply: OnReply,
     ) -> Self {
+        let cancelled = Arc::<AtomicBool>::default();
         let callback = Callback {
             f: Some(on_reply),
-            cancelled: Arc::default(),
+            cancelled: cancelled.clone(),
         };
         let task = runtime.spawn(async move { callback.call(call.await) });
         EnqueueHandle {
-            cancelled: Arc::default(),
+            cancelled,
             task: Some(task.abort_handle()),
         }
     }
