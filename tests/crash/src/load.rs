@@ -372,6 +372,8 @@ async fn unkeyed(cx: Arc<Ctx>, _i: usize) {
 #[derive(Debug, Clone, Copy)]
 enum Action {
     Ack,
+    /// Ack with `then_reserve`: the ack brings the worker's next job.
+    AckThenReserve,
     Nack(NackRetry),
     ExtendThenAck,
     ExtendThenNack,
@@ -383,7 +385,8 @@ enum Action {
 
 fn pick(rng: &mut impl RngExt) -> Action {
     match rng.random_range(0..100) {
-        0..45 => Action::Ack,
+        0..20 => Action::AckThenReserve,
+        20..45 => Action::Ack,
         45..55 => Action::Nack(NackRetry::Default),
         55..65 => Action::Nack(NackRetry::Delay(Duration::from_millis(
             rng.random_range(50..400),
@@ -427,20 +430,46 @@ async fn worker(cx: Arc<Ctx>, i: usize) {
         for j in &jobs {
             cx.model.delivered(j, sent);
         }
-        // Each job settled by its own task, as a worker with a handler per job would.
+        // Each job settled by its own task, as a worker with a handler per job would; a job an
+        // ack brings is settled next by the same task.
         for j in jobs {
-            let action = pick(&mut rng);
-            let work =
-                Duration::from_millis(rng.random_range(0..(LEASE.as_millis() as u64 * 6 / 5)));
             let cx = cx.clone();
-            running.spawn(async move { settle(&cx, &j.id, j.attempt, action, work).await });
+            let worker_id = worker_id.clone();
+            running.spawn(async move { settle_chain(&cx, j, &worker_id).await });
         }
     }
     while running.join_next().await.is_some() {}
 }
 
+/// How long a slow ack works first: sometimes past the lease.
+fn work_time(rng: &mut impl RngExt) -> Duration {
+    Duration::from_millis(rng.random_range(0..(LEASE.as_millis() as u64 * 6 / 5)))
+}
+
+/// Settles `job`, then each job an ack brings, until an ack brings none or the load stops
+/// (a job brought after that is left to expire).
+async fn settle_chain(cx: &Ctx, job: sepp_rs::Job, worker_id: &str) {
+    let mut rng = crate::model::new_rng();
+    let mut next = Some(job);
+    while let Some(j) = next.take() {
+        let (action, work) = (pick(&mut rng), work_time(&mut rng));
+        next = settle(cx, &j.id, j.attempt, action, work, worker_id).await;
+        if cx.stop.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+}
+
 /// Settles one delivery; `work`: how long a slow ack works first (sometimes past the lease).
-async fn settle(cx: &Ctx, id: &str, attempt: u32, action: Action, work: Duration) {
+/// Returns the job an ack brought (none unless `AckThenReserve` took), recorded as delivered.
+async fn settle(
+    cx: &Ctx,
+    id: &str,
+    attempt: u32,
+    action: Action,
+    work: Duration,
+    worker_id: &str,
+) -> Option<sepp_rs::Job> {
     let m = &cx.model;
     let outcome = |r: Result<(), sepp_rs::LeaseError>| match r {
         Ok(()) => true,
@@ -492,8 +521,33 @@ async fn settle(cx: &Ctx, id: &str, attempt: u32, action: Action, work: Duration
             Err(e) => outcome(Err(e)),
         }
     };
+    let mut brought = None;
     match action {
         Action::Ack => ack().await,
+        Action::AckThenReserve => {
+            let next = ReserveOptions::new([QUEUE, DEBOUNCE_QUEUE], LEASE)
+                .with_worker_id(worker_id.to_string());
+            let (r, sent) = {
+                let _g = cx.gate.read().await;
+                m.settling(id, attempt, true);
+                let sent = SystemTime::now();
+                (cx.client.ack_then_reserve(id, attempt, next).await, sent)
+            };
+            match r {
+                Ok(jobs) => {
+                    m.acked(id, attempt);
+                    let jobs = jobs.unwrap_or_default();
+                    for j in &jobs {
+                        m.delivered(j, sent);
+                    }
+                    // One job is asked for (max_jobs 1); any more would be left to expire.
+                    brought = jobs.into_iter().next();
+                }
+                Err(e) => {
+                    outcome(Err(e));
+                }
+            }
+        }
         Action::Nack(retry) => nack(retry).await,
         Action::ExtendThenAck => {
             if extend().await {
@@ -511,4 +565,5 @@ async fn settle(cx: &Ctx, id: &str, attempt: u32, action: Action, work: Duration
             ack().await;
         }
     }
+    brought
 }
