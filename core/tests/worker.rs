@@ -6,6 +6,7 @@ mod common;
 
 use sepp_rs::admin::{JobInfo, JobState};
 use sepp_rs::job::DeadLetterCause;
+use sepp_rs::worker::WorkerBuilder;
 use sepp_rs::{EnqueueRequest, HandlerError, ReserveOptions, SeppClient, Worker};
 use sepp_server::testing::TestServer;
 use std::collections::HashMap;
@@ -42,6 +43,37 @@ fn gone(info: &JobInfo) -> bool {
     matches!(info.state, JobState::Unknown | JobState::Acked)
 }
 
+/// Runs of each job id a worker's handler saw.
+type Seen = Arc<Mutex<HashMap<String, u32>>>;
+
+/// `builder`'s worker with a handler for `job_type` that counts the runs of each job and
+/// notifies the returned `Notify` once `n` distinct jobs ran.
+fn counting_worker(
+    builder: WorkerBuilder,
+    job_type: &str,
+    n: usize,
+) -> (Worker, Seen, Arc<Notify>) {
+    let seen: Seen = Arc::default();
+    let done = Arc::new(Notify::new());
+    let worker = {
+        let (seen, done) = (seen.clone(), done.clone());
+        builder
+            .handle(job_type, move |ctx| {
+                let (seen, done) = (seen.clone(), done.clone());
+                async move {
+                    let mut s = seen.lock().unwrap();
+                    *s.entry(ctx.job().id.clone()).or_default() += 1;
+                    if s.len() == n {
+                        done.notify_one();
+                    }
+                    Ok(())
+                }
+            })
+            .build()
+    };
+    (worker, seen, done)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_jobs_at_concurrency_32_are_each_processed_once() {
     let (_server, c) = setup().await;
@@ -58,26 +90,13 @@ async fn ten_thousand_jobs_at_concurrency_32_are_each_processed_once() {
             r.unwrap();
         }
     }
-    let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-    let done = Arc::new(Notify::new());
-    let worker = {
-        let (seen, done) = (seen.clone(), done.clone());
+    let (worker, seen, done) = counting_worker(
         Worker::builder(c.clone(), ["bulk"])
             .max_in_flight(32)
-            .wait_timeout(Duration::from_millis(200))
-            .handle("work", move |ctx| {
-                let (seen, done) = (seen.clone(), done.clone());
-                async move {
-                    let mut s = seen.lock().unwrap();
-                    *s.entry(ctx.job().id.clone()).or_default() += 1;
-                    if s.len() == N {
-                        done.notify_one();
-                    }
-                    Ok(())
-                }
-            })
-            .build()
-    };
+            .wait_timeout(Duration::from_millis(200)),
+        "work",
+        N,
+    );
     let report = tokio::time::timeout(
         Duration::from_secs(120),
         worker.run_until(async move { done.notified().await }),
@@ -460,26 +479,13 @@ async fn a_workers_acks_bring_its_next_jobs_and_without_the_extension_it_reserve
         for r in c.enqueue_batch(batch).await.unwrap() {
             r.unwrap();
         }
-        let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let done = Arc::new(Notify::new());
-        let worker = {
-            let (seen, done) = (seen.clone(), done.clone());
+        let (worker, seen, done) = counting_worker(
             Worker::builder(through_proxy.clone(), ["next"])
                 .max_in_flight(1)
-                .wait_timeout(Duration::from_secs(10))
-                .handle("t", move |ctx| {
-                    let (seen, done) = (seen.clone(), done.clone());
-                    async move {
-                        let mut s = seen.lock().unwrap();
-                        *s.entry(ctx.job().id.clone()).or_default() += 1;
-                        if s.len() == N {
-                            done.notify_one();
-                        }
-                        Ok(())
-                    }
-                })
-                .build()
-        };
+                .wait_timeout(Duration::from_secs(10)),
+            "t",
+            N,
+        );
         // The drain lets the last handler's ack finish.
         let all_acked = async move { done.notified().await };
         let report = tokio::time::timeout(Duration::from_secs(60), worker.run_until(all_acked))
