@@ -52,7 +52,7 @@ TITLES = {
     "nokey": "enqueue without a key",
     "batch100": "EnqueueBatch of 100 keyed jobs",
     "batch1000": "EnqueueBatch of 1,000 keyed jobs",
-    "drain": "drain (reserve + ack)",
+    "drain": "drain (take a job, ack it)",
 }
 
 
