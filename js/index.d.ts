@@ -222,6 +222,22 @@ export declare class SeppClient {
    */
   ack(jobId: string, attempt: number): Promise<void>
   /**
+   * Acks delivery `attempt` of job `jobId` and, in the same call, leases up to
+   * `next.maxJobs` ready jobs from `next.queues` (without waiting: `next.waitTimeoutMs` must
+   * be unset or 0): a worker's ack that brings its next job. A sepp server commits the ack
+   * and the new leases together. The worker (`Worker`) acks this way already.
+   *
+   * Resolves to the jobs leased (empty when none was ready: reserve with a wait), or to
+   * `null` when the server leased nothing for the call (a server without this extension,
+   * such as the public sepp 0.1.1, or a lease that failed after the ack took): reserve on
+   * your own. Either way the job was acked. Retried as `ack` is; a retry after the first try
+   * took is refused (`JobNotInFlightError`) and leases nothing.
+   *
+   * Rejects as `ack` (then nothing was leased), or with `InvalidArgumentError` for `next`
+   * as `reserve` checks it (then nothing was acked).
+   */
+  ackThenReserve(jobId: string, attempt: number, next: ReserveOptions): Promise<Job[] | null>
+  /**
    * Nacks delivery `attempt` of job `jobId`: retries it per `options.retry`, or
    * dead-letters it. Resolves to `true` when the job was dead-lettered (`'deadLetter'`,
    * or its last attempt).

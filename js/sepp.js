@@ -90,6 +90,15 @@ export class SeppClient {
   /**
    * @param {string} jobId
    * @param {number} attempt
+   * @param {import("./index.js").ReserveOptions} next
+   */
+  ackThenReserve(jobId, attempt, next) {
+    return call(() => this.#native.ackThenReserve(jobId, attempt, next));
+  }
+
+  /**
+   * @param {string} jobId
+   * @param {number} attempt
    * @param {import("./index.js").NackOptions} [options]
    */
   nack(jobId, attempt, options) {

@@ -387,6 +387,29 @@ describe("reserve, ack, nack, extend, drainDeadLetters", T, () => {
     });
   });
 
+  test("ackThenReserve acks and brings the next job; a refused ack leases nothing", async () => {
+    const queue = freshQueue("ack-next");
+    await client.enqueue({ queue, jobType: "t" });
+    await client.enqueue({ queue, jobType: "t" });
+    const job = await reserveOne(queue);
+    const next = { queues: [queue], leaseDurationMs: 5_000 };
+    await assert.rejects(
+      client.ackThenReserve(job.id, job.attempt, { ...next, waitTimeoutMs: 1_000 }),
+      (e) => e instanceof InvalidArgumentError,
+    );
+    await assert.rejects(
+      client.ackThenReserve(job.id, job.attempt + 1, next),
+      (e) => e instanceof AttemptMismatchError,
+    );
+    const brought = await client.ackThenReserve(job.id, job.attempt, next);
+    assert.equal(brought.length, 1);
+    assert.notEqual(brought[0].id, job.id);
+    assert.equal(brought[0].attempt, 1);
+    await assert.rejects(client.ack(job.id, job.attempt), (e) => e instanceof JobNotInFlightError);
+    assert.deepEqual(await client.ackThenReserve(brought[0].id, 1, next), []);
+    await assert.rejects(client.ack(brought[0].id, 1), (e) => e instanceof JobNotInFlightError);
+  });
+
   test("nack with the default retry redelivers the job as attempt 2", async () => {
     const queue = freshQueue("nack");
     await client.enqueue({ queue, jobType: "t", maxAttempts: 3 });

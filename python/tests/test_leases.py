@@ -70,6 +70,27 @@ async def test_ack_removes_the_job_and_a_second_ack_finds_it_gone(
     assert await client.reserve([queue], lease_duration=LEASE) == []
 
 
+async def test_ack_then_reserve_acks_and_brings_the_next_job(
+    client: sepp.SeppClient, queue: str
+) -> None:
+    for _ in range(2):
+        await client.enqueue(EnqueueRequest(queue, "t"))
+    job = await reserve_one(client, queue)
+    with pytest.raises(sepp.InvalidArgumentError):
+        await client.ack_then_reserve(job.id, job.attempt, [], lease_duration=LEASE)
+    with pytest.raises(sepp.AttemptMismatchError):
+        await client.ack_then_reserve(job.id, job.attempt + 1, [queue], lease_duration=LEASE)
+    nxt = await client.ack_then_reserve(job.id, job.attempt, [queue], lease_duration=LEASE)
+    assert nxt is not None and len(nxt) == 1
+    assert nxt[0].id != job.id and nxt[0].attempt == 1
+    with pytest.raises(sepp.JobNotInFlightError):
+        await client.ack(job.id, job.attempt)
+    # Nothing left: acked, and an empty list.
+    assert await client.ack_then_reserve(nxt[0].id, 1, [queue], lease_duration=LEASE) == []
+    with pytest.raises(sepp.JobNotInFlightError):
+        await client.ack(nxt[0].id, 1)
+
+
 async def test_nack_with_the_default_policy_redelivers_with_the_next_attempt(
     client: sepp.SeppClient, queue: str
 ) -> None:

@@ -333,6 +333,48 @@ impl SeppClient {
         )
     }
 
+    /// Acks delivery `attempt` of job `jobId` and, in the same call, leases up to
+    /// `next.maxJobs` ready jobs from `next.queues` (without waiting: `next.waitTimeoutMs` must
+    /// be unset or 0): a worker's ack that brings its next job. A sepp server commits the ack
+    /// and the new leases together. The worker (`Worker`) acks this way already.
+    ///
+    /// Resolves to the jobs leased (empty when none was ready: reserve with a wait), or to
+    /// `null` when the server leased nothing for the call (a server without this extension,
+    /// such as the public sepp 0.1.1, or a lease that failed after the ack took): reserve on
+    /// your own. Either way the job was acked. Retried as `ack` is; a retry after the first try
+    /// took is refused (`JobNotInFlightError`) and leases nothing.
+    ///
+    /// Rejects as `ack` (then nothing was leased), or with `InvalidArgumentError` for `next`
+    /// as `reserve` checks it (then nothing was acked).
+    #[napi(
+        ts_args_type = "jobId: string, attempt: number, next: ReserveOptions",
+        ts_return_type = "Promise<Job[] | null>"
+    )]
+    pub fn ack_then_reserve<'env>(
+        &self,
+        env: &'env Env,
+        job_id: Option<Unknown<'env>>,
+        attempt: Option<Unknown<'env>>,
+        next: Option<Unknown<'env>>,
+    ) -> napi::Result<PromiseRaw<'env, Option<Vec<Job>>>> {
+        let call = (|| -> Result<_, Failure> {
+            let (job_id, attempt) =
+                delivery(job_id, attempt).map_err(|e| e.into_failure(LeaseError::Invalid))?;
+            let next = ReserveOptions::read(next)
+                .and_then(|o| o.into_core().map_err(BadInput::Value))
+                .map_err(|e| e.into_failure(LeaseError::Invalid))?;
+            Ok((self.core()?, job_id, attempt, next))
+        })();
+        settle(
+            env,
+            async move {
+                let (client, job_id, attempt, next) = call?;
+                Ok(client.ack_then_reserve(&job_id, attempt, next).await?)
+            },
+            |jobs| jobs.map(|jobs| jobs.into_iter().map(Job::from).collect()),
+        )
+    }
+
     /// Nacks delivery `attempt` of job `jobId`: retries it per `options.retry`, or
     /// dead-letters it. Resolves to `true` when the job was dead-lettered (`'deadLetter'`,
     /// or its last attempt).

@@ -268,6 +268,34 @@ impl SeppClient {
         })
     }
 
+    #[pyo3(signature = (job_id, attempt, queues, *, lease_duration, max_jobs=None, worker_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn ack_then_reserve<'py>(
+        &self,
+        py: Python<'py>,
+        job_id: String,
+        attempt: &Bound<'py, PyAny>,
+        queues: Vec<String>,
+        lease_duration: &Bound<'py, PyAny>,
+        max_jobs: Option<&Bound<'py, PyAny>>,
+        worker_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.core()?;
+        let attempt = u32_arg(attempt, "attempt", Invalid::Argument)?;
+        let mut next = ReserveOptions::new(
+            queues,
+            duration_arg(lease_duration, "lease_duration", Invalid::Argument)?,
+        );
+        next.max_jobs = opt_u32_arg(max_jobs, "max_jobs", Invalid::Argument)?;
+        next.worker_id = worker_id;
+        coroutine(py, async move {
+            client
+                .ack_then_reserve(&job_id, attempt, next)
+                .await
+                .map_err(Failure::from)
+        })
+    }
+
     #[pyo3(signature = (job_id, attempt, *, retry=None, reason=None))]
     fn nack<'py>(
         &self,

@@ -966,6 +966,47 @@ class SeppClient:
             TransportError: The call failed in transit.
         """
 
+    async def ack_then_reserve(
+        self,
+        job_id: str,
+        attempt: int,
+        queues: Sequence[str],
+        *,
+        lease_duration: timedelta,
+        max_jobs: Optional[int] = None,
+        worker_id: Optional[str] = None,
+    ) -> Optional[list[Job]]:
+        """Acks delivery `attempt` of `job_id` and, in the same call, leases up to `max_jobs`
+        ready jobs from `queues` (without waiting): a worker's ack that brings its next job.
+        A sepp server commits the ack and the new leases together. The worker (`sepp.Worker`)
+        acks this way already.
+
+        Retried as `ack` is; a retry after the first try took is refused
+        (`JobNotInFlightError`) and leases nothing.
+
+        Args:
+            job_id: `Job.id`.
+            attempt: `Job.attempt`.
+            queues: The queues to take the next jobs from, in order of preference.
+            lease_duration: The new jobs' lease; positive.
+            max_jobs: At most this many jobs; None: 1.
+            worker_id: A label for the new leases (see `reserve`).
+
+        Returns:
+            The jobs leased (an empty list when none was ready: reserve with a wait), or None
+            when the server leased nothing for the call (a server without this extension,
+            such as the public sepp 0.1.1, or a lease that failed after the ack took):
+            reserve on your own. Either way the job was acked.
+
+        Raises:
+            JobNotInFlightError, AttemptMismatchError: As `ack`; nothing was leased.
+            InvalidArgumentError: A bad argument (no queues, a zero lease, max_jobs 0, ...);
+                nothing was acked.
+            TypeError: An argument has the wrong type.
+            RuntimeError: The client is closed.
+            TransportError: The call failed in transit.
+        """
+
     async def nack(
         self,
         job_id: str,
