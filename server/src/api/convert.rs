@@ -7,14 +7,16 @@ use sepp_proto::v1 as pb;
 use sepp_proto::v1::job_rejection::Reason;
 use tonic::Status;
 
-/// A protobuf duration in whole milliseconds. A positive duration shorter than 1 ms counts as
-/// 1 ms, so that "positive" survives the rounding.
+/// A protobuf duration in whole milliseconds, rounded away from zero: a positive duration
+/// shorter than 1 ms counts as 1 ms and a negative one as -1 ms, so that the sign survives.
 pub(crate) fn duration_ms(d: &Duration) -> i64 {
     let nanos = i128::from(d.seconds) * 1_000_000_000 + i128::from(d.nanos);
+    // Away from zero: a duration that is not zero never reads as 0 ms (a lease of 1 ns is
+    // 1 ms; a wait of -5 ns is -1 ms, refused as negative rather than taken as "no wait").
     let ms = if nanos > 0 {
         (nanos + 999_999) / 1_000_000
     } else {
-        nanos / 1_000_000
+        (nanos - 999_999) / 1_000_000
     };
     ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
@@ -280,6 +282,25 @@ pub(crate) fn job_state_out(s: crate::domain::JobState) -> pb::JobState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sub_millisecond_negative_durations_stay_negative() {
+        // -5 ns: a negative wait is refused, never read as "no wait".
+        assert_eq!(
+            duration_ms(&Duration {
+                seconds: 0,
+                nanos: -5
+            }),
+            -1
+        );
+        assert_eq!(
+            duration_ms(&Duration {
+                seconds: -1,
+                nanos: -500_000_000
+            }),
+            -1500
+        );
+    }
 
     #[test]
     fn sub_millisecond_positive_durations_stay_positive() {
