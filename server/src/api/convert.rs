@@ -477,7 +477,8 @@ mod tests {
                 })
             )
             .unwrap(),
-            Some(-2000)
+            // Rounded away from zero, as a positive one is (`duration_ms`).
+            Some(-2001)
         );
         assert!(
             timestamp_checked(&Timestamp {
