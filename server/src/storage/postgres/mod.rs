@@ -46,6 +46,7 @@ use crate::domain::{
     SettleRefusal, Stage, StoredJob, UnixMs,
 };
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use tokio_postgres::Row;
@@ -740,6 +741,262 @@ async fn select_dead(
     rows.iter().map(JobRow::from_row).collect()
 }
 
+/// What a lease took inside a transaction not yet committed: the ids in the order taken, their
+/// rows as the lease left them, and the queues whose Reserve cursors it moved.
+struct Lease<'s> {
+    taken: Vec<Uuid>,
+    rows: HashMap<Uuid, JobRow>,
+    touched: Vec<&'s str>,
+}
+
+impl Lease<'_> {
+    /// The cursors moved by a lease whose transaction did not commit are forgotten: they may
+    /// point past jobs that are still ready.
+    fn forget_cursors(&self, sh: &Shared) {
+        for q in &self.touched {
+            sh.cursors.forget(q);
+        }
+    }
+
+    /// The leased jobs, in the order taken (a job whose body is gone is left out).
+    fn jobs(mut self) -> Result<Vec<Job>, StorageError> {
+        let mut jobs = Vec::with_capacity(self.taken.len());
+        for id in &self.taken {
+            if let Some(row) = self.rows.remove(id)
+                && let Some(body) = row.body()?
+            {
+                jobs.push(row.job(body));
+            }
+        }
+        Ok(jobs)
+    }
+}
+
+/// Leases up to `spec.max_jobs` ready jobs of `spec.queues` inside `tx`, as `fit` lets them
+/// into the reply; the caller commits (and forgets the cursors if that fails).
+async fn lease_in<'s>(
+    sh: &Shared,
+    tx: &deadpool_postgres::Transaction<'_>,
+    spec: &'s ReserveSpec,
+    fit: &ReserveFitRule<'_>,
+) -> Result<Lease<'s>, StorageError> {
+    let paused: Vec<String> = tx
+        .cached_query(
+            "SELECT name FROM sepp_queues WHERE paused AND name = ANY($1)",
+            &[&spec.queues],
+        )
+        .await
+        .map_err(pg_err)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut taken: Vec<Uuid> = Vec::new();
+    let mut used = 0u64;
+    let mut touched: Vec<&str> = Vec::new();
+    let result = async {
+        'queues: for queue in &spec.queues {
+            if paused.contains(queue) {
+                continue;
+            }
+            let left = i64::from(spec.max_jobs) - taken.len() as i64;
+            if left <= 0 {
+                break;
+            }
+            touched.push(queue);
+            // From this server's cursor first (`cursor.rs`), from the start of the queue
+            // when that finds fewer jobs than asked.
+            let mut rows = Vec::new();
+            if let Some((priority, seq)) = sh.cursors.get(queue) {
+                rows = tx
+                    .cached_query(
+                        "SELECT id, reply_bytes, priority, seq FROM sepp_jobs \
+                         WHERE queue = $1 AND stage = 0 AND priority = $3 AND seq > $4 \
+                         ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+                        &[queue, &left, &priority, &seq],
+                    )
+                    .await?;
+            }
+            if (rows.len() as i64) < left {
+                // The rows the first scan locked come back in this one (this transaction
+                // holds their locks), in their place.
+                rows = tx
+                    .cached_query(
+                        "SELECT id, reply_bytes, priority, seq FROM sepp_jobs \
+                         WHERE queue = $1 AND stage = 0 \
+                         ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+                        &[queue, &left],
+                    )
+                    .await?;
+            }
+            let mut last = None;
+            let mut stopped = false;
+            for r in &rows {
+                let size = u32::try_from(r.get::<_, i32>(1)).unwrap_or(0);
+                match fit(size, used, taken.len()) {
+                    Fit::Take(n) => used = used.saturating_add(n),
+                    Fit::Skip | Fit::Stop => {
+                        stopped = true;
+                        break;
+                    }
+                }
+                taken.push(r.get(0));
+                last = Some((r.get::<_, i16>(2), r.get::<_, i64>(3)));
+            }
+            match last {
+                // The queue may hold more after the last job taken.
+                Some((priority, seq)) if stopped || rows.len() as i64 == left => {
+                    sh.cursors.set(queue, priority, seq);
+                }
+                _ => sh.cursors.forget(queue),
+            }
+            if stopped {
+                break 'queues;
+            }
+        }
+        Ok::<_, tokio_postgres::Error>(())
+    }
+    .await;
+    if let Err(e) = result {
+        for q in touched {
+            sh.cursors.forget(q);
+        }
+        return Err(pg_err(e));
+    }
+    let mut lease = Lease {
+        taken,
+        rows: HashMap::new(),
+        touched,
+    };
+    if lease.taken.is_empty() {
+        return Ok(lease);
+    }
+    let updated = async {
+        let rows = tx
+            .cached_query(
+                &format!(
+                    "UPDATE sepp_jobs SET stage = 2, attempt = attempt + 1, \
+                     lease_expires_at = $2, worker_id = $3 \
+                     WHERE id = ANY($1) AND stage = 0 RETURNING {JOB_COLUMNS}"
+                ),
+                &[&lease.taken, &spec.lease_expires_at, &spec.worker_id],
+            )
+            .await
+            .map_err(pg_err)?;
+        for r in &rows {
+            let row = JobRow::from_row(r)?;
+            lease.rows.insert(uuid(row.id), row);
+        }
+        Ok::<_, StorageError>(())
+    }
+    .await;
+    if let Err(e) = updated {
+        lease.forget_cursors(sh);
+        return Err(e);
+    }
+    Ok(lease)
+}
+
+/// Settles job `id` inside `tx` as [`Store::settle`] does; the caller commits.
+async fn settle_in(
+    sh: &Shared,
+    tx: &deadpool_postgres::Transaction<'_>,
+    id: JobId,
+    rule: &SettleRule<'_>,
+    reason: &LastReason,
+    now: UnixMs,
+) -> Result<Result<Settled, SettleRefusal>, StorageError> {
+    let row = tx
+        .cached_query_opt(
+            &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1 FOR UPDATE"),
+            &[&uuid(id)],
+        )
+        .await
+        .map_err(pg_err)?
+        .map(|r| JobRow::from_row(&r))
+        .transpose()?;
+    let Some(row) = row else {
+        return match rule(None) {
+            Ok(_) => Err(invalid_plan("a settlement of a job that is not there")),
+            Err(r) => Ok(Err(r)),
+        };
+    };
+    let plan = match rule(Some(row.facts())) {
+        Ok(p) => p,
+        Err(r) => return Ok(Err(r)),
+    };
+    // The fence, in the statement itself: the attempt the rule saw, still in flight, its
+    // lease not reached at `now` (the queue's clock).
+    let attempt = i32::try_from(row.attempt).unwrap_or(i32::MAX);
+    let guard = "AND stage = 2 AND attempt = $4 AND lease_expires_at > $5";
+    let changed = match plan {
+        Settle::Finish(finish) => apply_finish(tx, id, finish, reason, guard, &[&attempt, &now])
+            .await
+            .map_err(pg_err)?,
+        Settle::Retry(to) => {
+            let (stage, due) = match to {
+                Placement::Ready => (READY, None),
+                Placement::Scheduled { due } => (SCHEDULED, Some(due)),
+            };
+            let (reason_val, set_reason) = reason_params(reason);
+            let changed = tx
+                .execute(
+                    &format!(
+                        "UPDATE sepp_jobs SET stage = $6, due_at = $7, lease_expires_at = NULL, \
+                         worker_id = NULL, \
+                         last_reason = CASE WHEN $3 THEN $2::text ELSE last_reason END \
+                         WHERE id = $1 {guard}"
+                    ),
+                    &[
+                        &uuid(id),
+                        &reason_val,
+                        &set_reason,
+                        &attempt,
+                        &now,
+                        &stage,
+                        &due,
+                    ],
+                )
+                .await
+                .map_err(pg_err)?;
+            if stage == READY && changed > 0 {
+                notify_ready(tx, sh, std::iter::once(row.queue.as_str()))
+                    .await
+                    .map_err(pg_err)?;
+            }
+            changed
+        }
+        Settle::Extend { expires } => {
+            let (reason_val, set_reason) = reason_params(reason);
+            tx.execute(
+                &format!(
+                    "UPDATE sepp_jobs SET lease_expires_at = $6, \
+                     last_reason = CASE WHEN $3 THEN $2::text ELSE last_reason END \
+                     WHERE id = $1 {guard}"
+                ),
+                &[
+                    &uuid(id),
+                    &reason_val,
+                    &set_reason,
+                    &attempt,
+                    &now,
+                    &expires,
+                ],
+            )
+            .await
+            .map_err(pg_err)?
+        }
+    };
+    if changed != 1 {
+        return Err(invalid_plan(
+            "a settlement the fence refused after its rule accepted it",
+        ));
+    }
+    Ok(Ok(Settled {
+        plan,
+        queue: Arc::from(row.queue.as_str()),
+    }))
+}
+
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     async fn enqueue(
@@ -778,130 +1035,15 @@ impl Store for PostgresStore {
         }
         let mut client = sh.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let paused: Vec<String> = tx
-            .cached_query(
-                "SELECT name FROM sepp_queues WHERE paused AND name = ANY($1)",
-                &[&spec.queues],
-            )
-            .await
-            .map_err(pg_err)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let mut taken: Vec<Uuid> = Vec::new();
-        let mut used = 0u64;
-        let mut touched: Vec<&str> = Vec::new();
-        let result = async {
-            'queues: for queue in &spec.queues {
-                if paused.contains(queue) {
-                    continue;
-                }
-                let left = i64::from(spec.max_jobs) - taken.len() as i64;
-                if left <= 0 {
-                    break;
-                }
-                touched.push(queue);
-                // From this server's cursor first (`cursor.rs`), from the start of the queue
-                // when that finds fewer jobs than asked.
-                let mut rows = Vec::new();
-                if let Some((priority, seq)) = sh.cursors.get(queue) {
-                    rows = tx
-                        .cached_query(
-                            "SELECT id, reply_bytes, priority, seq FROM sepp_jobs \
-                             WHERE queue = $1 AND stage = 0 AND priority = $3 AND seq > $4 \
-                             ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-                            &[queue, &left, &priority, &seq],
-                        )
-                        .await?;
-                }
-                if (rows.len() as i64) < left {
-                    // The rows the first scan locked come back in this one (this transaction
-                    // holds their locks), in their place.
-                    rows = tx
-                        .cached_query(
-                            "SELECT id, reply_bytes, priority, seq FROM sepp_jobs \
-                             WHERE queue = $1 AND stage = 0 \
-                             ORDER BY priority DESC, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-                            &[queue, &left],
-                        )
-                        .await?;
-                }
-                let mut last = None;
-                let mut stopped = false;
-                for r in &rows {
-                    let size = u32::try_from(r.get::<_, i32>(1)).unwrap_or(0);
-                    match fit(size, used, taken.len()) {
-                        Fit::Take(n) => used = used.saturating_add(n),
-                        Fit::Skip | Fit::Stop => {
-                            stopped = true;
-                            break;
-                        }
-                    }
-                    taken.push(r.get(0));
-                    last = Some((r.get::<_, i16>(2), r.get::<_, i64>(3)));
-                }
-                match last {
-                    // The queue may hold more after the last job taken.
-                    Some((priority, seq)) if stopped || rows.len() as i64 == left => {
-                        sh.cursors.set(queue, priority, seq);
-                    }
-                    _ => sh.cursors.forget(queue),
-                }
-                if stopped {
-                    break 'queues;
-                }
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        }
-        .await;
-        if let Err(e) = result {
-            for q in touched {
-                sh.cursors.forget(q);
-            }
-            return Err(pg_err(e));
-        }
-        if taken.is_empty() {
+        let lease = lease_in(sh, &tx, spec, fit).await?;
+        if lease.taken.is_empty() {
             return Ok(Vec::new());
         }
-        let rows = match tx
-            .cached_query(
-                &format!(
-                    "UPDATE sepp_jobs SET stage = 2, attempt = attempt + 1, \
-                     lease_expires_at = $2, worker_id = $3 \
-                     WHERE id = ANY($1) AND stage = 0 RETURNING {JOB_COLUMNS}"
-                ),
-                &[&taken, &spec.lease_expires_at, &spec.worker_id],
-            )
-            .await
-        {
-            Ok(rows) => rows,
-            Err(e) => {
-                for q in touched {
-                    sh.cursors.forget(q);
-                }
-                return Err(pg_err(e));
-            }
-        };
-        let mut by_id: std::collections::HashMap<Uuid, JobRow> = std::collections::HashMap::new();
-        for r in &rows {
-            let row = JobRow::from_row(r)?;
-            by_id.insert(uuid(row.id), row);
-        }
         if let Err(e) = tx.commit().await {
-            for q in touched {
-                sh.cursors.forget(q);
-            }
+            lease.forget_cursors(sh);
             return Err(pg_err(e));
         }
-        let mut jobs = Vec::with_capacity(taken.len());
-        for id in taken {
-            if let Some(row) = by_id.remove(&id)
-                && let Some(body) = row.body()?
-            {
-                jobs.push(row.job(body));
-            }
-        }
-        Ok(jobs)
+        lease.jobs()
     }
 
     async fn settle(
@@ -915,99 +1057,64 @@ impl Store for PostgresStore {
         sh.check_writable()?;
         let mut client = sh.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let row = tx
-            .cached_query_opt(
-                &format!("SELECT {FACT_COLUMNS} FROM sepp_jobs WHERE id = $1 FOR UPDATE"),
-                &[&uuid(id)],
-            )
-            .await
-            .map_err(pg_err)?
-            .map(|r| JobRow::from_row(&r))
-            .transpose()?;
-        let Some(row) = row else {
-            return match rule(None) {
-                Ok(_) => Err(invalid_plan("a settlement of a job that is not there")),
-                Err(r) => Ok(Err(r)),
-            };
-        };
-        let plan = match rule(Some(row.facts())) {
-            Ok(p) => p,
+        let settled = match settle_in(sh, &tx, id, rule, &reason, now).await? {
+            Ok(s) => s,
             Err(r) => return Ok(Err(r)),
         };
-        // The fence, in the statement itself: the attempt the rule saw, still in flight, its
-        // lease not reached at `now` (the queue's clock).
-        let attempt = i32::try_from(row.attempt).unwrap_or(i32::MAX);
-        let guard = "AND stage = 2 AND attempt = $4 AND lease_expires_at > $5";
-        let changed = match plan {
-            Settle::Finish(finish) => {
-                apply_finish(&tx, id, finish, &reason, guard, &[&attempt, &now])
-                    .await
-                    .map_err(pg_err)?
+        tx.commit().await.map_err(pg_err)?;
+        Ok(Ok(settled))
+    }
+
+    /// The ack and the leases it brings in one transaction: one commit (one WAL flush) for
+    /// both, as the embedded store's one batch. A lease that fails rolls the transaction back
+    /// and the ack is committed alone, as the default of [`Store::settle_then_reserve`] would.
+    async fn settle_then_reserve(
+        &self,
+        id: JobId,
+        rule: &SettleRule<'_>,
+        now: UnixMs,
+        spec: &ReserveSpec,
+        fit: &ReserveFitRule<'_>,
+    ) -> Result<Result<(Settled, Option<Vec<Job>>), SettleRefusal>, StorageError> {
+        let sh = &*self.shared;
+        sh.check_writable()?;
+        let lease_failed = {
+            let mut client = sh.client().await?;
+            let tx = client.transaction().await.map_err(pg_err)?;
+            let settled = match settle_in(sh, &tx, id, rule, &LastReason::Unchanged, now).await? {
+                Ok(s) => s,
+                Err(r) => return Ok(Err(r)),
+            };
+            if spec.max_jobs == 0 || spec.queues.is_empty() {
+                tx.commit().await.map_err(pg_err)?;
+                return Ok(Ok((settled, Some(Vec::new()))));
             }
-            Settle::Retry(to) => {
-                let (stage, due) = match to {
-                    Placement::Ready => (READY, None),
-                    Placement::Scheduled { due } => (SCHEDULED, Some(due)),
-                };
-                let (reason_val, set_reason) = reason_params(&reason);
-                let changed = tx
-                    .execute(
-                        &format!(
-                            "UPDATE sepp_jobs SET stage = $6, due_at = $7, lease_expires_at = NULL, \
-                             worker_id = NULL, \
-                             last_reason = CASE WHEN $3 THEN $2::text ELSE last_reason END \
-                             WHERE id = $1 {guard}"
-                        ),
-                        &[
-                            &uuid(id),
-                            &reason_val,
-                            &set_reason,
-                            &attempt,
-                            &now,
-                            &stage,
-                            &due,
-                        ],
-                    )
-                    .await
-                    .map_err(pg_err)?;
-                if stage == READY && changed > 0 {
-                    notify_ready(&tx, sh, std::iter::once(row.queue.as_str()))
-                        .await
-                        .map_err(pg_err)?;
+            match lease_in(sh, &tx, spec, fit).await {
+                Ok(lease) => {
+                    if let Err(e) = tx.commit().await {
+                        lease.forget_cursors(sh);
+                        return Err(pg_err(e));
+                    }
+                    let next = match lease.jobs() {
+                        Ok(jobs) => Some(jobs),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reading the jobs leased after an ack failed; the ack took");
+                            None
+                        }
+                    };
+                    return Ok(Ok((settled, next)));
                 }
-                changed
-            }
-            Settle::Extend { expires } => {
-                let (reason_val, set_reason) = reason_params(&reason);
-                tx.execute(
-                    &format!(
-                        "UPDATE sepp_jobs SET lease_expires_at = $6, \
-                         last_reason = CASE WHEN $3 THEN $2::text ELSE last_reason END \
-                         WHERE id = $1 {guard}"
-                    ),
-                    &[
-                        &uuid(id),
-                        &reason_val,
-                        &set_reason,
-                        &attempt,
-                        &now,
-                        &expires,
-                    ],
-                )
-                .await
-                .map_err(pg_err)?
+                Err(e) => {
+                    let _ = tx.rollback().await;
+                    e
+                }
             }
         };
-        if changed != 1 {
-            return Err(invalid_plan(
-                "a settlement the fence refused after its rule accepted it",
-            ));
-        }
-        tx.commit().await.map_err(pg_err)?;
-        Ok(Ok(Settled {
-            plan,
-            queue: Arc::from(row.queue.as_str()),
-        }))
+        tracing::warn!(error = %lease_failed, "the lease after an ack failed; the ack is committed alone");
+        Ok(self
+            .settle(id, rule, LastReason::Unchanged, now)
+            .await?
+            .map(|settled| (settled, None)))
     }
 
     async fn drain_dead_letters(

@@ -512,3 +512,137 @@ mod reserve_cursor {
         store.close().await.unwrap();
     }
 }
+
+/// An ack that brings the next job commits both in one transaction; a lease that fails there
+/// leaves the ack committed alone.
+mod ack_then_reserve {
+    use super::*;
+    use crate::config::Config;
+    use crate::queue::clock::ManualClock;
+    use crate::queue::limits::Limits;
+    use crate::queue::model::EnqueueInput;
+    use crate::queue::{Queue, ReserveInput};
+    use tokio_util::sync::CancellationToken;
+
+    fn one(queue: &str) -> ReserveInput {
+        ReserveInput {
+            queues: vec![queue.into()],
+            wait_timeout_ms: None,
+            lease_ms: Some(30_000),
+            worker_id: None,
+            max_jobs: Some(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lease_that_fails_after_the_ack_leaves_the_ack_committed_alone() {
+        let db = TestDatabase::create().await;
+        let store: Arc<dyn Store> = Arc::new(PostgresStore::open(options(db.url())).await.unwrap());
+        let queue = Queue::new(
+            store.clone(),
+            Arc::new(Limits::from_config(&Config::default()).unwrap()),
+            Arc::new(ManualClock::new(1_000_000)),
+            CancellationToken::new(),
+        );
+        let input = |job_type: &str| EnqueueInput {
+            queue: "q".into(),
+            job_type: job_type.into(),
+            ..Default::default()
+        };
+        queue
+            .enqueue_batch(vec![input("a"), input("b")])
+            .await
+            .unwrap();
+        let a = queue.reserve(one("q")).await.unwrap().remove(0);
+        assert_eq!(a.job_type, "a");
+
+        // Every lease of a ready job now fails inside the database.
+        let (admin, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        admin
+            .batch_execute(
+                "CREATE FUNCTION refuse_lease() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'lease refused by the test'; END $$; \
+                 CREATE TRIGGER refuse_lease BEFORE UPDATE ON sepp_jobs FOR EACH ROW \
+                 WHEN (OLD.stage = 0 AND NEW.stage = 2) EXECUTE FUNCTION refuse_lease();",
+            )
+            .await
+            .unwrap();
+        let next = queue
+            .ack_then_reserve(&a.id.to_string(), a.attempt, one("q"))
+            .await
+            .unwrap();
+        assert!(next.is_none(), "the failed lease brought {next:?}");
+        admin
+            .batch_execute("DROP TRIGGER refuse_lease ON sepp_jobs")
+            .await
+            .unwrap();
+
+        // The ack took: a second ack of the same attempt finds the job gone.
+        assert!(
+            queue.ack(&a.id.to_string(), a.attempt).await.is_err(),
+            "the ack was rolled back with the lease"
+        );
+        assert_eq!(queue.queue_stats("q").await.unwrap().in_flight, 0);
+        // The job the lease tried to take is still ready, on its first attempt.
+        let b = queue.reserve(one("q")).await.unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!((b[0].job_type.as_str(), b[0].attempt), ("b", 1));
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_ack_and_its_lease_commit_in_one_transaction() {
+        let db = TestDatabase::create().await;
+        let store: Arc<dyn Store> = Arc::new(PostgresStore::open(options(db.url())).await.unwrap());
+        let queue = Queue::new(
+            store.clone(),
+            Arc::new(Limits::from_config(&Config::default()).unwrap()),
+            Arc::new(ManualClock::new(1_000_000)),
+            CancellationToken::new(),
+        );
+        let input = |job_type: &str| EnqueueInput {
+            queue: "q".into(),
+            job_type: job_type.into(),
+            ..Default::default()
+        };
+        queue
+            .enqueue_batch(vec![input("a"), input("b")])
+            .await
+            .unwrap();
+        let a = queue.reserve(one("q")).await.unwrap().remove(0);
+        // Each transaction that changes sepp_jobs counts itself (txid_current() is that
+        // transaction's id: one row per transaction, however many rows it changed).
+        let (admin, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        admin
+            .batch_execute(
+                "CREATE TABLE test_txs (tx bigint PRIMARY KEY); \
+                 CREATE FUNCTION count_tx() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN INSERT INTO test_txs VALUES (txid_current()) ON CONFLICT DO NOTHING; \
+                 RETURN NULL; END $$; \
+                 CREATE TRIGGER count_tx AFTER UPDATE OR DELETE ON sepp_jobs \
+                 FOR EACH STATEMENT EXECUTE FUNCTION count_tx();",
+            )
+            .await
+            .unwrap();
+        let next = queue
+            .ack_then_reserve(&a.id.to_string(), a.attempt, one("q"))
+            .await
+            .unwrap()
+            .expect("the ack brought a job");
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].job_type, "b");
+        let txs: i64 = admin
+            .query_one("SELECT count(*) FROM test_txs", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(txs, 1, "the ack and the lease took {txs} transactions");
+        store.close().await.unwrap();
+    }
+}
