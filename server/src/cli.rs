@@ -730,6 +730,22 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                     ],
                     &rows,
                 );
+                // DLQ/MIN above DEAD 0 reads like a lost job; say where they went.
+                let gone: Vec<&str> = all
+                    .iter()
+                    .filter(|q| q.dead_lettered == 0 && rate(&q.queue)[3] > 0)
+                    .map(|q| q.queue.as_str())
+                    .collect();
+                if !gone.is_empty() {
+                    eprintln!(
+                        "sepp: {} {} dead-lettered jobs in the last minute and {} none: with \
+                         storage.dead_letter_retention_ms = 0 (the default) a dead letter is \
+                         deleted at once; otherwise they were drained, requeued or deleted since",
+                        if gone.len() == 1 { "queue" } else { "queues" },
+                        gone.join(", "),
+                        if gone.len() == 1 { "keeps" } else { "keep" }
+                    );
+                }
             }
         }
         Op::Jobs {

@@ -318,3 +318,69 @@ async fn get_queue_rates_reports_each_minute_of_the_last_hour() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
 }
+
+/// `sepp queues` shows the last complete minute's dead-letterings next to the dead letters
+/// kept; when a queue dead-lettered jobs and keeps none (the default retention deletes them at
+/// once), it says so on stderr rather than leave the table to read like a lost job.
+#[tokio::test]
+async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
+    use sepp_rs::NackRetry;
+    use sepp_server::queue::clock::ManualClock;
+    let t0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z, a minute boundary
+    let clock = std::sync::Arc::new(ManualClock::new(t0));
+    let server = TestServer::start_with_clock(clock.clone(), |_| {}).await;
+    let c = server.client().await;
+    c.enqueue(EnqueueRequest::new("mail", "send").unwrap())
+        .await
+        .unwrap();
+    let j = c
+        .reserve(ReserveOptions::new(["mail"], Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .remove(0);
+    c.nack(&j.id, j.attempt, NackRetry::DeadLetter, Some("bad".into()))
+        .await
+        .unwrap();
+    // The CLI runs on a blocking thread: the server answers it from this test's runtime.
+    let queues = || {
+        let url = server.url();
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(common::sepp_bin())
+                .arg("queues")
+                .env("SEPP_SERVER", url)
+                .env_remove("SEPP_API_KEY")
+                .env_remove("SEPP_CONFIG")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            (
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(out.stderr).unwrap(),
+            )
+        })
+    };
+    // The minute is not complete yet: nothing to explain.
+    let (table, err) = queues().await.unwrap();
+    assert!(err.is_empty(), "{err}");
+    let cells = |table: &str| -> Vec<String> {
+        let row = table.lines().find(|l| l.starts_with("mail")).unwrap();
+        row.split_whitespace().map(str::to_string).collect()
+    };
+    assert_eq!(
+        (cells(&table)[4].as_str(), cells(&table)[9].as_str()),
+        ("0", "0")
+    );
+
+    clock.advance(60_000);
+    let (table, err) = queues().await.unwrap();
+    // DEAD 0, DLQ/MIN 1.
+    assert_eq!(
+        (cells(&table)[4].as_str(), cells(&table)[9].as_str()),
+        ("0", "1")
+    );
+    assert!(
+        err.contains("queue mail dead-lettered jobs in the last minute and keeps none")
+            && err.contains("storage.dead_letter_retention_ms = 0 (the default)"),
+        "{err}"
+    );
+}
