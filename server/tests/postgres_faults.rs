@@ -117,6 +117,8 @@ struct Inner {
     enqueues_by_phase: [u64; 3],
     leases_lost: u64,
     redeliveries: u64,
+    /// Deliveries that came in an ack's reply (`then_reserve`), not a Reserve's.
+    brought: u64,
     failures: Vec<Failure>,
     violations: Vec<String>,
 }
@@ -225,6 +227,12 @@ impl Ledger {
             .entry(id.to_string())
             .or_default()
             .ack_unknown = true;
+    }
+
+    /// A delivery in an ack's reply.
+    fn brought(&self, job: &Job, server: usize) {
+        self.delivered(job, server);
+        self.lock().brought += 1;
     }
 
     fn lease_lost(&self) {
@@ -375,7 +383,9 @@ fn start_load(urls: &[String], ledger: &Arc<Ledger>, mix: Mix) -> Load {
 }
 
 /// One worker on server `s`: reserve, ack each job (retrying an ack whose outcome is unknown
-/// until the lease is lost or over), until told to stop or its server is killed.
+/// until the lease is lost or over), until told to stop or its server is killed. The last job
+/// in hand is acked with `then_reserve` (one transaction for the ack and the next lease, the
+/// way the worker engine acks): the jobs it brings are deliveries like a Reserve's.
 async fn work(
     c: &SeppClient,
     s: usize,
@@ -388,24 +398,37 @@ async fn work(
         let opts = ReserveOptions::new([QUEUE], lease)
             .with_max_jobs(8)
             .with_wait_timeout(Duration::from_millis(300));
-        let jobs = match c.reserve(opts).await {
-            Ok(jobs) => jobs,
+        let mut jobs: std::collections::VecDeque<Job> = match c.reserve(opts).await {
+            Ok(jobs) => jobs.into(),
             Err(e) => {
                 ledger.failed("reserve", s, &e);
                 tokio::time::sleep(AFTER_ERROR).await;
                 continue;
             }
         };
-        for job in jobs {
-            ledger.delivered(&job, s);
+        for job in &jobs {
+            ledger.delivered(job, s);
+        }
+        while let Some(job) = jobs.pop_front() {
             let until = Instant::now() + lease;
+            let bring = jobs.is_empty() && !stop.load(Ordering::SeqCst);
             loop {
                 if dead.load(Ordering::SeqCst) {
                     return;
                 }
-                match c.ack(&job.id, job.attempt).await {
-                    Ok(()) => {
+                let r = if bring {
+                    let next = ReserveOptions::new([QUEUE], lease).with_max_jobs(2);
+                    c.ack_then_reserve(&job.id, job.attempt, next).await
+                } else {
+                    c.ack(&job.id, job.attempt).await.map(|()| None)
+                };
+                match r {
+                    Ok(next) => {
                         ledger.acked(&job.id, job.attempt);
+                        for j in next.unwrap_or_default() {
+                            ledger.brought(&j, s);
+                            jobs.push_back(j);
+                        }
                         break;
                     }
                     Err(e) if e.is_lease_lost() => {
@@ -651,9 +674,13 @@ async fn three_servers_drain_every_job_once() {
         eprintln!(
             "drain: {n} jobs enqueued in {enqueued_in:?}, drained by 12 workers on 3 servers in \
              {drained_in:?}; first deliveries by server {by_server:?}; {} acks, {} redeliveries \
-             (each after its lease expired: a higher attempt), {} leases lost",
-            g.acks, g.redeliveries, g.leases_lost
+             (each after its lease expired: a higher attempt), {} leases lost; {} jobs came \
+             in an ack's reply",
+            g.acks, g.redeliveries, g.leases_lost, g.brought
         );
+        if g.brought == 0 {
+            bad.push("no ack brought a job: then_reserve went untested".into());
+        }
         bad
     };
     assert!(
@@ -753,12 +780,14 @@ async fn kill_9_of_one_server_under_load_loses_nothing() {
         "kill -9: {} keyed jobs ({enq_before} acknowledged before the kill), {} acks \
          ({acks_before} before); {} jobs held by the killed server, all redelivered by the \
          others after their lease; {} redeliveries in all, {} leases lost, {unknown_committed} \
-         acks whose reply the kill took but which had committed; failures:\n{}",
+         acks whose reply the kill took but which had committed; {} jobs came in an ack's \
+         reply; failures:\n{}",
         g.enqueued.len(),
         g.acks,
         held.len(),
         g.redeliveries,
         g.leases_lost,
+        g.brought,
         failure_summary(&g.failures)
     );
     assert!(bad.is_empty(), "{}", bad.join("\n"));
