@@ -534,33 +534,63 @@ mod ack_then_reserve {
         }
     }
 
+    /// Jobs "a" and "b" in queue "q", "a" leased, and a second connection to the database.
+    struct Rig {
+        db: TestDatabase,
+        store: Arc<dyn Store>,
+        queue: Queue,
+        a: crate::domain::Job,
+        admin: tokio_postgres::Client,
+    }
+
+    impl Rig {
+        async fn new() -> Rig {
+            let db = TestDatabase::create().await;
+            let store: Arc<dyn Store> =
+                Arc::new(PostgresStore::open(options(db.url())).await.unwrap());
+            let queue = Queue::new(
+                store.clone(),
+                Arc::new(Limits::from_config(&Config::default()).unwrap()),
+                Arc::new(ManualClock::new(1_000_000)),
+                CancellationToken::new(),
+            );
+            let input = |job_type: &str| EnqueueInput {
+                queue: "q".into(),
+                job_type: job_type.into(),
+                ..Default::default()
+            };
+            queue
+                .enqueue_batch(vec![input("a"), input("b")])
+                .await
+                .unwrap();
+            let a = queue.reserve(one("q")).await.unwrap().remove(0);
+            assert_eq!(a.job_type, "a");
+            let (admin, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            Rig {
+                db,
+                store,
+                queue,
+                a,
+                admin,
+            }
+        }
+    }
+
     #[tokio::test]
     async fn a_lease_that_fails_after_the_ack_leaves_the_ack_committed_alone() {
-        let db = TestDatabase::create().await;
-        let store: Arc<dyn Store> = Arc::new(PostgresStore::open(options(db.url())).await.unwrap());
-        let queue = Queue::new(
-            store.clone(),
-            Arc::new(Limits::from_config(&Config::default()).unwrap()),
-            Arc::new(ManualClock::new(1_000_000)),
-            CancellationToken::new(),
-        );
-        let input = |job_type: &str| EnqueueInput {
-            queue: "q".into(),
-            job_type: job_type.into(),
-            ..Default::default()
-        };
-        queue
-            .enqueue_batch(vec![input("a"), input("b")])
-            .await
-            .unwrap();
-        let a = queue.reserve(one("q")).await.unwrap().remove(0);
-        assert_eq!(a.job_type, "a");
+        // `_db` keeps the database until the test ends.
+        let Rig {
+            db: _db,
+            store,
+            queue,
+            a,
+            admin,
+        } = Rig::new().await;
 
         // Every lease of a ready job now fails inside the database.
-        let (admin, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
         admin
             .batch_execute(
                 "CREATE FUNCTION refuse_lease() RETURNS trigger LANGUAGE plpgsql AS \
@@ -595,30 +625,16 @@ mod ack_then_reserve {
 
     #[tokio::test]
     async fn the_ack_and_its_lease_commit_in_one_transaction() {
-        let db = TestDatabase::create().await;
-        let store: Arc<dyn Store> = Arc::new(PostgresStore::open(options(db.url())).await.unwrap());
-        let queue = Queue::new(
-            store.clone(),
-            Arc::new(Limits::from_config(&Config::default()).unwrap()),
-            Arc::new(ManualClock::new(1_000_000)),
-            CancellationToken::new(),
-        );
-        let input = |job_type: &str| EnqueueInput {
-            queue: "q".into(),
-            job_type: job_type.into(),
-            ..Default::default()
-        };
-        queue
-            .enqueue_batch(vec![input("a"), input("b")])
-            .await
-            .unwrap();
-        let a = queue.reserve(one("q")).await.unwrap().remove(0);
+        // `_db` keeps the database until the test ends.
+        let Rig {
+            db: _db,
+            store,
+            queue,
+            a,
+            admin,
+        } = Rig::new().await;
         // Each transaction that changes sepp_jobs counts itself (txid_current() is that
         // transaction's id: one row per transaction, however many rows it changed).
-        let (admin, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
         admin
             .batch_execute(
                 "CREATE TABLE test_txs (tx bigint PRIMARY KEY); \
