@@ -49,6 +49,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
         dir: &std::path::Path,
         now: UnixMs,
     ) -> Result<Arc<dyn Store>, &'static [&'static str]>;
+
+    /// Overwrites the stored body of job `id` in `store` (opened by this backend) with bytes
+    /// that do not decode, as a damaged record would read.
+    async fn corrupt_body(&self, store: &Arc<dyn Store>, id: JobId);
 }
 
 /// Runs every case of the suite as its own `#[tokio::test]` against the backend `$backend`
@@ -73,6 +77,7 @@ macro_rules! conformance_suite {
             paused_queues_are_skipped_until_resumed,
             fencing_refuses_a_wrong_attempt_an_old_attempt_and_a_finished_job,
             an_ack_then_reserve_leases_in_the_same_step_and_a_refused_ack_leases_nothing,
+            a_corrupt_body_leaves_only_its_own_job_out_of_a_lease,
             a_late_ack_nack_or_extend_before_any_sweep_is_refused,
             nack_plans_retry_at_once_after_a_delay_or_dead_letter,
             lease_expiry_redelivers_and_on_the_last_attempt_dead_letters,
@@ -1065,6 +1070,45 @@ pub(crate) mod cases {
         // A job that is ready (not leased) is not in flight either.
         let r = h.put(job("q")).await;
         not_in_flight(h.queue.ack(&r.to_string(), 0).await);
+    }
+
+    /// A leased job whose body does not decode is left out of the reply, not the whole
+    /// reply (a Reserve's and an ack's lease alike): the others are handed out on their first
+    /// attempt, and it stays leased to nobody until its lease expires.
+    pub(crate) async fn a_corrupt_body_leaves_only_its_own_job_out_of_a_lease(b: Box<dyn Backend>) {
+        let h = Harness::new(b, |_| {}).await;
+        let mut ids = Vec::new();
+        for k in ["a", "b", "c", "d", "e", "f"] {
+            ids.push(h.put(keyed("q", k)).await);
+        }
+        h.backend.corrupt_body(&h.store, ids[1]).await;
+        h.backend.corrupt_body(&h.store, ids[4]).await;
+        let take = |max_jobs: u32| ReserveInput {
+            queues: vec!["q".into()],
+            wait_timeout_ms: None,
+            lease_ms: Some(5_000),
+            worker_id: None,
+            max_jobs: Some(max_jobs),
+        };
+        let a = h.reserve_one("q", 1_000).await.unwrap();
+        assert_eq!(a.id, ids[0]);
+        // The ack's lease takes b and c, and hands out c.
+        let next = h
+            .queue
+            .ack_then_reserve(&a.id.to_string(), 1, take(2))
+            .await
+            .unwrap()
+            .expect("the ack took and leased");
+        assert_eq!(next.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[2]]);
+        // A Reserve takes d, e and f, and hands out d and f.
+        let got = h.queue.reserve(take(3)).await.unwrap();
+        assert_eq!(
+            got.iter().map(|j| j.id).collect::<Vec<_>>(),
+            [ids[3], ids[5]]
+        );
+        assert!(next.iter().chain(&got).all(|j| j.attempt == 1));
+        let st = h.stats("q").await;
+        assert_eq!((st.ready, st.in_flight), (0, 5));
     }
 
     pub(crate) async fn an_ack_then_reserve_leases_in_the_same_step_and_a_refused_ack_leases_nothing(

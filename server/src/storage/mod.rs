@@ -72,6 +72,29 @@ pub enum StorageError {
     Unavailable(String),
 }
 
+/// The body of a job a lease just took, for the reply. A body that cannot be decoded (a
+/// corrupt record) leaves that one job out, not the whole reply: the others are handed out,
+/// and it is delivered again when its lease expires (a higher attempt; dead-lettered as
+/// lease-expired once out of attempts), logged at `error` with its id. Other errors (the
+/// store unreadable) fail the reply. `Ok(None)`: the body is gone (the job was settled by
+/// someone else after its lease expired); not ours to hand out either.
+pub(crate) fn leased_body<B>(
+    id: JobId,
+    body: Result<Option<B>, StorageError>,
+) -> Result<Option<B>, StorageError> {
+    match body {
+        Err(e @ StorageError::Corrupt { .. }) => {
+            tracing::error!(
+                job_id = %id,
+                error = %e,
+                "a leased job's body cannot be decoded: left out of the reply, delivered again after its lease"
+            );
+            Ok(None)
+        }
+        other => other,
+    }
+}
+
 /// Whether the store takes writes, as the health service reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum StorageHealth {

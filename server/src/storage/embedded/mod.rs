@@ -400,10 +400,9 @@ impl Shared {
     fn assemble_leased(&self, leased: Vec<(JobId, Meta)>) -> Result<Vec<Job>, StorageError> {
         let mut jobs = Vec::with_capacity(leased.len());
         for (id, meta) in leased {
-            // The body was written in an earlier (now durable) batch. It is missing only if the
-            // job was settled by someone else in the meantime, which needs the lease to have
-            // expired already; then it is not ours to hand out.
-            if let Some(body) = self.body(id)? {
+            // The body was written in an earlier (now durable) batch (`leased_body`: when it
+            // is missing or cannot be decoded).
+            if let Some(body) = super::leased_body(id, self.body(id))? {
                 jobs.push(assemble(id, &meta, body));
             }
         }

@@ -28,12 +28,15 @@ fn open(dir: &std::path::Path, now: UnixMs) -> EmbeddedStore {
 /// The embedded backend for the conformance suite: a fresh directory per case.
 struct Embedded {
     dir: tempfile::TempDir,
+    /// The store `open` opened last (for `corrupt_body`); weak, so that a reopen can close it.
+    last: std::sync::Mutex<std::sync::Weak<EmbeddedStore>>,
 }
 
 impl Embedded {
     fn new() -> Self {
         Embedded {
             dir: tempfile::tempdir().expect("temp dir"),
+            last: std::sync::Mutex::new(std::sync::Weak::new()),
         }
     }
 }
@@ -41,7 +44,24 @@ impl Embedded {
 #[async_trait::async_trait]
 impl Backend for Embedded {
     async fn open(&self, now: UnixMs) -> Arc<dyn Store> {
-        Arc::new(open(self.dir.path(), now))
+        let store = Arc::new(open(self.dir.path(), now));
+        *self.last.lock().unwrap() = Arc::downgrade(&store);
+        store
+    }
+
+    async fn corrupt_body(&self, store: &Arc<dyn Store>, id: JobId) {
+        let last = self
+            .last
+            .lock()
+            .unwrap()
+            .upgrade()
+            .expect("a store is open");
+        let opened: Arc<dyn Store> = last.clone();
+        assert!(Arc::ptr_eq(&opened, store), "not the store opened last");
+        let ks = last.shared.ks().expect("keyspaces");
+        ks.jobs
+            .insert(id.to_bytes(), b"not a body".to_vec())
+            .expect("write");
     }
 
     async fn open_backup(

@@ -758,12 +758,12 @@ impl Lease<'_> {
         }
     }
 
-    /// The leased jobs, in the order taken (a job whose body is gone is left out).
+    /// The leased jobs, in the order taken (without those [`super::leased_body`] leaves out).
     fn jobs(mut self) -> Result<Vec<Job>, StorageError> {
         let mut jobs = Vec::with_capacity(self.taken.len());
         for id in &self.taken {
             if let Some(row) = self.rows.remove(id)
-                && let Some(body) = row.body()?
+                && let Some(body) = super::leased_body(row.id, row.body())?
             {
                 jobs.push(row.job(body));
             }

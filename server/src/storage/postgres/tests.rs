@@ -39,6 +39,22 @@ impl Backend for Postgres {
         )
     }
 
+    async fn corrupt_body(&self, _store: &Arc<dyn Store>, id: JobId) {
+        let db = self.db.get().expect("a store was opened");
+        let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        let n = client
+            .execute(
+                "UPDATE sepp_jobs SET body = '\\xdeadbeef'::bytea WHERE id = $1",
+                &[&uuid(id)],
+            )
+            .await
+            .expect("update");
+        assert_eq!(n, 1);
+    }
+
     /// A PostgreSQL database is backed up with PostgreSQL's tools (docs/postgres.md).
     async fn open_backup(
         &self,
