@@ -773,7 +773,8 @@ impl Lease<'_> {
 }
 
 /// Leases up to `spec.max_jobs` ready jobs of `spec.queues` inside `tx`, as `fit` lets them
-/// into the reply; the caller commits (and forgets the cursors if that fails).
+/// into the reply (none when `spec` asks for none); the caller commits (and forgets the
+/// cursors if that fails).
 async fn lease_in<'s>(
     sh: &Shared,
     tx: &deadpool_postgres::Transaction<'_>,
@@ -856,17 +857,15 @@ async fn lease_in<'s>(
         Ok::<_, tokio_postgres::Error>(())
     }
     .await;
-    if let Err(e) = result {
-        for q in touched {
-            sh.cursors.forget(q);
-        }
-        return Err(pg_err(e));
-    }
     let mut lease = Lease {
         taken,
         rows: HashMap::new(),
         touched,
     };
+    if let Err(e) = result {
+        lease.forget_cursors(sh);
+        return Err(pg_err(e));
+    }
     if lease.taken.is_empty() {
         return Ok(lease);
     }
@@ -1085,10 +1084,6 @@ impl Store for PostgresStore {
                 Ok(s) => s,
                 Err(r) => return Ok(Err(r)),
             };
-            if spec.max_jobs == 0 || spec.queues.is_empty() {
-                tx.commit().await.map_err(pg_err)?;
-                return Ok(Ok((settled, Some(Vec::new()))));
-            }
             match lease_in(sh, &tx, spec, fit).await {
                 Ok(lease) => {
                     if let Err(e) = tx.commit().await {
