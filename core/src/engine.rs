@@ -25,8 +25,11 @@
 //! - a handler time limit: with [`EngineOptions::handler_timeout`], a job handed out longer
 //!   than that is nacked with the queue's retry policy and a reason saying so, and its
 //!   [`Lease::done`] resolves with [`LeaseEnd::TimedOut`];
-//! - shutdown: [`Engine::shutdown`] stops reserving (a waiting reserve is cancelled, which
-//!   leases nothing) and jobs reserved but not yet handed out are given back at once;
+//! - shutdown: [`Engine::shutdown`] stops reserving (a waiting reserve is cancelled: the
+//!   server drops it once it reads the cancel, leasing nothing; the transport sends the cancel
+//!   from a task of its own, so a job made ready in the instant before the server reads it, even
+//!   by this engine's own abandon, can still be leased into the dropped reply and comes back when
+//!   that lease expires) and jobs reserved but not yet handed out are given back at once;
 //!   [`Engine::drain`] then gives the held jobs `shutdown_timeout` to be settled and nacks the
 //!   rest ([`LeaseEnd::Abandoned`]). An engine dropped with jobs held does the same at once;
 //! - the counts of a run ([`WorkerReport`]).
@@ -716,7 +719,8 @@ async fn poll(inner: Arc<Inner>) {
             .with_wait_timeout(inner.opts.wait_timeout)
             .with_max_jobs(permits.len() as u32);
         opts.worker_id.clone_from(&inner.opts.worker_id);
-        // Cancelling a waiting reserve (by dropping it) leases nothing on the server.
+        // Cancelling a waiting reserve (by dropping it) leases nothing on the server once it
+        // reads the cancel (see the module's notes on shutdown).
         let result = tokio::select! {
             r = inner.client.reserve(opts) => r,
             _ = inner.stopping.cancelled() => return,

@@ -147,6 +147,79 @@ async fn a_cancelled_waiting_reserve_leases_nothing() {
     assert!(got.is_some(), "the job went to the cancelled reserve");
 }
 
+/// A gRPC request body: the 5-byte header, then `m` encoded.
+fn grpc_body(m: &impl prost::Message) -> bytes::Bytes {
+    let encoded = m.encode_to_vec();
+    let mut out = Vec::with_capacity(encoded.len() + 5);
+    out.push(0);
+    out.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+    out.extend_from_slice(&encoded);
+    out.into()
+}
+
+/// A worker that stops cancels its long poll and at once gives back (nacks) the job in its
+/// hand on the same connection. The server reads the cancel (`RST_STREAM`) first; the job it
+/// then makes ready must not be leased into the cancelled Reserve's reply, which nobody reads
+/// (the job would be stranded until that lease expired). Raw HTTP/2, so that the cancel
+/// surely goes out before the next call, on a server with two worker threads; 100 rounds
+/// (before the fix, about a third of them lost their job).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_made_ready_right_after_a_reserve_is_cancelled_does_not_go_to_it() {
+    use sepp_server::testing::stalled;
+    let server = TestServer::start(|_| {}).await;
+    let c = server.client().await;
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    let mut lost = Vec::new();
+    for round in 0..100 {
+        let queue = format!("q{round}");
+        let reserve = grpc_body(&pb::ReserveRequest {
+            queues: vec![queue.clone()],
+            wait_timeout: Some(prost_types::Duration {
+                seconds: 30,
+                nanos: 0,
+            }),
+            lease_duration: Some(prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+            ..Default::default()
+        });
+        let len = reserve.len();
+        let mut waiting = stalled::open(&mut conn, "/sepp.v1.QueueService/Reserve", reserve, len)
+            .await
+            .unwrap();
+        waiting.end_here().unwrap();
+        server.reserves_waiting(1).await;
+        waiting.reset();
+        let enqueue = grpc_body(&pb::EnqueueBatchRequest {
+            jobs: vec![pb::EnqueueRequest {
+                queue: queue.clone(),
+                job_type: "t".into(),
+                ..Default::default()
+            }],
+        });
+        let len = enqueue.len();
+        let call = stalled::open(
+            &mut conn,
+            "/sepp.v1.QueueService/EnqueueBatch",
+            enqueue,
+            len,
+        )
+        .await
+        .unwrap();
+        let (code, message) = call.status().await.unwrap();
+        assert_eq!(code, 0, "enqueue: {message}");
+        server.no_reserve_waiting().await;
+        if reserve_one(&c, &queue, 30_000).await.is_none() {
+            lost.push(round);
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "leased by a cancelled Reserve in rounds {lost:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_lease_is_clamped_to_the_smallest_queue_maximum() {
     let server = TestServer::start(|c| {

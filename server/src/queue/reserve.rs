@@ -4,7 +4,10 @@
 //! A waiter registers on each queue's ready signal *before* it looks, so a job that becomes
 //! ready between the look and the wait still wakes it: no polling interval, no lost wake-up.
 //! A Reserve whose client goes away is dropped by the gRPC stack while it waits; the lease is
-//! only taken inside one storage transition, so a cancelled wait leases nothing.
+//! only taken inside one storage transition, so a cancelled wait leases nothing. A waiter that
+//! is woken yields once before it looks: the transport notices a cancel only when the handler
+//! is pending, and a wake-up caused by the cancelling client's own next call (on the same
+//! connection, so read after the cancel) must not lease into the cancelled reply.
 //!
 //! Wake-ups come from one place, [`ReadySignals`]: the queue layer raises them after its own
 //! transitions (enqueue, nack retry, sweeper, requeue, resume) report ready jobs, and a backend
@@ -62,11 +65,18 @@ pub async fn reserve_with_wait(
             return Ok(jobs);
         }
         tracing::debug!(queues = spec.queues.len(), wait_ms, "reserve waiting");
+        let _parked = signals.park(waits.len());
         tokio::select! {
             _ = select_all(wakeups) => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
             _ = shutdown.cancelled() => return Ok(Vec::new()),
         }
+        // Woken: give the transport one turn before leasing. hyper polls a call's handler
+        // before it looks for the client's RST_STREAM, so a client that cancelled its wait and
+        // then, on the same connection, made a job ready (a stopping worker nacks what it holds)
+        // would otherwise get that job leased into a reply nobody reads. Returning `Pending`
+        // once lets hyper see the cancel and drop this Reserve first.
+        tokio::task::yield_now().await;
     }
 }
 
@@ -90,16 +100,20 @@ struct Entry {
 #[derive(Debug)]
 pub struct ReadySignals {
     queues: Mutex<HashMap<Box<str>, Entry>>,
-    /// The number of Reserves waiting, for tests that must know a Reserve is waiting before
-    /// they act ([`ReadySignals::waiting`]).
-    waiting: watch::Sender<usize>,
+    /// Registrations of Reserves alive (a Reserve on two queues counts two), from before their
+    /// first look until they end ([`ReadySignals::waiting_at_most`]).
+    registered: watch::Sender<usize>,
+    /// Registrations of Reserves that looked, found nothing and now sleep until a wake-up, for
+    /// tests that must act only once a Reserve waits ([`ReadySignals::waiting`]).
+    parked: watch::Sender<usize>,
 }
 
 impl Default for ReadySignals {
     fn default() -> Self {
         ReadySignals {
             queues: Mutex::new(HashMap::new()),
-            waiting: watch::Sender::new(0),
+            registered: watch::Sender::new(0),
+            parked: watch::Sender::new(0),
         }
     }
 }
@@ -125,7 +139,19 @@ impl Drop for Waiting<'_> {
             }
         }
         drop(map);
-        self.signals.waiting.send_modify(|n| *n -= 1);
+        self.signals.registered.send_modify(|n| *n -= 1);
+    }
+}
+
+/// A Reserve's `n` registrations asleep until a wake-up; dropping it wakes them in the count.
+struct Parked<'a> {
+    signals: &'a ReadySignals,
+    n: usize,
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.signals.parked.send_modify(|p| *p -= self.n);
     }
 }
 
@@ -146,7 +172,7 @@ impl ReadySignals {
             e.waiters += 1;
             e.notify.clone()
         };
-        self.waiting.send_modify(|n| *n += 1);
+        self.registered.send_modify(|n| *n += 1);
         Waiting {
             signals: self,
             queue,
@@ -177,16 +203,24 @@ impl ReadySignals {
         self.lock().len()
     }
 
+    /// Counts `n` registrations as asleep until the guard is dropped.
+    fn park(&self, n: usize) -> Parked<'_> {
+        self.parked.send_modify(|p| *p += n);
+        Parked { signals: self, n }
+    }
+
     /// Resolves once at least `n` registrations (a Reserve waiting on two queues counts two)
-    /// are waiting. For tests that must act only once a Reserve waits.
+    /// are asleep: their Reserves looked, found nothing and wait for a wake-up. For tests that
+    /// must act only once a Reserve waits.
     pub async fn waiting(&self, n: usize) {
-        let mut rx = self.waiting.subscribe();
+        let mut rx = self.parked.subscribe();
         let _ = rx.wait_for(|w| *w >= n).await;
     }
 
-    /// Resolves once at most `n` registrations are waiting.
+    /// Resolves once at most `n` registrations are left, asleep or not: the other Reserves
+    /// ended (answered, or dropped by the transport).
     pub async fn waiting_at_most(&self, n: usize) {
-        let mut rx = self.waiting.subscribe();
+        let mut rx = self.registered.subscribe();
         let _ = rx.wait_for(|w| *w <= n).await;
     }
 }
