@@ -730,6 +730,12 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                     ],
                     &rows,
                 );
+                if all.is_empty() {
+                    eprintln!(
+                        "sepp: no queues yet: a queue exists from its first enqueued job (or a \
+                         pause, or a [[queues]] entry of the server's config)"
+                    );
+                }
                 // DLQ/MIN above DEAD 0 reads like a lost job; say where they went.
                 let gone: Vec<&str> = all
                     .iter()

@@ -321,7 +321,8 @@ async fn get_queue_rates_reports_each_minute_of_the_last_hour() {
 
 /// `sepp queues` shows the last complete minute's dead-letterings next to the dead letters
 /// kept; when a queue dead-lettered jobs and keeps none (the default retention deletes them at
-/// once), it says so on stderr rather than leave the table to read like a lost job.
+/// once), it says so on stderr rather than leave the table to read like a lost job; with no
+/// queue at all it says what creates one.
 #[tokio::test]
 async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
     use sepp_rs::NackRetry;
@@ -330,17 +331,6 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
     let clock = std::sync::Arc::new(ManualClock::new(t0));
     let server = TestServer::start_with_clock(clock.clone(), |_| {}).await;
     let c = server.client().await;
-    c.enqueue(EnqueueRequest::new("mail", "send").unwrap())
-        .await
-        .unwrap();
-    let j = c
-        .reserve(ReserveOptions::new(["mail"], Duration::from_secs(30)))
-        .await
-        .unwrap()
-        .remove(0);
-    c.nack(&j.id, j.attempt, NackRetry::DeadLetter, Some("bad".into()))
-        .await
-        .unwrap();
     // The CLI runs on a blocking thread: the server answers it from this test's runtime.
     let queues = || {
         let url = server.url();
@@ -359,6 +349,24 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
             )
         })
     };
+    // No queue yet: the header alone, and a line on stderr that says what makes one.
+    let (table, err) = queues().await.unwrap();
+    assert_eq!(table.lines().count(), 1, "{table}");
+    assert!(
+        err.starts_with("sepp: no queues yet: a queue exists from its first enqueued job"),
+        "{err}"
+    );
+    c.enqueue(EnqueueRequest::new("mail", "send").unwrap())
+        .await
+        .unwrap();
+    let j = c
+        .reserve(ReserveOptions::new(["mail"], Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .remove(0);
+    c.nack(&j.id, j.attempt, NackRetry::DeadLetter, Some("bad".into()))
+        .await
+        .unwrap();
     // The minute is not complete yet: nothing to explain.
     let (table, err) = queues().await.unwrap();
     assert!(err.is_empty(), "{err}");
