@@ -31,6 +31,17 @@ async fn drain(c: &SeppClient, queue: &str) {
     }
 }
 
+/// Enqueues a job of type `send` on `queue` and leases it (30 s).
+async fn enqueue_and_lease(c: &SeppClient, queue: &str) -> sepp_rs::Job {
+    c.enqueue(EnqueueRequest::new(queue, "send").unwrap())
+        .await
+        .unwrap();
+    c.reserve(ReserveOptions::new([queue], Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .remove(0)
+}
+
 fn too_many(reason: Option<Reason>, queue: &str) {
     match reason {
         Some(Reason::TooManyQueues(x)) => {
@@ -186,14 +197,7 @@ async fn delete_queue_removes_an_empty_queue_and_refuses_one_with_jobs_naming_th
         )
         .await
         .unwrap();
-    c.enqueue(EnqueueRequest::new("mail", "send").unwrap())
-        .await
-        .unwrap();
-    let j = c
-        .reserve(ReserveOptions::new(["mail"], Duration::from_secs(30)))
-        .await
-        .unwrap()
-        .remove(0);
+    let j = enqueue_and_lease(&c, "mail").await;
     let e = admin.delete_queue(delete("mail")).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert!(
@@ -356,14 +360,7 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
         err.starts_with("sepp: no queues yet: a queue exists from its first enqueued job"),
         "{err}"
     );
-    c.enqueue(EnqueueRequest::new("mail", "send").unwrap())
-        .await
-        .unwrap();
-    let j = c
-        .reserve(ReserveOptions::new(["mail"], Duration::from_secs(30)))
-        .await
-        .unwrap()
-        .remove(0);
+    let j = enqueue_and_lease(&c, "mail").await;
     c.nack(&j.id, j.attempt, NackRetry::DeadLetter, Some("bad".into()))
         .await
         .unwrap();
