@@ -496,7 +496,10 @@ export interface EngineReport {
    * handler and handlers past `handlerTimeoutMs` included.
    */
   nacked: number
-  /** Jobs whose lease was lost while held. */
+  /**
+   * Jobs whose lease was lost while held, or whose ack or nack failed (their leases run out
+   * and they are delivered again).
+   */
   leaseLost: number
   /**
    * Jobs nacked because the worker shut down before they were settled (or given back

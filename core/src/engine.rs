@@ -51,6 +51,10 @@ use tokio_util::sync::CancellationToken;
 /// of the shutdown grace period, or an engine dropped while holding it).
 pub const SHUTDOWN_REASON: &str = "worker shut down before the job finished";
 
+/// Most jobs the poller asks for in one reserve (however many slots are free); a server
+/// leases at most its `max_reserve_batch` (256 by default) anyway.
+const MAX_JOBS_PER_RESERVE: usize = 1_000;
+
 /// The reason a job reserved during shutdown, never handed out, is given back with.
 const UNSTARTED_REASON: &str = "worker shutting down before the job started";
 
@@ -192,7 +196,9 @@ pub struct WorkerReport {
     /// Jobs nacked (retry, delay or dead-letter): failed handlers, job types without a
     /// handler and handlers past `handler_timeout` included.
     pub nacked: u64,
-    /// Jobs whose lease was lost while held (or was found lost when settling).
+    /// Jobs whose lease was lost while held (or was found lost when settling), and jobs whose
+    /// ack or nack failed (the server could not be reached): their leases run out and they are
+    /// delivered again.
     pub lease_lost: u64,
     /// Jobs nacked because the worker shut down before they were settled, or given back
     /// because they were reserved during shutdown.
@@ -273,6 +279,8 @@ struct Held {
     /// The slot this job occupies; released when the entry is dropped (after any network
     /// call that settles it), or handed to the next job an ack brought.
     permit: OwnedSemaphorePermit,
+    /// The lease's current expiry (moved by the extender).
+    expires: watch::Receiver<Option<SystemTime>>,
 }
 
 type Key = (String, u32);
@@ -342,13 +350,26 @@ impl Inner {
     /// Nacks a job the engine let go of itself (not handed out, timed out, abandoned),
     /// then frees its slot. The result only matters to the logs: if the nack fails, the lease
     /// runs out and the job is redelivered.
+    /// Nacks a job let go of. The call ends with the job's lease at the latest (the server
+    /// refuses a nack after it, and the job comes back then anyway), so that a stop does not
+    /// wait out the client's retries against a server that does not answer.
     async fn nack_held(&self, key: &Key, held: Held, retry: NackRetry, reason: &str) {
         let (job_id, attempt) = key;
-        if let Err(e) = self
+        let expiry = *held.expires.borrow();
+        let left = expiry.map(|e| e.duration_since(SystemTime::now()).unwrap_or_default());
+        let nack = self
             .client
-            .nack(job_id, *attempt, retry, Some(reason.to_string()))
-            .await
-        {
+            .nack(job_id, *attempt, retry, Some(reason.to_string()));
+        let result = match left {
+            Some(left) => tokio::time::timeout(left, nack).await.unwrap_or_else(|_| {
+                Err(LeaseError::Client(crate::error::ClientError::new(
+                    ErrorCode::Transport,
+                    "the lease ran out before the nack was answered",
+                )))
+            }),
+            None => nack.await,
+        };
+        if let Err(e) = result {
             tracing::warn!(job_id, attempt, error = %e, reason, "could not nack the job; its lease will run out");
         }
         drop(held);
@@ -517,9 +538,9 @@ impl Engine {
                 .map(|_| None),
         };
         match &result {
-            Err(e) if e.is_lease_lost() => inner.count(|r| r.lease_lost += 1),
-            _ if acked => inner.count(|r| r.acked += 1),
-            _ => inner.count(|r| r.nacked += 1),
+            Err(_) => inner.count(|r| r.lease_lost += 1),
+            Ok(_) if acked => inner.count(|r| r.acked += 1),
+            Ok(_) => inner.count(|r| r.nacked += 1),
         }
         if let Err(e) = &result
             && !e.is_lease_lost()
@@ -724,7 +745,9 @@ async fn poll(inner: Arc<Inner>) {
             _ = inner.stopping.cancelled() => return,
         };
         let mut permits = vec![first];
-        while let Ok(p) = inner.slots.clone().try_acquire_owned() {
+        while permits.len() < MAX_JOBS_PER_RESERVE
+            && let Ok(p) = inner.slots.clone().try_acquire_owned()
+        {
             permits.push(p);
         }
         let mut opts = ReserveOptions::new(inner.opts.queues.clone(), inner.opts.lease_duration)
@@ -791,6 +814,7 @@ fn hold(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) -> Lease {
             stop: stop.clone(),
             end: end_tx,
             permit,
+            expires: expires_rx.clone(),
         },
     );
     if inner.opts.auto_extend {
@@ -874,8 +898,16 @@ async fn extend_loop(
             _ = tokio::time::sleep(wait) => {}
             _ = stop.cancelled() => return,
         }
+        // The call may hang (a connection that stopped carrying packets): the lease is lost
+        // when it runs out, whether or not the call has answered by then.
+        let left = expiry.duration_since(SystemTime::now()).unwrap_or_default();
         let extended = tokio::select! {
             r = inner.client.extend(job_id, attempt, lease) => r,
+            _ = tokio::time::sleep(left) => {
+                tracing::warn!(job_id, attempt, "lease ran out while an extension was unanswered");
+                inner.lose(&key);
+                return;
+            }
             _ = stop.cancelled() => return,
         };
         match extended {

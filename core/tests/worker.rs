@@ -12,7 +12,7 @@ use sepp_server::testing::TestServer;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Notify;
 
 async fn setup() -> (TestServer, SeppClient) {
@@ -625,4 +625,116 @@ async fn an_engine_dropped_with_jobs_held_gives_them_back() {
         info.last_reason.as_deref(),
         Some("worker shut down before the job finished")
     );
+}
+
+/// A server, a relay in front of it that the test can freeze, and a client through the relay.
+async fn behind_a_relay() -> (TestServer, common::Relay, SeppClient) {
+    let (server, _) = setup().await;
+    let relay = common::Relay::default();
+    let url = relay.start(&server.url()).await;
+    let client = SeppClient::connect(url).await.unwrap();
+    (server, relay, client)
+}
+
+/// An engine on `queue` with a short lease (2 s), extended by the engine.
+fn short_lease_engine(c: &SeppClient, queue: &str) -> sepp_rs::engine::Engine {
+    use sepp_rs::engine::{Engine, EngineOptions};
+    let mut opts = EngineOptions::new([queue]);
+    opts.lease_duration = Duration::from_secs(2);
+    opts.wait_timeout = Duration::from_millis(500);
+    Engine::start(c.clone(), opts).unwrap()
+}
+
+/// A connection that stops carrying packets (a partition, a NAT that forgot it) leaves extend
+/// calls unanswered; the lease is lost when it runs out, not when the calls give up (three
+/// tries of 30 s each), since the server hands the job to another worker at that time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_extensions_go_unanswered_is_lost_when_it_runs_out() {
+    use sepp_rs::engine::LeaseEnd;
+    let (_server, relay, c) = behind_a_relay().await;
+    c.enqueue(EnqueueRequest::new("silent", "t").unwrap())
+        .await
+        .unwrap();
+    let engine = short_lease_engine(&c, "silent");
+    let lease = engine.next().await.unwrap();
+    let expiry = lease.expires_at().unwrap();
+    relay.freeze();
+    let end = tokio::time::timeout(Duration::from_secs(15), lease.done())
+        .await
+        .expect("the lease ended within 15 s");
+    assert_eq!(end, LeaseEnd::Lost);
+    let late = SystemTime::now().duration_since(expiry).unwrap_or_default();
+    assert!(late < Duration::from_secs(2), "lost {late:?} after expiry");
+    assert_eq!(engine.in_flight(), 0);
+}
+
+/// Abandoning jobs on a connection that carries nothing ends with their leases: the nacks do
+/// not wait out the client's retries (a stopping worker would otherwise hang for 90 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoning_on_a_silent_connection_takes_no_longer_than_the_lease() {
+    let (server, relay, c) = behind_a_relay().await;
+    c.enqueue(EnqueueRequest::new("silent", "t").unwrap())
+        .await
+        .unwrap();
+    let engine = short_lease_engine(&c, "silent");
+    let lease = engine.next().await.unwrap();
+    relay.freeze();
+    engine.shutdown();
+    let abandoned = tokio::time::timeout(Duration::from_secs(15), engine.abandon_all("bye"))
+        .await
+        .expect("abandoned within 15 s");
+    assert_eq!(abandoned, 1);
+    assert!(SystemTime::now() >= lease.expires_at().unwrap());
+    // The nack never reached the server: the job comes back when its lease runs out.
+    let direct = SeppClient::connect(server.url()).await.unwrap();
+    let info = job_when(&direct, &lease.job.id, |i| i.state == JobState::Ready).await;
+    assert_eq!(info.attempt, 1);
+}
+
+/// An ack that fails (the server is gone) is not counted as acked: the job's lease runs out
+/// and it is delivered again, so the report counts it with the lost leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_ack_is_counted_as_a_lost_lease_not_as_acked() {
+    use sepp_rs::engine::{Engine, EngineOptions, Outcome};
+    let (server, c) = setup().await;
+    c.enqueue(EnqueueRequest::new("gone", "t").unwrap())
+        .await
+        .unwrap();
+    let engine = Engine::start(c.clone(), EngineOptions::new(["gone"])).unwrap();
+    let lease = engine.next().await.unwrap();
+    server.stop().await;
+    let err = engine
+        .settle(&lease.job.id, lease.job.attempt, Outcome::Success)
+        .await
+        .unwrap_err();
+    assert!(!err.is_lease_lost(), "{err}");
+    let report = engine.report();
+    assert_eq!((report.acked, report.lease_lost), (0, 1), "{report:?}");
+}
+
+/// However many slots are free, the poller asks for at most 1,000 jobs per reserve (a
+/// `max_in_flight` of millions once made it build a permit per slot on every reserve: a core
+/// busy and memory growing while idle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_max_in_flight_asks_for_at_most_1000_jobs_per_reserve() {
+    use sepp_rs::engine::{Engine, EngineOptions};
+    let (server, _) = setup().await;
+    let tamper = common::Tamper::default();
+    let url = common::proxy(&server, tamper.clone()).await;
+    let c = SeppClient::connect(url).await.unwrap();
+    c.enqueue(EnqueueRequest::new("wide", "t").unwrap())
+        .await
+        .unwrap();
+    let mut opts = EngineOptions::new(["wide"]);
+    opts.max_in_flight = u32::MAX as usize;
+    let engine = Engine::start(c.clone(), opts).unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(10), engine.next())
+        .await
+        .expect("a job within 10 s")
+        .unwrap();
+    assert_eq!(lease.job.queue, "wide");
+    let asked = tamper.reserve_max_jobs.lock().unwrap().clone();
+    assert!(!asked.is_empty());
+    assert!(asked.iter().all(|n| *n == Some(1_000)), "{asked:?}");
+    engine.shutdown();
 }

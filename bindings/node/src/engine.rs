@@ -195,7 +195,8 @@ pub struct WorkerReport {
     /// Jobs nacked (retry, delay or dead-letter): thrown errors, job types without a
     /// handler and handlers past `handlerTimeoutMs` included.
     pub nacked: u32,
-    /// Jobs whose lease was lost while held.
+    /// Jobs whose lease was lost while held, or whose ack or nack failed (their leases run out
+    /// and they are delivered again).
     pub lease_lost: u32,
     /// Jobs nacked because the worker shut down before they were settled (or given back
     /// because they were reserved during shutdown).

@@ -25,6 +25,8 @@ pub(crate) struct Tamper {
     pub(crate) settlements: Arc<AtomicUsize>,
     /// Reserve calls that passed.
     pub(crate) reserves: Arc<AtomicUsize>,
+    /// The `max_jobs` of each Reserve call that passed.
+    pub(crate) reserve_max_jobs: Arc<Mutex<Vec<Option<u32>>>>,
     /// When set, an Ack's `then_reserve` is removed before it is forwarded, as a server
     /// without the extension (the public sepp) ignores it: its reply has no `next`.
     pub(crate) strip_then_reserve: Arc<std::sync::atomic::AtomicBool>,
@@ -114,6 +116,11 @@ impl QueueService for Proxy {
         r: Request<pb::ReserveRequest>,
     ) -> Result<Response<pb::ReserveResponse>, Status> {
         self.tamper.reserves.fetch_add(1, Ordering::SeqCst);
+        self.tamper
+            .reserve_max_jobs
+            .lock()
+            .unwrap()
+            .push(r.get_ref().max_jobs);
         self.upstream.clone().reserve(r.into_inner()).await
     }
     async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
@@ -167,11 +174,24 @@ pub(crate) async fn proxy(server: &TestServer, tamper: Tamper) -> String {
     format!("http://{addr}")
 }
 
-/// A TCP relay to `upstream` whose connections the test can cut; shared with the test.
-#[derive(Clone, Default)]
+/// A TCP relay to `upstream` whose connections the test can cut or freeze; shared with the
+/// test.
+#[derive(Clone)]
 pub(crate) struct Relay {
     /// The tasks copying each accepted connection; aborting one closes both its sockets.
     conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// Once true, every connection stops carrying bytes but stays open (a network that drops
+    /// packets without resetting anything).
+    frozen: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        Relay {
+            conns: Arc::default(),
+            frozen: Arc::new(watch::Sender::new(false)),
+        }
+    }
 }
 
 impl Relay {
@@ -181,17 +201,31 @@ impl Relay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let conns = self.conns.clone();
+        let frozen = self.frozen.clone();
         tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 let target = target.clone();
+                let mut frozen = frozen.subscribe();
                 let task = tokio::spawn(async move {
                     let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = async { frozen.wait_for(|f| *f).await.map(|_| ()) } => {
+                            // Hold both sockets open, silent, until the task is aborted.
+                            std::future::pending::<()>().await;
+                        }
+                    }
                 });
                 conns.lock().unwrap().push(task.abort_handle());
             }
         });
         format!("http://{addr}")
+    }
+
+    /// Stops every connection, those accepted later too, from carrying bytes, without closing
+    /// any.
+    pub(crate) fn freeze(&self) {
+        self.frozen.send_replace(true);
     }
 
     /// Cuts every connection accepted so far; later connections are relayed as before.

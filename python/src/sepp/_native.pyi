@@ -1489,7 +1489,8 @@ class WorkerReport:
 
     @property
     def lease_lost(self) -> int:
-        """Jobs whose lease was lost while held."""
+        """Jobs whose lease was lost while held, or whose ack or nack failed (their leases run out
+        and they are delivered again)."""
 
     @property
     def abandoned(self) -> int:
