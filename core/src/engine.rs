@@ -25,9 +25,12 @@
 //! - a handler time limit: with [`EngineOptions::handler_timeout`], a job handed out longer
 //!   than that is nacked with the queue's retry policy and a reason saying so, and its
 //!   [`Lease::done`] resolves with [`LeaseEnd::TimedOut`];
+//! - reserving: the poller long-polls (waits up to `wait_timeout`) only after a reserve came
+//!   back empty; after one that brought jobs, the next does not wait;
 //! - shutdown: [`Engine::shutdown`] stops reserving (a waiting reserve is cancelled: the
-//!   server drops it once it reads the cancel, leasing nothing) and jobs reserved but not yet
-//!   handed out are given back at once. An abandon after shutdown first waits for the poller
+//!   server drops it once it reads the cancel, leasing nothing; one that does not wait is let
+//!   finish, for at most a lease) and jobs reserved but not yet handed out are given back at
+//!   once. An abandon after shutdown first waits for the poller
 //!   to have dropped its reserve, so the cancel is on its way before the nacks; the transport
 //!   still sends it from a task of its own, so rarely (in 2,000 shutdowns that each abandoned a
 //!   job at once while a reserve waited: 6 with the wait, 28 without, at `sync_all`) an
@@ -738,11 +741,17 @@ fn start_timer(inner: &Arc<Inner>, lease: &Lease, limit: Duration) {
 async fn poll(inner: Arc<Inner>) {
     let _gone = inner.poller_gone.clone().drop_guard();
     let mut backoff = Duration::ZERO;
+    // Whether the last reserve came back empty: only then does the next one wait (long-poll).
+    // A reserve that does not wait answers at once, so a stop that comes while it is in flight
+    // lets it finish and gives back what it leased; cancelling it could strand its jobs, leased
+    // into a reply nobody reads, until their leases ran out.
+    let mut idle = false;
     loop {
         // Wait for at least one free slot, then take every free one.
         let first = tokio::select! {
-            p = inner.slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            biased;
             _ = inner.stopping.cancelled() => return,
+            p = inner.slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
         let mut permits = vec![first];
         while permits.len() < MAX_JOBS_PER_RESERVE
@@ -750,25 +759,44 @@ async fn poll(inner: Arc<Inner>) {
         {
             permits.push(p);
         }
+        let wait = if idle {
+            inner.opts.wait_timeout
+        } else {
+            Duration::ZERO
+        };
         let mut opts = ReserveOptions::new(inner.opts.queues.clone(), inner.opts.lease_duration)
-            .with_wait_timeout(inner.opts.wait_timeout)
+            .with_wait_timeout(wait)
             .with_max_jobs(permits.len() as u32);
         opts.worker_id.clone_from(&inner.opts.worker_id);
-        // Cancelling a waiting reserve (by dropping it) leases nothing on the server once it
-        // reads the cancel (see the module's notes on shutdown).
+        let reserve = inner.client.reserve(opts);
+        tokio::pin!(reserve);
         let result = tokio::select! {
-            r = inner.client.reserve(opts) => r,
-            _ = inner.stopping.cancelled() => return,
+            r = &mut reserve => r,
+            _ = inner.stopping.cancelled() => {
+                if idle {
+                    // Cancelling a waiting reserve (by dropping it) leases nothing on the
+                    // server once it reads the cancel (see the module's notes on shutdown).
+                    return;
+                }
+                // Its answer is on the way: its jobs are given back below. A server that does
+                // not answer is given up on once any lease it took would have run out.
+                match tokio::time::timeout(inner.opts.lease_duration, reserve).await {
+                    Ok(r) => r,
+                    Err(_) => return,
+                }
+            }
         };
         match result {
             Ok(jobs) => {
                 backoff = Duration::ZERO;
+                idle = jobs.is_empty();
                 for job in jobs {
                     let Some(permit) = permits.pop() else { break };
                     hand_out(&inner, job, permit).await;
                 }
             }
             Err(e) => {
+                idle = false;
                 backoff = (backoff * 2).clamp(Duration::from_millis(100), inner.opts.max_backoff);
                 if e.code() == ErrorCode::Transport {
                     tracing::debug!(error = %e, ?backoff, "reserve failed; backing off");

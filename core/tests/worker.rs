@@ -738,3 +738,43 @@ async fn a_huge_max_in_flight_asks_for_at_most_1000_jobs_per_reserve() {
     assert!(asked.iter().all(|n| *n == Some(1_000)), "{asked:?}");
     engine.shutdown();
 }
+
+/// A stop while the poller's reserve is in flight, answered but not yet back, gives the jobs
+/// of that reply back at once: the reserve did not wait (ready jobs were there), so the engine
+/// lets it finish instead of cancelling it, which would leave its jobs leased into a reply
+/// nobody reads until their leases ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_a_reserve_brings_jobs_gives_them_back_at_once() {
+    use sepp_rs::engine::{Engine, EngineOptions};
+    let (server, direct) = setup().await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let tamper = common::Tamper {
+        reserve_reply_gate: Some(gate.clone()),
+        ..common::Tamper::default()
+    };
+    let url = common::proxy(&server, tamper.clone()).await;
+    let c = SeppClient::connect(url).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(
+            c.enqueue(EnqueueRequest::new("early", "t").unwrap())
+                .await
+                .unwrap()
+                .job_id,
+        );
+    }
+    let mut opts = EngineOptions::new(["early"]);
+    opts.max_in_flight = 8;
+    let engine = Engine::start(c.clone(), opts).unwrap();
+    // The server leased the five jobs; the reply waits in the proxy.
+    let mut held = tamper.reserve_replies_held.subscribe();
+    held.wait_for(|n| *n >= 1).await.unwrap();
+    engine.shutdown();
+    gate.add_permits(1_000);
+    assert_eq!(engine.abandon_all("test over").await, 0);
+    assert_eq!(engine.report().abandoned, 5, "{:?}", engine.report());
+    for id in &ids {
+        let info = direct.get_job(id).await.unwrap();
+        assert_eq!(info.state, JobState::Ready, "{info:?}");
+    }
+}

@@ -27,6 +27,10 @@ pub(crate) struct Tamper {
     pub(crate) reserves: Arc<AtomicUsize>,
     /// The `max_jobs` of each Reserve call that passed.
     pub(crate) reserve_max_jobs: Arc<Mutex<Vec<Option<u32>>>>,
+    /// When set, each Reserve reply, once the server gave it, takes a permit from here before
+    /// it goes back to the client; `reserve_replies_held` counts the replies that waited.
+    pub(crate) reserve_reply_gate: Option<Arc<Semaphore>>,
+    pub(crate) reserve_replies_held: Arc<watch::Sender<usize>>,
     /// When set, an Ack's `then_reserve` is removed before it is forwarded, as a server
     /// without the extension (the public sepp) ignores it: its reply has no `next`.
     pub(crate) strip_then_reserve: Arc<std::sync::atomic::AtomicBool>,
@@ -121,7 +125,12 @@ impl QueueService for Proxy {
             .lock()
             .unwrap()
             .push(r.get_ref().max_jobs);
-        self.upstream.clone().reserve(r.into_inner()).await
+        let reply = self.upstream.clone().reserve(r.into_inner()).await?;
+        if let Some(gate) = &self.tamper.reserve_reply_gate {
+            self.tamper.reserve_replies_held.send_modify(|n| *n += 1);
+            gate.acquire().await.unwrap().forget();
+        }
+        Ok(reply)
     }
     async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
         self.tamper.settlements.fetch_add(1, Ordering::SeqCst);
