@@ -30,12 +30,12 @@
 //! - shutdown: [`Engine::shutdown`] stops reserving (a waiting reserve is cancelled: the
 //!   server drops it once it reads the cancel, leasing nothing; one that does not wait is let
 //!   finish, for at most a lease) and jobs reserved but not yet handed out are given back at
-//!   once. An abandon after shutdown first waits for the poller
-//!   to have dropped its reserve, so the cancel is on its way before the nacks; the transport
-//!   still sends it from a task of its own, so rarely (in 2,000 shutdowns that each abandoned a
-//!   job at once while a reserve waited: 6 with the wait, 28 without, at `sync_all`; 0 of
-//!   4,000 once the poller long-polls only after an empty reserve) an
-//!   abandoned job is leased into the dropped reply and comes back when that lease expires;
+//!   once. An abandon after shutdown first waits for the poller to have dropped its reserve,
+//!   so the cancel is on its way before the nacks; the transport still sends it from a task of
+//!   its own, so rarely (in 2,000 shutdowns that each abandoned a job at once while a reserve
+//!   waited: 6 with the wait, 28 without, at `sync_all`; 0 of 4,000 once the poller long-polls
+//!   only after an empty reserve) an abandoned job is leased into the dropped reply and comes
+//!   back when that lease expires;
 //!   [`Engine::drain`] then gives the held jobs `shutdown_timeout` to be settled and nacks the
 //!   rest ([`LeaseEnd::Abandoned`]). An engine dropped with jobs held does the same at once;
 //! - the counts of a run ([`WorkerReport`]).
