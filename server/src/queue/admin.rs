@@ -78,7 +78,8 @@ fn decode_cursor(token: &str) -> Result<Option<DeadLetterCursor>, QueueError> {
             )
         })
     };
-    if token.len() != 48 {
+    // ASCII first: the fields are cut by byte offsets, which must fall between characters.
+    if token.len() != 48 || !token.is_ascii() {
         return Err(bad());
     }
     let at = u64::from_str_radix(&token[..16], 16).map_err(|_| bad())?;
@@ -696,6 +697,10 @@ mod tests {
         assert_eq!(decode_cursor(&encode_cursor(c)).unwrap(), Some(c));
         assert_eq!(decode_cursor("").unwrap(), None);
         assert!(decode_cursor("zz").is_err());
+        // 48 bytes with a two-byte character across the first field's end: refused, no panic.
+        let split = format!("{}é{}", "a".repeat(15), "b".repeat(31));
+        assert_eq!(split.len(), 48);
+        assert!(decode_cursor(&split).is_err());
     }
 
     #[test]
@@ -709,6 +714,9 @@ mod tests {
         );
         assert!(decode_job_cursor(ListState::Ready, &t).is_err());
         assert!(decode_job_cursor(ListState::Ready, "r").is_err());
+        let split = format!("r{}é{}", "a".repeat(15), "b".repeat(47));
+        assert_eq!(split.len(), 65);
+        assert!(decode_job_cursor(ListState::Ready, &split).is_err());
         assert_eq!(decode_job_cursor(ListState::Ready, "").unwrap(), None);
     }
 }
