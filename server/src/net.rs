@@ -489,16 +489,18 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
             Ok(shape) => shape,
             Err(status) => return Box::pin(std::future::ready(Ok(status.into_http()))),
         };
+        // Kept for a panic's log line (a clone of shared bytes, not a copy).
+        let uri = parts.uri.clone();
         if shape.streaming {
-            return Box::pin(async move {
+            return Box::pin(answer_panics(uri, async move {
                 let _guard = guard;
                 let req = http::Request::from_parts(parts, tonic::body::Body::new(body));
                 tower_service::Service::call(&mut routes, req).await
-            });
+            }));
         }
         let budget = self.budget.clone();
         let timeout = self.receive_timeout;
-        Box::pin(async move {
+        Box::pin(answer_panics(uri, async move {
             let _guard = guard;
             let read = read_message(body, shape.max_message_bytes, &budget);
             let message = match tokio::time::timeout(timeout, read).await {
@@ -514,7 +516,37 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
             };
             let body = tonic::body::Body::new(http_body_util::Full::new(message));
             tower_service::Service::call(&mut routes, http::Request::from_parts(parts, body)).await
-        })
+        }))
+    }
+}
+
+/// Runs a call's handler; a panic in it (a bug) is logged and answered `INTERNAL`, which
+/// clients do not retry, instead of a reset stream, which they take for a transport failure
+/// and retry into the same panic. The server's locks recover from poisoning, so it goes on.
+async fn answer_panics(
+    uri: http::Uri,
+    call: impl Future<Output = Result<Response, Infallible>>,
+) -> Result<Response, Infallible> {
+    use futures_util::FutureExt as _;
+    match std::panic::AssertUnwindSafe(call).catch_unwind().await {
+        Ok(answer) => answer,
+        Err(panic) => {
+            let path = uri.path();
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            tracing::error!(
+                path,
+                panic = what,
+                "a call's handler panicked (a bug): answered INTERNAL"
+            );
+            Ok(tonic::Status::internal(format!(
+                "the server failed on this call ({path}): a bug, logged on the server"
+            ))
+            .into_http())
+        }
     }
 }
 
@@ -606,4 +638,39 @@ async fn read_message(
         }
     }
     ended(Bytes::from(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_internal_naming_the_call() {
+        let answer = answer_panics(
+            http::Uri::from_static("/sepp.v1.QueueService/Reserve"),
+            async {
+                if "x".len() == 1 {
+                    panic!("boom");
+                }
+                Ok(tonic::Status::ok("").into_http())
+            },
+        )
+        .await
+        .unwrap();
+        let status = tonic::Status::from_header_map(answer.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert!(
+            status.message().contains("/sepp.v1.QueueService/Reserve"),
+            "{}",
+            status.message()
+        );
+        // A call that does not panic is answered as it answers.
+        let fine = answer_panics(http::Uri::from_static("/x"), async {
+            Ok(tonic::Status::not_found("no").into_http())
+        })
+        .await
+        .unwrap();
+        let status = tonic::Status::from_header_map(fine.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::NotFound);
+    }
 }
