@@ -7,7 +7,8 @@
 //! only taken inside one storage transition, so a cancelled wait leases nothing. A waiter that
 //! is woken yields once before it looks: the transport notices a cancel only when the handler
 //! is pending, and a wake-up caused by the cancelling client's own next call (on the same
-//! connection, so read after the cancel) must not lease into the cancelled reply.
+//! connection, so read after the cancel) must not lease into the cancelled reply. A waiter
+//! dropped in that turn passes its wake-up on to the queue's next waiter.
 //!
 //! Wake-ups come from one place, [`ReadySignals`]: the queue layer raises them after its own
 //! transitions (enqueue, nack retry, sweeper, requeue, resume) report ready jobs, and a backend
@@ -65,18 +66,22 @@ pub async fn reserve_with_wait(
             return Ok(jobs);
         }
         tracing::debug!(queues = spec.queues.len(), wait_ms, "reserve waiting");
-        let _parked = signals.park(waits.len());
-        tokio::select! {
-            _ = select_all(wakeups) => {}
+        let parked = signals.park(waits.len());
+        let fired = tokio::select! {
+            (_, i, _) = select_all(wakeups) => i,
             _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
             _ = shutdown.cancelled() => return Ok(Vec::new()),
-        }
+        };
+        drop(parked);
         // Woken: give the transport one turn before leasing. hyper polls a call's handler
         // before it looks for the client's RST_STREAM, so a client that cancelled its wait and
         // then, on the same connection, made a job ready (a stopping worker nacks what it holds)
         // would otherwise get that job leased into a reply nobody reads. Returning `Pending`
-        // once lets hyper see the cancel and drop this Reserve first.
+        // once lets hyper see the cancel and drop this Reserve first; the wake-up it took is
+        // then passed on to the next waiter of that queue, so no one sleeps through the job.
+        let pass_on = PassOn(Some(&waits[fired].notify));
         tokio::task::yield_now().await;
+        pass_on.disarm();
     }
 }
 
@@ -140,6 +145,25 @@ impl Drop for Waiting<'_> {
         }
         drop(map);
         self.signals.registered.send_modify(|n| *n -= 1);
+    }
+}
+
+/// A wake-up taken by a Reserve that has not looked yet: if the Reserve is dropped first (its
+/// client cancelled it), the wake-up goes to the queue's next waiter.
+struct PassOn<'a>(Option<&'a Notify>);
+
+impl PassOn<'_> {
+    /// The Reserve looks now: the wake-up was used.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for PassOn<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.0 {
+            n.notify_one();
+        }
     }
 }
 

@@ -98,6 +98,7 @@ macro_rules! conformance_suite {
             get_job_reads_what_a_job_carries_and_listings_leave_it_out,
             cancel_and_purge_take_ready_and_scheduled_jobs_and_keep_the_key,
             a_waiting_reserve_gets_a_job_enqueued_later,
+            a_woken_reserve_dropped_before_it_looks_passes_its_wake_up_on,
             recovery_brings_back_everything_durable_and_nothing_settled,
             a_closed_store_refuses_writes_and_a_serving_one_says_so,
             a_backup_restores_every_acknowledged_job_and_key_or_is_refused_naming_the_tools,
@@ -2324,6 +2325,44 @@ pub(crate) mod cases {
             .unwrap();
         assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
         assert_eq!(h.queue.ready_signals().queues_waited_on(), 0);
+    }
+
+    /// A long poll woken by a ready job and then dropped by the transport before it looks (its
+    /// client cancelled it just then) hands the wake-up to the queue's next waiter, which gets
+    /// the job at once instead of sleeping through it.
+    pub(crate) async fn a_woken_reserve_dropped_before_it_looks_passes_its_wake_up_on(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |_| {}).await;
+        let wait = |ms| ReserveInput {
+            queues: vec!["q".into()],
+            wait_timeout_ms: Some(ms),
+            lease_ms: Some(30_000),
+            worker_id: None,
+            max_jobs: Some(1),
+        };
+        let signals = h.queue.ready_signals();
+        // The first waiter, driven by this task, asleep after its first (empty) look.
+        let mut first = Box::pin(h.queue.reserve(wait(60_000)));
+        tokio::select! {
+            r = &mut first => panic!("the first reserve ended: {r:?}"),
+            () = signals.waiting(1) => {}
+        }
+        // The second waiter, on a task of its own, asleep behind it.
+        let queue = h.queue.clone();
+        let second = tokio::spawn(async move { queue.reserve(wait(5_000)).await });
+        signals.waiting(2).await;
+        // The job wakes the first waiter (the oldest); its next poll gives the transport a turn
+        // (`Pending`) and the transport drops it there, as for a client's cancel.
+        let id = h.put(job("q")).await;
+        assert!(futures_util::poll!(first.as_mut()).is_pending());
+        drop(first);
+        let got = tokio::time::timeout(Duration::from_secs(10), second)
+            .await
+            .expect("the second reserve ended")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
     }
 
     pub(crate) async fn recovery_brings_back_everything_durable_and_nothing_settled(
