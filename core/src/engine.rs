@@ -353,10 +353,9 @@ impl Inner {
 
     /// Nacks a job the engine let go of itself (not handed out, timed out, abandoned),
     /// then frees its slot. The result only matters to the logs: if the nack fails, the lease
-    /// runs out and the job is redelivered.
-    /// Nacks a job let go of. The call ends with the job's lease at the latest (the server
-    /// refuses a nack after it, and the job comes back then anyway), so that a stop does not
-    /// wait out the client's retries against a server that does not answer.
+    /// runs out and the job is redelivered. The call ends with the job's lease at the latest
+    /// (the server refuses a nack after it, and the job comes back then anyway), so that a stop
+    /// does not wait out the client's retries against a server that does not answer.
     async fn nack_held(&self, key: &Key, held: Held, retry: NackRetry, reason: &str) {
         let (job_id, attempt) = key;
         let expiry = *held.expires.borrow();

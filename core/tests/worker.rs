@@ -627,24 +627,30 @@ async fn an_engine_dropped_with_jobs_held_gives_them_back() {
     );
 }
 
-/// A server, a relay in front of it that the test can freeze, and a client through the relay.
-async fn behind_a_relay() -> (TestServer, common::Relay, SeppClient) {
+/// A server, a relay in front of it that the test can freeze, and an engine through the relay
+/// holding the one job of queue `silent`: a short lease (2 s), extended by the engine, and one
+/// slot (so that, with the job in hand, its poller is not reserving).
+async fn one_job_held_behind_a_relay() -> (
+    TestServer,
+    common::Relay,
+    sepp_rs::engine::Engine,
+    sepp_rs::engine::Lease,
+) {
+    use sepp_rs::engine::{Engine, EngineOptions};
     let (server, _) = setup().await;
     let relay = common::Relay::default();
     let url = relay.start(&server.url()).await;
-    let client = SeppClient::connect(url).await.unwrap();
-    (server, relay, client)
-}
-
-/// An engine on `queue` with a short lease (2 s), extended by the engine, and one slot (so
-/// that, with a job in hand, its poller is not reserving).
-fn short_lease_engine(c: &SeppClient, queue: &str) -> sepp_rs::engine::Engine {
-    use sepp_rs::engine::{Engine, EngineOptions};
-    let mut opts = EngineOptions::new([queue]);
+    let c = SeppClient::connect(url).await.unwrap();
+    c.enqueue(EnqueueRequest::new("silent", "t").unwrap())
+        .await
+        .unwrap();
+    let mut opts = EngineOptions::new(["silent"]);
     opts.max_in_flight = 1;
     opts.lease_duration = Duration::from_secs(2);
     opts.wait_timeout = Duration::from_millis(500);
-    Engine::start(c.clone(), opts).unwrap()
+    let engine = Engine::start(c, opts).unwrap();
+    let lease = engine.next().await.unwrap();
+    (server, relay, engine, lease)
 }
 
 /// A connection that stops carrying packets (a partition, a NAT that forgot it) leaves extend
@@ -653,12 +659,7 @@ fn short_lease_engine(c: &SeppClient, queue: &str) -> sepp_rs::engine::Engine {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_whose_extensions_go_unanswered_is_lost_when_it_runs_out() {
     use sepp_rs::engine::LeaseEnd;
-    let (_server, relay, c) = behind_a_relay().await;
-    c.enqueue(EnqueueRequest::new("silent", "t").unwrap())
-        .await
-        .unwrap();
-    let engine = short_lease_engine(&c, "silent");
-    let lease = engine.next().await.unwrap();
+    let (_server, relay, engine, lease) = one_job_held_behind_a_relay().await;
     let expiry = lease.expires_at().unwrap();
     relay.freeze();
     let end = tokio::time::timeout(Duration::from_secs(15), lease.done())
@@ -674,12 +675,7 @@ async fn a_lease_whose_extensions_go_unanswered_is_lost_when_it_runs_out() {
 /// not wait out the client's retries (a stopping worker would otherwise hang for 90 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandoning_on_a_silent_connection_takes_no_longer_than_the_lease() {
-    let (server, relay, c) = behind_a_relay().await;
-    c.enqueue(EnqueueRequest::new("silent", "t").unwrap())
-        .await
-        .unwrap();
-    let engine = short_lease_engine(&c, "silent");
-    let lease = engine.next().await.unwrap();
+    let (server, relay, engine, lease) = one_job_held_behind_a_relay().await;
     relay.freeze();
     engine.shutdown();
     let abandoned = tokio::time::timeout(Duration::from_secs(15), engine.abandon_all("bye"))
