@@ -648,6 +648,10 @@ pub struct LimitsConfig {
     pub max_queues: u64,
     /// Longest Reserve wait, in milliseconds; longer waits are clamped. Default 300 000.
     pub max_wait_timeout_ms: u64,
+    /// Most Reserves waiting for a job at once, server-wide, 1 – 1 000 000. A Reserve that
+    /// finds no job while this many wait is answered `RESOURCE_EXHAUSTED` instead of waiting.
+    /// Default 10 000.
+    pub max_waiting_reserves: u64,
     /// Largest request message, in bytes. Default 16 777 216 (16 MiB).
     pub max_message_bytes: u64,
     /// Longest queue name, in UTF-8 bytes. Default 512.
@@ -710,6 +714,7 @@ impl Default for LimitsConfig {
             max_reserve_queues: 32,
             max_queues: 10_000,
             max_wait_timeout_ms: 300_000,
+            max_waiting_reserves: 10_000,
             max_message_bytes: 16_777_216,
             max_queue_name_bytes: 512,
             max_job_type_bytes: 256,

@@ -18,6 +18,9 @@ pub enum ErrorCode {
     NotFound,
     /// Storage failed (`INTERNAL`).
     Internal,
+    /// The server sheds load: a Reserve found no job and `limits.max_waiting_reserves` wait
+    /// already (`RESOURCE_EXHAUSTED`; clients report it as overload and may retry later).
+    ResourceExhausted,
     /// Storage refuses writes for now: no space left, a failed write (until restart), or
     /// shutting down (`UNAVAILABLE`).
     Unavailable,
@@ -30,6 +33,7 @@ impl ErrorCode {
         ErrorCode::FailedPrecondition,
         ErrorCode::NotFound,
         ErrorCode::Internal,
+        ErrorCode::ResourceExhausted,
         ErrorCode::Unavailable,
     ];
 
@@ -40,6 +44,7 @@ impl ErrorCode {
             ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::ResourceExhausted => "RESOURCE_EXHAUSTED",
             ErrorCode::Unavailable => "UNAVAILABLE",
         }
     }
@@ -88,6 +93,28 @@ pub enum QueueError {
         /// Its dead letters.
         dead_lettered: u64,
     },
+    /// PauseQueue: the queue does not exist, is not declared, and the store holds
+    /// `limits.max_queues` queues already (pausing it would create it).
+    #[error(
+        "pausing queue {queue:?} would create a new queue past limits.max_queues ({limit}): \
+         delete empty queues or raise the limit first"
+    )]
+    TooManyQueues {
+        /// The queue.
+        queue: String,
+        /// `limits.max_queues`.
+        limit: u64,
+    },
+    /// Reserve: no job was ready and `limits.max_waiting_reserves` Reserves wait already, so
+    /// this one does not wait.
+    #[error(
+        "reserve found no job and did not wait: {limit} Reserves wait already \
+         (limits.max_waiting_reserves); retry later"
+    )]
+    TooManyWaitingReserves {
+        /// `limits.max_waiting_reserves`.
+        limit: u64,
+    },
     /// Storage failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -100,8 +127,10 @@ impl QueueError {
             QueueError::InvalidArgument(_) => ErrorCode::InvalidArgument,
             QueueError::UnknownQueues(_)
             | QueueError::AttemptMismatch { .. }
-            | QueueError::QueueNotEmpty { .. } => ErrorCode::FailedPrecondition,
+            | QueueError::QueueNotEmpty { .. }
+            | QueueError::TooManyQueues { .. } => ErrorCode::FailedPrecondition,
             QueueError::JobNotInFlight(_) | QueueError::QueueNotFound(_) => ErrorCode::NotFound,
+            QueueError::TooManyWaitingReserves { .. } => ErrorCode::ResourceExhausted,
             QueueError::Storage(StorageError::Unavailable(_)) => ErrorCode::Unavailable,
             QueueError::Storage(_) => ErrorCode::Internal,
         }

@@ -105,6 +105,7 @@ pub struct Metrics {
     sweep_duration: Histogram,
     sweep_lag: Gauge<f64, AtomicU64>,
     sweep_more: Gauge,
+    reserves_waiting: Gauge,
     // Store-wide gauges, refilled at each scrape.
     store_jobs: Family<Labels2, Gauge>,
     store_paused: Family<QueueLabel, Gauge>,
@@ -231,6 +232,13 @@ impl Metrics {
             "1 when the last sweeper pass stopped at its budget with more work due",
             sweep_more.clone(),
         );
+        let reserves_waiting = Gauge::default();
+        r.register(
+            "reserves_waiting",
+            "Reserves of this server waiting for a job now, at the scrape (capped by \
+             limits.max_waiting_reserves)",
+            reserves_waiting.clone(),
+        );
         let store_jobs = Family::default();
         r.register(
             "store_queue_jobs",
@@ -294,6 +302,7 @@ impl Metrics {
             sweep_duration,
             sweep_lag,
             sweep_more,
+            reserves_waiting,
             store_jobs,
             store_paused,
             store_oldest_ready,
@@ -302,6 +311,12 @@ impl Metrics {
             store_dedup_age,
             scraping: std::sync::Mutex::new(()),
         }
+    }
+
+    /// The Reserves of this server waiting now (set at each scrape).
+    pub fn set_reserves_waiting(&self, n: u64) {
+        self.reserves_waiting
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Whether anything is recorded.

@@ -464,3 +464,67 @@ async fn a_dead_letter_larger_than_a_lowered_budget_is_never_drained_but_stays_l
     }
     assert_eq!(listed, big);
 }
+
+fn waiting_reserve(queue: &str) -> pb::ReserveRequest {
+    pb::ReserveRequest {
+        wait_timeout: Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        ..reserve(queue, 1)
+    }
+}
+
+/// Waiting Reserves are bounded server-wide (`limits.max_waiting_reserves`): past the limit a
+/// Reserve still gets what is ready, and one that finds nothing is answered RESOURCE_EXHAUSTED
+/// naming the limit instead of waiting; a place frees as soon as a waiting Reserve ends.
+#[tokio::test]
+async fn reserves_past_max_waiting_reserves_do_not_wait_but_still_get_ready_jobs() {
+    let server = TestServer::start(|c| c.limits.max_waiting_reserves = 2).await;
+    let raw = server.raw().await;
+    let first = tokio::spawn({
+        let mut raw = raw.clone();
+        async move { raw.reserve(waiting_reserve("a")).await }
+    });
+    server.reserves_waiting(1).await;
+    let second = tokio::spawn({
+        let mut raw = raw.clone();
+        async move { raw.reserve(waiting_reserve("b")).await }
+    });
+    server.reserves_waiting(2).await;
+
+    let refused = raw.clone().reserve(waiting_reserve("c")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(
+        refused.message(),
+        "reserve found no job and did not wait: 2 Reserves wait already \
+         (limits.max_waiting_reserves); retry later"
+    );
+    let short = raw.clone().reserve(reserve("c", 1)).await.unwrap();
+    assert!(
+        short.into_inner().jobs.is_empty(),
+        "a Reserve that does not wait is never refused"
+    );
+    enqueue(&mut raw.clone(), vec![job("c", 0)]).await;
+    let got = raw.clone().reserve(waiting_reserve("c")).await.unwrap();
+    assert_eq!(
+        got.into_inner().jobs.len(),
+        1,
+        "a ready job is still leased"
+    );
+
+    // The first waiter gets its job and leaves: its place is free again.
+    enqueue(&mut raw.clone(), vec![job("a", 0)]).await;
+    let jobs = first.await.unwrap().unwrap().into_inner().jobs;
+    assert_eq!(jobs.len(), 1);
+    let third = tokio::spawn({
+        let mut raw = raw.clone();
+        async move { raw.reserve(waiting_reserve("c")).await }
+    });
+    server.reserves_waiting(2).await;
+    enqueue(&mut raw.clone(), vec![job("b", 0), job("c", 0)]).await;
+    for call in [second, third] {
+        let jobs = call.await.unwrap().unwrap().into_inner().jobs;
+        assert_eq!(jobs.len(), 1, "each waiting Reserve gets its queue's job");
+    }
+}

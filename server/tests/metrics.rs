@@ -133,6 +133,7 @@ async fn a_scrape_counts_a_known_sequence_of_calls_and_reads_gauges_from_the_sto
         at(r#"sepp_store_queue_oldest_ready_age_seconds{queue="q"}"#),
         "2.0"
     );
+    assert_eq!(at("sepp_reserves_waiting"), "0");
     assert_eq!(at(r#"sepp_store_dedup_records{queue="q"}"#), "3");
     assert_eq!(at("sepp_store_dedup_records_all"), "3");
     assert_eq!(at("sepp_store_dedup_oldest_age_seconds"), "2.0");
@@ -167,6 +168,36 @@ async fn a_scrape_counts_a_known_sequence_of_calls_and_reads_gauges_from_the_sto
         Some("1"),
         "{body}"
     );
+
+    // A Reserve waiting on an empty queue shows in the gauge while it waits.
+    let waiting = tokio::spawn({
+        let mut raw = raw.clone();
+        async move {
+            raw.reserve(sepp_proto::v1::ReserveRequest {
+                queues: vec!["idle".into()],
+                wait_timeout: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                lease_duration: Some(prost_types::Duration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            })
+            .await
+        }
+    });
+    server.reserves_waiting(1).await;
+    let (_, body) = get(addr, "/metrics").await;
+    assert_eq!(
+        samples(&body)
+            .get("sepp_reserves_waiting")
+            .map(String::as_str),
+        Some("1"),
+        "{body}"
+    );
+    drop(waiting);
     server.stop().await;
 }
 

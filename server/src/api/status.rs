@@ -10,6 +10,7 @@ pub(crate) fn grpc_code(code: ErrorCode) -> Code {
         ErrorCode::FailedPrecondition => Code::FailedPrecondition,
         ErrorCode::NotFound => Code::NotFound,
         ErrorCode::Internal => Code::Internal,
+        ErrorCode::ResourceExhausted => Code::ResourceExhausted,
         ErrorCode::Unavailable => Code::Unavailable,
     }
 }

@@ -10,7 +10,7 @@ use crate::domain::{
     JobInfo, JobState, KeyRecord, ListState, QueueStats, Stage, StoredJob,
 };
 use crate::error::QueueError;
-use crate::storage::QueueDeletion;
+use crate::storage::{PauseOutcome, QueueDeletion};
 
 /// Default and largest page of `list_dead_letters`.
 pub const DEFAULT_PAGE: u32 = 100;
@@ -350,11 +350,13 @@ impl Queue {
         Ok(self.store.delete_dead_letters(&sel, &rule, now).await?)
     }
 
-    /// Pauses or resumes `queue`.
+    /// Pauses or resumes `queue`. A pause of a queue the store does not hold creates it,
+    /// under the same cap as an enqueue ([`super::enqueue::QueueCap::admits`]); a resume of
+    /// one does nothing.
     ///
     /// # Errors
     /// [`QueueError::InvalidArgument`] for a malformed name; [`QueueError::UnknownQueues`] in
-    /// strict mode; [`QueueError::Storage`].
+    /// strict mode; [`QueueError::TooManyQueues`]; [`QueueError::Storage`].
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), QueueError> {
         // Pausing can create a queue record, so it is a write; resuming only lets out what is
         // stored, so a queue paused under a name the rule now refuses can still be resumed.
@@ -364,12 +366,27 @@ impl Queue {
             NameUse::Read
         };
         self.check_queue_name("queue", queue, use_)?;
-        let ready = self.store.set_paused(queue, paused).await?;
-        if !paused {
-            self.signals
-                .job_ready(queue, usize::try_from(ready).unwrap_or(usize::MAX));
+        let limits = &*self.limits;
+        let declared = |q: &str| limits.is_declared(q);
+        let cap = super::enqueue::QueueCap {
+            max: limits.max_queues,
+            exempt: &declared,
+        };
+        let may_create = |held: u64| cap.admits(queue, held);
+        match self.store.set_paused(queue, paused, &may_create).await? {
+            PauseOutcome::Set { ready } => {
+                if !paused {
+                    self.signals
+                        .job_ready(queue, usize::try_from(ready).unwrap_or(usize::MAX));
+                }
+                Ok(())
+            }
+            PauseOutcome::Absent => Ok(()),
+            PauseOutcome::TooManyQueues => Err(QueueError::TooManyQueues {
+                queue: queue.to_string(),
+                limit: limits.max_queues,
+            }),
         }
-        Ok(())
     }
 
     /// Deletes `queue` if it holds no job in any state ([`lifecycle::queue_deletable`]), with
@@ -425,7 +442,7 @@ impl Queue {
     }
 
     /// The store-wide gauges of a metrics scrape ([`crate::storage::Store::gauges`]) and the
-    /// time they were read at.
+    /// time they were read at; sets the gauge of this server's waiting Reserves on the way.
     ///
     /// # Errors
     /// [`QueueError::Storage`].
@@ -433,6 +450,8 @@ impl Queue {
         &self,
     ) -> Result<(crate::storage::StoreGauges, crate::domain::UnixMs), QueueError> {
         let g = self.store.gauges().await?;
+        self.metrics
+            .set_reserves_waiting(self.signals.reserves_waiting());
         Ok((g, self.clock.now()))
     }
 }

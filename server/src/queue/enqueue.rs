@@ -67,6 +67,15 @@ pub struct QueueCap<'a> {
     pub exempt: &'a (dyn Fn(&str) -> bool + Sync),
 }
 
+impl QueueCap<'_> {
+    /// Whether a new queue `queue` may be created while the store holds `held` queues
+    /// (counting those created earlier in the same transition): a declared queue always, any
+    /// other below the cap. The one rule for every way a queue is created (an enqueue, a pause).
+    pub fn admits(&self, queue: &str, held: u64) -> bool {
+        (self.exempt)(queue) || held < self.max
+    }
+}
+
 /// The plan of a batch, from the jobs, their [`prepass`], what the store read, the queue cap,
 /// whether the batch is atomic, and the time of the transition.
 pub fn decide(
@@ -146,7 +155,7 @@ pub fn decide(
         held.push(mine);
         if !new_queues.contains(&&*job.queue) && !facts.queue_exists(&job.queue) {
             let held_now = *count.get_or_insert_with(|| facts.queue_count());
-            if !(cap.exempt)(&job.queue) && held_now + new_queues.len() as u64 >= cap.max {
+            if !cap.admits(&job.queue, held_now + new_queues.len() as u64) {
                 outcomes.push(InsertOutcome::TooManyQueues { limit: cap.max });
                 continue;
             }

@@ -137,6 +137,8 @@ pub struct Limits {
     pub max_reserve_queues: u32,
     /// Longest Reserve wait, in milliseconds.
     pub max_wait_timeout_ms: u64,
+    /// Most Reserves waiting at once, server-wide (`limits.max_waiting_reserves`).
+    pub max_waiting_reserves: u64,
     /// Largest request, in bytes.
     pub max_message_bytes: u64,
     /// Longest queue name, in UTF-8 bytes.
@@ -188,6 +190,7 @@ impl Limits {
             max_reserve_batch: l.max_reserve_batch,
             max_reserve_queues: l.max_reserve_queues,
             max_wait_timeout_ms: l.max_wait_timeout_ms,
+            max_waiting_reserves: l.max_waiting_reserves,
             max_message_bytes: l.max_message_bytes,
             max_queue_name_bytes: l.max_queue_name_bytes,
             max_job_type_bytes: l.max_job_type_bytes,
@@ -244,6 +247,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             config.queues.len()
         )));
     }
+    check_range(
+        "limits.max_waiting_reserves",
+        l.max_waiting_reserves,
+        1,
+        1_000_000,
+    )?;
     check_range(
         "limits.max_wait_timeout_ms",
         l.max_wait_timeout_ms,
@@ -468,6 +477,19 @@ mod tests {
         assert_eq!(
             err,
             "config key limits.default_priority = 12 is out of range: allowed 0 to 9"
+        );
+    }
+
+    #[test]
+    fn max_waiting_reserves_has_a_range() {
+        assert_eq!(
+            load("[limits]\nmax_waiting_reserves = 0\n").unwrap_err(),
+            "config key limits.max_waiting_reserves = 0 is out of range: allowed 1 to 1000000"
+        );
+        assert_eq!(
+            load("").unwrap().max_waiting_reserves,
+            10_000,
+            "the default"
         );
     }
 

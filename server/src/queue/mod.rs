@@ -334,7 +334,8 @@ impl Queue {
     /// # Errors
     /// [`QueueError::InvalidArgument`] for no queues, too many queues, a missing, zero or
     /// negative lease, a negative wait, `max_jobs = 0` or a malformed queue name;
-    /// [`QueueError::UnknownQueues`] in strict mode; [`QueueError::Storage`].
+    /// [`QueueError::UnknownQueues`] in strict mode; [`QueueError::TooManyWaitingReserves`];
+    /// [`QueueError::Storage`].
     pub async fn reserve(&self, input: ReserveInput) -> Result<Vec<Job>, QueueError> {
         let (spec, lease_ms, wait_ms) = self.reserve_spec(input)?;
         let jobs = reserve::reserve_with_wait(
@@ -344,6 +345,7 @@ impl Queue {
             spec,
             lease_ms,
             wait_ms,
+            self.limits.max_waiting_reserves,
             &self.shutdown,
         )
         .await?;

@@ -16,9 +16,11 @@
 
 use super::clock::Clock;
 use crate::domain::{Job, ReserveSpec};
-use crate::storage::{ReadyListener, StorageError, Store};
+use crate::error::QueueError;
+use crate::storage::{ReadyListener, Store};
 use futures_util::future::select_all;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
@@ -26,10 +28,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Leases jobs per `spec`, waiting up to `wait_ms` for the first one. Each look takes its time
-/// from `clock`, and the lease runs `lease_ms` from that time.
+/// from `clock`, and the lease runs `lease_ms` from that time. At most `max_waiting` Reserves
+/// wait at once: past that, a Reserve looks once and, finding nothing, does not wait.
 ///
 /// # Errors
-/// [`StorageError`] from the store.
+/// [`QueueError::TooManyWaitingReserves`] for a Reserve that found nothing and could not wait;
+/// [`QueueError::Storage`] from the store.
+#[allow(clippy::too_many_arguments)]
 pub async fn reserve_with_wait(
     store: &dyn Store,
     clock: &dyn Clock,
@@ -37,8 +42,9 @@ pub async fn reserve_with_wait(
     mut spec: ReserveSpec,
     lease_ms: u64,
     wait_ms: u64,
+    max_waiting: u64,
     shutdown: &CancellationToken,
-) -> Result<Vec<Job>, StorageError> {
+) -> Result<Vec<Job>, QueueError> {
     let lease_ms = i64::try_from(lease_ms).unwrap_or(i64::MAX);
     let fit = fit_within(spec.max_reply_bytes);
     let look = |spec: &mut ReserveSpec| {
@@ -48,8 +54,18 @@ pub async fn reserve_with_wait(
     };
     if wait_ms == 0 {
         let now = look(&mut spec);
-        return store.reserve(&spec, &fit, now).await;
+        return Ok(store.reserve(&spec, &fit, now).await?);
     }
+    // Each waiting Reserve holds its request, its registrations and a stream: bounded
+    // server-wide, whoever sends them.
+    let Some(_seat) = signals.seat(max_waiting) else {
+        let now = look(&mut spec);
+        let jobs = store.reserve(&spec, &fit, now).await?;
+        if jobs.is_empty() && !shutdown.is_cancelled() {
+            return Err(QueueError::TooManyWaitingReserves { limit: max_waiting });
+        }
+        return Ok(jobs);
+    };
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let waits: Vec<Waiting<'_>> = spec.queues.iter().map(|q| signals.wait_on(q)).collect();
     loop {
@@ -111,6 +127,8 @@ pub struct ReadySignals {
     /// Registrations of Reserves that looked, found nothing and now sleep until a wake-up, for
     /// tests that must act only once a Reserve waits ([`ReadySignals::waiting`]).
     parked: watch::Sender<usize>,
+    /// Reserves in their wait, each counted once ([`ReadySignals::seat`]).
+    seated: AtomicU64,
 }
 
 impl Default for ReadySignals {
@@ -119,7 +137,17 @@ impl Default for ReadySignals {
             queues: Mutex::new(HashMap::new()),
             registered: watch::Sender::new(0),
             parked: watch::Sender::new(0),
+            seated: AtomicU64::new(0),
         }
+    }
+}
+
+/// One of the `limits.max_waiting_reserves` places of waiting Reserves; dropping it frees it.
+pub struct Seat<'a>(&'a AtomicU64);
+
+impl Drop for Seat<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -202,6 +230,21 @@ impl ReadySignals {
             queue,
             notify,
         }
+    }
+
+    /// A place for one more waiting Reserve, if fewer than `max` hold one.
+    pub fn seat(&self, max: u64) -> Option<Seat<'_>> {
+        self.seated
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Seat(&self.seated))
+    }
+
+    /// Reserves in their wait now (each holds a [`Seat`]).
+    pub fn reserves_waiting(&self) -> u64 {
+        self.seated.load(Ordering::Relaxed)
     }
 
     /// Wakes up to `n` waiters of `queue` (a no-op when nobody waits on it).

@@ -91,6 +91,7 @@ macro_rules! conformance_suite {
             gauges_report_every_queue_its_oldest_ready_job_and_the_dedup_records,
             list_queues_pages_by_name_with_counts,
             max_queues_refuses_a_new_undeclared_queue_and_counts_the_declared_ones,
+            a_pause_creates_a_queue_only_under_max_queues_and_a_resume_creates_none,
             only_an_empty_queue_is_deleted_and_its_keys_outlive_it,
             strict_mode_still_deletes_an_undeclared_queue_left_from_before,
             rates_count_each_minute_sum_over_servers_and_keep_an_hour,
@@ -1831,6 +1832,86 @@ pub(crate) mod cases {
         assert!(
             h.enqueue(vec![job("d")]).await[0].is_ok(),
             "a declared queue is never refused"
+        );
+    }
+
+    pub(crate) async fn a_pause_creates_a_queue_only_under_max_queues_and_a_resume_creates_none(
+        b: Box<dyn Backend>,
+    ) {
+        let h = Harness::new(b, |c| {
+            c.limits.max_queues = 2;
+            c.queues.push(QueueConfig {
+                name: "d".into(),
+                ..Default::default()
+            });
+        })
+        .await;
+        h.queue.create_declared_queues().await.expect("declared");
+        let names = |h: &Harness| {
+            let q = h.queue.clone();
+            async move {
+                let page = q.list_queues(None, "").await.unwrap();
+                page.queues
+                    .into_iter()
+                    .map(|(n, s)| (n, s.paused))
+                    .collect::<Vec<_>>()
+            }
+        };
+        h.queue
+            .set_paused("x", false)
+            .await
+            .expect("resume of nothing");
+        assert_eq!(
+            names(&h).await,
+            [("d".to_string(), false)],
+            "a resume creates no queue"
+        );
+        h.queue
+            .set_paused("a", true)
+            .await
+            .expect("a pause under the cap");
+        match h.queue.set_paused("b", true).await {
+            Err(e @ QueueError::TooManyQueues { .. }) => assert_eq!(
+                e.to_string(),
+                "pausing queue \"b\" would create a new queue past limits.max_queues (2): \
+                 delete empty queues or raise the limit first"
+            ),
+            other => panic!("a pause past max_queues is refused, got {other:?}"),
+        }
+        assert_eq!(
+            names(&h).await,
+            [("a".to_string(), true), ("d".to_string(), false)],
+            "the refused pause created nothing"
+        );
+        // Existing queues are paused and resumed at the cap; the paused one counts for enqueues.
+        h.queue
+            .set_paused("d", true)
+            .await
+            .expect("an existing queue");
+        h.queue.set_paused("a", true).await.expect("paused twice");
+        h.queue.set_paused("d", false).await.expect("resume");
+        assert!(matches!(
+            &h.enqueue(vec![job("b")]).await[0],
+            Err(Rejection::TooManyQueues { limit: 2, .. })
+        ));
+        // Kept across a restart, and counted after it; deleting frees the place.
+        let h = h.reopen().await;
+        assert_eq!(
+            names(&h).await,
+            [("a".to_string(), true), ("d".to_string(), false)]
+        );
+        assert!(matches!(
+            h.queue.set_paused("b", true).await,
+            Err(QueueError::TooManyQueues { limit: 2, .. })
+        ));
+        h.queue.delete_queue("a").await.expect("a is empty");
+        h.queue
+            .set_paused("b", true)
+            .await
+            .expect("a place is free");
+        assert_eq!(
+            names(&h).await,
+            [("b".to_string(), true), ("d".to_string(), false)]
         );
     }
 

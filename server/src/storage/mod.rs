@@ -155,6 +155,25 @@ pub type RemovalRule<'a> = dyn Fn(JobFacts<'_>) -> Finish + Sync + 'a;
 /// Whether a queue with these counts may be deleted (`queue::lifecycle::queue_deletable`).
 pub type DeleteQueueRule<'a> = dyn Fn(&QueueStats) -> bool + Sync + 'a;
 
+/// May a new queue be created while the store holds this many queues? Given only when the
+/// queue does not exist ([`crate::queue::enqueue::QueueCap::admits`]).
+pub type CreateQueueRule<'a> = dyn Fn(u64) -> bool + Sync + 'a;
+
+/// What [`Store::set_paused`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseOutcome {
+    /// The flag is set (a pause of a queue the store did not hold created it); the queue's
+    /// ready jobs.
+    Set {
+        /// Ready jobs of the queue.
+        ready: u64,
+    },
+    /// A resume of a queue the store does not hold: nothing to do, nothing created.
+    Absent,
+    /// A pause of a queue the store does not hold, refused by the rule: nothing changed.
+    TooManyQueues,
+}
+
 /// What [`Store::delete_queue`] found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueueDeletion {
@@ -450,9 +469,16 @@ pub trait Store: Send + Sync + 'static {
         now: UnixMs,
     ) -> Result<Vec<JobId>, StorageError>;
 
-    /// Pauses (Reserve skips the queue) or resumes a queue; survives restarts. Returns the
-    /// queue's ready jobs.
-    async fn set_paused(&self, queue: &str, paused: bool) -> Result<u64, StorageError>;
+    /// Pauses (Reserve skips the queue) or resumes a queue; survives restarts. A pause of a
+    /// queue the store does not hold creates it if `may_create` allows it given the number of
+    /// queues held, read in the same atomic step (several servers cannot together pass the
+    /// cap); a resume of such a queue changes nothing.
+    async fn set_paused(
+        &self,
+        queue: &str,
+        paused: bool,
+        may_create: &CreateQueueRule<'_>,
+    ) -> Result<PauseOutcome, StorageError>;
 
     /// Counts of a queue's jobs by state.
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError>;

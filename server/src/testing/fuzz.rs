@@ -216,8 +216,13 @@ impl Store for EmptyStore {
     ) -> Result<Vec<JobId>, StorageError> {
         Ok(Vec::new())
     }
-    async fn set_paused(&self, _: &str, _: bool) -> Result<u64, StorageError> {
-        Ok(0)
+    async fn set_paused(
+        &self,
+        _: &str,
+        _: bool,
+        _: &crate::storage::CreateQueueRule<'_>,
+    ) -> Result<crate::storage::PauseOutcome, StorageError> {
+        Ok(crate::storage::PauseOutcome::Set { ready: 0 })
     }
     async fn queue_stats(&self, _: &str) -> Result<QueueStats, StorageError> {
         Ok(QueueStats::default())

@@ -46,9 +46,10 @@ use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::{JobIndex, SharedKeyspaces};
 use super::{
-    CommitObserver, Deadlines, DeleteQueueRule, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule,
-    Maintenance, QueueDeletion, QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule,
-    SettleRule, Settled, StorageError, StorageHealth, Store, StoreGauges, SweepPass,
+    CommitObserver, CreateQueueRule, Deadlines, DeleteQueueRule, EnqueueFacts, EnqueueRule,
+    ExpiryRule, FitRule, Maintenance, PauseOutcome, QueueDeletion, QueueGauges, ReadyJobs,
+    ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth,
+    Store, StoreGauges, SweepPass,
 };
 use super::{RateBucket, RateCounts};
 use crate::domain::{
@@ -1233,11 +1234,24 @@ impl Store for EmbeddedStore {
         Ok(Some(rec))
     }
 
-    async fn set_paused(&self, queue: &str, paused: bool) -> Result<u64, StorageError> {
+    async fn set_paused(
+        &self,
+        queue: &str,
+        paused: bool,
+        may_create: &CreateQueueRule<'_>,
+    ) -> Result<PauseOutcome, StorageError> {
         let sh = &*self.shared;
         let (batch, ready) = {
             let mut st = sh.lock();
             sh.commit.check_writable()?;
+            if st.jobs.queue(queue).is_none() {
+                if !paused {
+                    return Ok(PauseOutcome::Absent);
+                }
+                if !may_create(st.jobs.queue_count() as u64) {
+                    return Ok(PauseOutcome::TooManyQueues);
+                }
+            }
             let name = st.jobs.intern(&Arc::from(queue));
             let q = st.jobs.queue_mut(&name);
             q.paused = paused;
@@ -1250,7 +1264,7 @@ impl Store for EmbeddedStore {
             (batch, ready)
         };
         sh.commit.wait(batch, sh).await?;
-        Ok(ready)
+        Ok(PauseOutcome::Set { ready })
     }
 
     async fn queue_stats(&self, queue: &str) -> Result<QueueStats, StorageError> {

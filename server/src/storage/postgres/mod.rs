@@ -34,9 +34,10 @@ use self::cursor::Cursors;
 use self::group_commit::{GroupCommit, ToCaller};
 use super::embedded::codec::Body;
 use super::{
-    BackupReport, Deadlines, DeleteQueueRule, EnqueueFacts, EnqueueRule, ExpiryRule, FitRule,
-    Maintenance, QueueDeletion, QueueGauges, ReadyJobs, ReadyListener, RemovalRule, ReserveFitRule,
-    SettleRule, Settled, StorageError, StorageHealth, Store, StoreGauges, SweepPass,
+    BackupReport, CreateQueueRule, Deadlines, DeleteQueueRule, EnqueueFacts, EnqueueRule,
+    ExpiryRule, FitRule, Maintenance, PauseOutcome, QueueDeletion, QueueGauges, ReadyJobs,
+    ReadyListener, RemovalRule, ReserveFitRule, SettleRule, Settled, StorageError, StorageHealth,
+    Store, StoreGauges, SweepPass,
 };
 use super::{RateBucket, RateCounts};
 use crate::domain::{
@@ -1574,18 +1575,54 @@ impl Store for PostgresStore {
         Ok(rows.iter().map(|r| r.id).collect())
     }
 
-    async fn set_paused(&self, queue: &str, paused: bool) -> Result<u64, StorageError> {
+    async fn set_paused(
+        &self,
+        queue: &str,
+        paused: bool,
+        may_create: &CreateQueueRule<'_>,
+    ) -> Result<PauseOutcome, StorageError> {
         let sh = &*self.shared;
         sh.check_writable()?;
         let mut client = sh.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        tx.execute(
-            "INSERT INTO sepp_queues (name, paused) VALUES ($1, $2) \
-             ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused",
-            &[&queue, &paused],
-        )
-        .await
-        .map_err(pg_err)?;
+        let updated = tx
+            .execute(
+                "UPDATE sepp_queues SET paused = $2 WHERE name = $1",
+                &[&queue, &paused],
+            )
+            .await
+            .map_err(pg_err)?;
+        if updated == 0 {
+            if !paused {
+                return Ok(PauseOutcome::Absent);
+            }
+            // A new queue: the creation lock, then the count under it, as an enqueue that
+            // creates one does (a queue created meanwhile by another server is counted, or is
+            // this one and takes the flag below).
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&QUEUE_CREATE_LOCK])
+                .await
+                .map_err(pg_err)?;
+            let held: i64 = tx
+                .query_one("SELECT count(*) FROM sepp_queues", &[])
+                .await
+                .map_err(pg_err)?
+                .get(0);
+            let exists = tx
+                .query_opt("SELECT 1 FROM sepp_queues WHERE name = $1", &[&queue])
+                .await
+                .map_err(pg_err)?
+                .is_some();
+            if !exists && !may_create(u64::try_from(held).unwrap_or(0)) {
+                return Ok(PauseOutcome::TooManyQueues);
+            }
+            tx.execute(
+                "INSERT INTO sepp_queues (name, paused) VALUES ($1, $2) \
+                 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused",
+                &[&queue, &paused],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
         let n: i64 = tx
             .query_one(
                 "SELECT count(*) FROM sepp_jobs WHERE queue = $1 AND stage = 0",
@@ -1604,7 +1641,9 @@ impl Store for PostgresStore {
             .map_err(pg_err)?;
         }
         tx.commit().await.map_err(pg_err)?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(PauseOutcome::Set {
+            ready: u64::try_from(n).unwrap_or(0),
+        })
     }
 
     async fn list_queues(
