@@ -5,7 +5,7 @@ export CARGO_TERM_COLOR ?= never
 
 CI_TARGETS := lint test-rust test-rust-postgres check-example-errors crash-short
 # Checks longer than a minute (not in CI); each owner adds its target to SOAK_TARGETS.
-SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-fuzz soak-model soak-postgres
+SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-waiting-reserves soak-fuzz soak-model soak-postgres
 .DEFAULT_GOAL := build
 
 -include python/python.mk
@@ -16,7 +16,7 @@ SOAK_TARGETS := soak-streams soak-crash soak-long-poll soak-fuzz soak-model soak
 
 .PHONY: fuzz-build fuzz-short soak-fuzz soak-model
 .PHONY: soak-postgres
-.PHONY: ci lint test-rust test-rust-postgres build release fmt no-tonic-in-core check-example-errors soak soak-streams crash-short soak-crash soak-long-poll
+.PHONY: ci lint test-rust test-rust-postgres build release fmt no-tonic-in-core check-example-errors soak soak-streams crash-short soak-crash soak-long-poll soak-waiting-reserves
 
 ci: $(CI_TARGETS)
 	@echo "make ci: all checks passed"
@@ -90,6 +90,14 @@ SOAK_HOLD_SECS ?= 60
 soak-streams:
 	cargo build --release --bin sepp --bin soak-streams
 	target/release/soak-streams target/release/sepp $(SOAK_STREAMS) $(SOAK_HOLD_SECS)
+
+# 12,000 long-poll Reserves of the largest default shape (32 queue names of 512 bytes) against a
+# release server: exactly limits.max_waiting_reserves (10,000) wait, the other 2,000 get
+# RESOURCE_EXHAUSTED at once, and the RSS with every place taken stays under 1 GiB
+# (bench/src/bin/waiting_reserves.rs).
+soak-waiting-reserves:
+	cargo build --release --bin sepp --bin waiting-reserves
+	target/release/waiting-reserves target/release/sepp 12000
 
 # 200,000 long-poll Reserves on distinct queue names against a release server: its RSS ends
 # within 10 MiB of where it started (bench/src/bin/long_poll_names.rs).

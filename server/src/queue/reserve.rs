@@ -120,7 +120,7 @@ struct Entry {
 /// bound. Jobs made ready on a queue nobody waits on cost one map lookup.
 #[derive(Debug)]
 pub struct ReadySignals {
-    queues: Mutex<HashMap<Box<str>, Entry>>,
+    queues: Mutex<HashMap<Arc<str>, Entry>>,
     /// Registrations of Reserves alive (a Reserve on two queues counts two), from before their
     /// first look until they end ([`ReadySignals::waiting_at_most`]).
     registered: watch::Sender<usize>,
@@ -154,7 +154,8 @@ impl Drop for Seat<'_> {
 /// A Reserve's registration on one queue; dropping it leaves the queue's waiters.
 pub struct Waiting<'a> {
     signals: &'a ReadySignals,
-    queue: Box<str>,
+    /// The map's own key (one copy of the name, however many wait on it).
+    queue: Arc<str>,
     notify: Arc<Notify>,
 }
 
@@ -208,21 +209,23 @@ impl Drop for Parked<'_> {
 }
 
 impl ReadySignals {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Entry>> {
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Registers a waiter on `queue` until the returned guard is dropped.
     pub fn wait_on(&self, queue: &str) -> Waiting<'_> {
-        let queue: Box<str> = queue.into();
-        let notify = {
+        let (queue, notify) = {
             let mut map = self.lock();
-            let e = map.entry(queue.clone()).or_insert_with(|| Entry {
+            let key = map
+                .get_key_value(queue)
+                .map_or_else(|| Arc::from(queue), |(k, _)| k.clone());
+            let e = map.entry(key.clone()).or_insert_with(|| Entry {
                 notify: Arc::new(Notify::new()),
                 waiters: 0,
             });
             e.waiters += 1;
-            e.notify.clone()
+            (key, e.notify.clone())
         };
         self.registered.send_modify(|n| *n += 1);
         Waiting {
