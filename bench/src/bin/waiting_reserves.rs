@@ -17,10 +17,11 @@
 #[path = "../procfs.rs"]
 #[allow(dead_code)]
 mod procfs;
+#[path = "../server.rs"]
+#[allow(dead_code)]
+mod server;
 
 use sepp_rs::{ErrorCode, ReserveOptions, SeppClient};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The server's default `limits.max_waiting_reserves`.
@@ -39,7 +40,7 @@ struct Shape {
 /// What 10 000 of the largest waiting Reserves may cost together.
 const LIMIT_MIB: f64 = 1024.0;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use server::{BoxError, ServerProcess};
 
 /// Opens `count` waiting Reserves; checks that exactly `count - SEATS` are refused at once;
 /// returns the server's RSS with every place taken, then ends the waiting ones (their
@@ -156,31 +157,14 @@ async fn main() -> Result<(), BoxError> {
         std::process::exit(2);
     }
 
-    let dir = std::env::temp_dir().join(format!("sepp-waiting-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("sepp.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten_addr = \"127.0.0.1:0\"\ndb_path = \"{}\"\n",
-            dir.join("data").display()
-        ),
+    // At its defaults (`sync_all`), in a fresh directory removed at the end.
+    let server = ServerProcess::start(
+        &std::fs::canonicalize(bin)?,
+        "sync_all",
+        &std::env::temp_dir(),
+        false,
     )?;
-    let mut child = Command::new(bin)
-        .arg("--config")
-        .arg(&config)
-        .env("SEPP_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
-    let pid = child.id();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
-    let addr = line
-        .trim()
-        .strip_prefix("sepp listening on ")
-        .ok_or_else(|| format!("unexpected first line {line:?}"))?
-        .to_string();
+    let (pid, addr) = (server.pid, server.addr.clone());
     let url = format!("http://{addr}");
 
     let result = async {
@@ -209,9 +193,7 @@ async fn main() -> Result<(), BoxError> {
     }
     .await;
 
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(server);
     let grew = result?;
     if grew > LIMIT_MIB {
         eprintln!("waiting-reserves: RSS grew {grew:.1} MiB, more than {LIMIT_MIB} MiB");
