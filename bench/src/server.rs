@@ -157,6 +157,26 @@ impl ServerProcess {
         })
     }
 
+    /// Starts `bin` (a path, relative ones from the current directory) at its defaults
+    /// (`sync_all`) in a fresh directory under the system's temporary directory, removed when
+    /// the process is dropped. (The soak binaries' way; `sepp-bench` itself uses [`Self::start`].)
+    #[allow(dead_code)]
+    pub(crate) fn start_default(bin: &str) -> Result<Self, BoxError> {
+        let bin = std::fs::canonicalize(bin).map_err(|e| format!("server binary {bin}: {e}"))?;
+        Self::start(&bin, "sync_all", &std::env::temp_dir(), false)
+    }
+
+    /// `n` clients of the server, each on its own connection.
+    #[allow(dead_code)]
+    pub(crate) async fn clients(&self, n: usize) -> Result<Vec<sepp_rs::SeppClient>, BoxError> {
+        let url = format!("http://{}", self.addr);
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            clients.push(sepp_rs::SeppClient::connect(url.clone()).await?);
+        }
+        Ok(clients)
+    }
+
     /// The data directory.
     pub(crate) fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()

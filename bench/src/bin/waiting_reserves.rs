@@ -157,21 +157,11 @@ async fn main() -> Result<(), BoxError> {
         std::process::exit(2);
     }
 
-    // At its defaults (`sync_all`), in a fresh directory removed at the end.
-    let server = ServerProcess::start(
-        &std::fs::canonicalize(bin)?,
-        "sync_all",
-        &std::env::temp_dir(),
-        false,
-    )?;
-    let (pid, addr) = (server.pid, server.addr.clone());
-    let url = format!("http://{addr}");
+    let server = ServerProcess::start_default(bin)?;
+    let pid = server.pid;
 
     let result = async {
-        let mut clients = Vec::with_capacity(connections);
-        for _ in 0..connections {
-            clients.push(SeppClient::connect(url.clone()).await?);
-        }
+        let clients = server.clients(connections).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let start = rss(pid);
         println!("sepp pid {pid}: {connections} connections; start RSS {start:.1} MiB");
