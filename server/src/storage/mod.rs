@@ -156,7 +156,7 @@ pub type RemovalRule<'a> = dyn Fn(JobFacts<'_>) -> Finish + Sync + 'a;
 pub type DeleteQueueRule<'a> = dyn Fn(&QueueStats) -> bool + Sync + 'a;
 
 /// May a new queue be created while the store holds this many queues? Given only when the
-/// queue does not exist ([`crate::queue::enqueue::QueueCap::admits`]).
+/// queue does not exist (the queue cap rule, `QueueCap::admits` in the queue layer).
 pub type CreateQueueRule<'a> = dyn Fn(u64) -> bool + Sync + 'a;
 
 /// What [`Store::set_paused`] did.
