@@ -109,6 +109,8 @@ pub(crate) fn fit_within(budget: u64) -> impl Fn(u32, u64, usize) -> crate::doma
 /// One queue's signal and how many Reserves wait on it.
 #[derive(Debug)]
 struct Entry {
+    /// The map's key, shared with each [`Waiting`] (one copy of the name).
+    name: Arc<str>,
     notify: Arc<Notify>,
     waiters: usize,
 }
@@ -217,15 +219,19 @@ impl ReadySignals {
     pub fn wait_on(&self, queue: &str) -> Waiting<'_> {
         let (queue, notify) = {
             let mut map = self.lock();
-            let key = map
-                .get_key_value(queue)
-                .map_or_else(|| Arc::from(queue), |(k, _)| k.clone());
-            let e = map.entry(key.clone()).or_insert_with(|| Entry {
-                notify: Arc::new(Notify::new()),
-                waiters: 0,
-            });
+            let e = match map.get_mut(queue) {
+                Some(e) => e,
+                None => {
+                    let name: Arc<str> = Arc::from(queue);
+                    map.entry(name.clone()).or_insert(Entry {
+                        name,
+                        notify: Arc::new(Notify::new()),
+                        waiters: 0,
+                    })
+                }
+            };
             e.waiters += 1;
-            (key, e.notify.clone())
+            (e.name.clone(), e.notify.clone())
         };
         self.registered.send_modify(|n| *n += 1);
         Waiting {
