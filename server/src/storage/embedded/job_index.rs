@@ -123,6 +123,9 @@ impl QueueIndex {
     }
 }
 
+/// The smallest size of the job type set at which an insert prunes it.
+const JOB_TYPES_PRUNE_AT: usize = 256;
+
 /// All jobs and their orderings.
 #[derive(Default)]
 pub(crate) struct JobIndex {
@@ -145,8 +148,12 @@ pub(crate) struct JobIndex {
     leases: BTreeSet<(UnixMs, JobId)>,
     dead: BTreeSet<(UnixMs, JobId)>,
     tombstones: BTreeSet<(UnixMs, JobId)>,
-    /// Job type names, shared by every job of a type.
+    /// Job type names, shared by every job of a type held in memory. A name no job holds any
+    /// more is dropped at the next prune ([`JobIndex::intern_job_type`]), so the set is at most
+    /// twice the types in use (and [`JOB_TYPES_PRUNE_AT`]), not every type ever seen.
     job_types: std::collections::HashSet<Arc<str>, NameHasher>,
+    /// The set's size at which the next insert prunes it.
+    job_types_prune_at: usize,
     /// The next enqueue sequence number.
     pub(crate) next_seq: u64,
 }
@@ -328,9 +335,21 @@ impl JobIndex {
         if let Some(t) = self.job_types.get(job_type) {
             return t.clone();
         }
+        if self.job_types.len() >= self.job_types_prune_at.max(JOB_TYPES_PRUNE_AT) {
+            // Names only the set holds: no job in memory has the type now (a paged-out job
+            // takes the shared name again when it is read back, if it is still here).
+            self.job_types.retain(|t| Arc::strong_count(t) > 1);
+            self.job_types_prune_at = self.job_types.len() * 2;
+        }
         let t: Arc<str> = Arc::from(job_type);
         self.job_types.insert(t.clone());
         t
+    }
+
+    /// How many job type names the index shares, for tests.
+    #[cfg(test)]
+    pub(crate) fn job_type_count(&self) -> usize {
+        self.job_types.len()
     }
 
     pub(crate) fn depth(&self, queue: &str) -> u64 {

@@ -400,6 +400,41 @@ async fn ready_and_scheduled_jobs_are_paged_out_once_durable() {
     store.close().await.expect("close");
 }
 
+/// The index shares one copy of each job type name among the jobs it holds, and forgets a
+/// name no held job uses: a stream of jobs of distinct types (paged out once durable) does not
+/// grow it without bound.
+#[tokio::test]
+async fn job_type_names_no_held_job_uses_are_forgotten() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(open(dir.path(), T0));
+    let queue = queue_over(store.clone(), clock.clone(), 60_000);
+    let job = |t: String| EnqueueInput {
+        queue: "q".into(),
+        job_type: t,
+        ..Default::default()
+    };
+    queue
+        .enqueue_batch(vec![job("kept".into())])
+        .await
+        .expect("enqueue");
+    let leased = queue.reserve(reserve(1)).await.expect("reserve");
+    assert_eq!(leased.len(), 1, "the kept job is leased, so held in memory");
+    for i in 0..4_000 {
+        queue
+            .enqueue_batch(vec![job(format!("type-{i}"))])
+            .await
+            .expect("enqueue");
+    }
+    let (jobs, names) = {
+        let st = store.shared.lock();
+        (st.jobs.len(), st.jobs.job_type_count())
+    };
+    assert_eq!(jobs, 4_001);
+    assert!(names <= 512, "{names} job type names kept for 4,001 jobs");
+    store.close().await.expect("close");
+}
+
 /// While fjall is reopened after running out of space, the store has no handles to read a
 /// paged-out meta through. Inspections must then answer "unavailable", never "no such job":
 /// the job is on disk, and a client told it is unknown would take it for lost.
