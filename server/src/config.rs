@@ -262,6 +262,14 @@ pub struct ServerConfig {
     /// (one largest message) and at most 2^40; default 67 108 864 (64 MiB: four largest
     /// messages, a quarter of the 256 MiB the stalled-stream soak allows the whole server).
     pub request_buffer_bytes: u64,
+    /// Most bytes of replies the server has produced and not yet written to their connections
+    /// (a client that does not read its answers leaves them there), across every stream and
+    /// connection. While they hold this much, or one connection holds an eighth of it (at
+    /// least one largest message), calls that can return large replies (every call but the
+    /// enqueues, Ack, Nack, Extend, GetServerInfo and health) are refused with
+    /// `RESOURCE_EXHAUSTED` before any handler runs. At least `limits.max_message_bytes` + 5
+    /// and at most 2^40; default 268 435 456 (256 MiB).
+    pub reply_buffer_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -279,6 +287,7 @@ impl Default for ServerConfig {
             idle_timeout_ms: 300_000,
             shutdown_grace_ms: 5_000,
             request_buffer_bytes: 64 * 1024 * 1024,
+            reply_buffer_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -1060,6 +1069,22 @@ impl Config {
                 self.limits.max_message_bytes.saturating_add(5)
             )));
         }
+        check_range(
+            "server.reply_buffer_bytes",
+            s.reply_buffer_bytes,
+            1024 + 5,
+            1 << 40,
+        )?;
+        if s.reply_buffer_bytes < self.limits.max_message_bytes.saturating_add(5) {
+            return Err(ConfigError(format!(
+                "config key server.reply_buffer_bytes = {} cannot hold one reply message \
+                 of limits.max_message_bytes = {} bytes plus its 5-byte header: raise it to at \
+                 least {} or lower limits.max_message_bytes",
+                s.reply_buffer_bytes,
+                self.limits.max_message_bytes,
+                self.limits.max_message_bytes.saturating_add(5)
+            )));
+        }
         if let Some(keys) = &self.auth.api_keys {
             check_api_keys("auth.api_keys", keys)?;
         }
@@ -1823,6 +1848,17 @@ mod tests {
         );
         assert!(err.contains("limits.max_message_bytes = 16777216"), "{err}");
         load("[server]\nrequest_buffer_bytes = 1000000\n[limits]\nmax_message_bytes = 999995\nmax_payload_bytes = 65536\n")
+            .expect("a budget of one largest message plus its header is enough");
+    }
+
+    #[test]
+    fn a_reply_buffer_smaller_than_one_message_is_rejected_naming_both_keys() {
+        let err = load("[server]\nreply_buffer_bytes = 1000000\n").unwrap_err();
+        assert!(err.contains("server.reply_buffer_bytes = 1000000"), "{err}");
+        assert!(err.contains("limits.max_message_bytes = 16777216"), "{err}");
+        let err = load("[server]\nreply_buffer_bytes = 1000\n").unwrap_err();
+        assert!(err.contains("server.reply_buffer_bytes"), "{err}");
+        load("[server]\nreply_buffer_bytes = 1000000\n[limits]\nmax_message_bytes = 999995\nmax_payload_bytes = 65536\n")
             .expect("a budget of one largest message plus its header is enough");
     }
 

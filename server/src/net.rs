@@ -19,6 +19,21 @@
 //!   message is handed on, or when its stream is reset, times out or its connection drops. A
 //!   message that arrives whole in its first DATA frame (every small request) is handed on
 //!   without being charged, so a full budget does not stop ordinary calls.
+//! - What replies hold between their handler and their connection's socket (a client that
+//!   does not read its answers, or does not open its HTTP/2 flow-control window, leaves them
+//!   there) is charged to a second budget, `server.reply_buffer_bytes` ([`ReplyBudget`]): each
+//!   chunk of a reply is charged when the reply's body yields it and returned as HTTP/2 writes
+//!   it out or drops it (`ReplyChunk`). While the replies of all connections hold the whole
+//!   budget, or one connection's hold its share (an eighth of the budget, at least one
+//!   largest message), calls that can answer with large replies are refused with
+//!   `RESOURCE_EXHAUSTED` before their handler runs; calls with small replies (enqueues, Ack,
+//!   Nack, Extend, GetServerInfo, health) go on. A call that only reads ([`Reply::Reads`]:
+//!   GetJob, the admin lists) is also checked after it ran, its reply encoded at once: a reply
+//!   that would take its connection past its share or the server past the budget is dropped
+//!   and the call answered `RESOURCE_EXHAUSTED`, so many such calls sent at once cannot pass
+//!   it together. A call that changes state (Reserve, DrainDeadLetters) always gets its reply
+//!   once it ran: those can pass the budget by what they answer (distinct jobs, each read
+//!   once), never by new calls.
 //! - A call whose request is a stream of messages (server reflection) is handed to its service
 //!   as it arrives: the service reads its messages one by one under its own small decode
 //!   limit (see [`crate::api::request_shape`]).
@@ -75,6 +90,11 @@ pub struct NetOptions {
     pub connection_window: u32,
     /// `server.request_buffer_bytes`.
     pub request_buffer_bytes: u64,
+    /// `server.reply_buffer_bytes`.
+    pub reply_buffer_bytes: u64,
+    /// A connection's share of `reply_buffer_bytes`: an eighth of it, at least one largest
+    /// message with its header (and at most the whole budget).
+    pub connection_reply_bytes: u64,
 }
 
 impl NetOptions {
@@ -97,6 +117,10 @@ impl NetOptions {
             stream_window,
             connection_window: stream_window * 4,
             request_buffer_bytes: s.request_buffer_bytes,
+            reply_buffer_bytes: s.reply_buffer_bytes,
+            connection_reply_bytes: (s.reply_buffer_bytes / 8)
+                .max(config.limits.max_message_bytes.saturating_add(5))
+                .min(s.reply_buffer_bytes),
         }
     }
 
@@ -113,6 +137,24 @@ pub struct RequestShape {
     /// True when the request is a stream of messages: the body goes to the service as it
     /// arrives instead of being read in full first.
     pub streaming: bool,
+    /// What its reply can be, for `server.reply_buffer_bytes`.
+    pub reply: Reply,
+}
+
+/// What a call's reply can be, for `server.reply_buffer_bytes` ([`ReplyBudget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Always small (ids, an acknowledgement, a few settings): never held back.
+    Small,
+    /// Can be large, from a call that changes state (Reserve leases, DrainDeadLetters
+    /// removes): refused before its handler runs while the budget is held, and its reply
+    /// always sent once it ran, since refusing it then would hide what the call did.
+    Writes,
+    /// Can be large, from a call that only reads: refused before its handler runs while the
+    /// budget is held, and after it ran when its reply would take its connection past its
+    /// share or the server past the budget (nothing changed, so a retry is safe). Many such
+    /// calls sent at once cannot pass the budget together.
+    Reads,
 }
 
 /// Decides, from a call's headers and before any of its body is read, whether the call is
@@ -173,6 +215,230 @@ impl RequestBudget {
     }
 }
 
+/// The server-wide budget of reply bytes produced and not yet written to their connections
+/// (`server.reply_buffer_bytes`), and each connection's share of it. See the module
+/// documentation.
+#[derive(Debug)]
+pub struct ReplyBudget {
+    limit: u64,
+    per_connection: u64,
+    held: AtomicU64,
+    last_warned: Mutex<Option<Instant>>,
+}
+
+impl ReplyBudget {
+    /// A budget of `limit` bytes of which one connection may hold `per_connection`; none held.
+    pub fn new(limit: u64, per_connection: u64) -> Self {
+        ReplyBudget {
+            limit,
+            per_connection,
+            held: AtomicU64::new(0),
+            last_warned: Mutex::new(None),
+        }
+    }
+
+    /// Bytes held now, by every connection together.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// The refusal of a call whose reply could be large while unread replies hold the
+    /// budget (`connection`: this connection's own share); logged once per 10 s at most.
+    fn refusal(&self, connection: Option<u64>) -> tonic::Status {
+        let mut last = self.last_warned.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            tracing::warn!(
+                reply_buffer_bytes = self.limit,
+                held = self.held(),
+                connection_held = connection,
+                "unread replies hold the reply buffer budget; refusing calls that can answer with large replies"
+            );
+            *last = Some(Instant::now());
+        }
+        let message = match connection {
+            Some(held) => format!(
+                "call not processed: this connection has {held} bytes of replies it has not \
+                 read, past its share of server.reply_buffer_bytes ({} of {} bytes); read them \
+                 or retry later",
+                self.per_connection, self.limit
+            ),
+            None => format!(
+                "call not processed: unread replies hold all of server.reply_buffer_bytes \
+                 ({} bytes); retry later",
+                self.limit
+            ),
+        };
+        tonic::Status::resource_exhausted(message)
+    }
+}
+
+/// One connection's replies held unsent, charged to the server's [`ReplyBudget`] too.
+#[derive(Debug)]
+struct ConnReplies {
+    budget: Arc<ReplyBudget>,
+    held: AtomicU64,
+}
+
+impl ConnReplies {
+    fn charge(&self, n: u64) {
+        self.held.fetch_add(n, Ordering::AcqRel);
+        self.budget.held.fetch_add(n, Ordering::AcqRel);
+    }
+
+    fn release(&self, n: u64) {
+        self.held.fetch_sub(n, Ordering::AcqRel);
+        self.budget.held.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Charges `n` bytes unless they take this connection past its share or the server past
+    /// the budget (a first reply always fits: a share holds one largest message).
+    fn try_charge(&self, n: u64) -> Result<(), tonic::Status> {
+        let own = self.held.fetch_add(n, Ordering::AcqRel);
+        let all = self.budget.held.fetch_add(n, Ordering::AcqRel);
+        let b = &self.budget;
+        if (own > 0 && own + n > b.per_connection) || (all > 0 && all + n > b.limit) {
+            self.release(n);
+            return Err(tonic::Status::resource_exhausted(format!(
+                "reply not sent: its {n} bytes would take unread replies past \
+                 server.reply_buffer_bytes (this connection holds {own} of its {} bytes, all \
+                 connections {all} of {}); the call only reads, retry later",
+                b.per_connection, b.limit
+            )));
+        }
+        Ok(())
+    }
+
+    /// The answer of a call that only reads ([`Reply::Reads`]), its reply encoded and charged
+    /// now; a reply that does not fit ([`ConnReplies::try_charge`]) is dropped and the call
+    /// answered `RESOURCE_EXHAUSTED` instead.
+    async fn checked(self: Arc<Self>, response: Response) -> Answer {
+        let (parts, mut inner) = response.into_parts();
+        let wrap = |bytes: Bytes| ReplyChunk {
+            bytes,
+            conn: self.clone(),
+        };
+        let first = match inner.frame().await {
+            None => None,
+            Some(Err(status)) => Some(Err(status)),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(bytes) => match self.try_charge(bytes.len() as u64) {
+                    Ok(()) => Some(Ok(http_body::Frame::data(wrap(bytes)))),
+                    Err(status) => {
+                        return status.into_http().map(|inner| HeldReply {
+                            first: None,
+                            inner,
+                            conn: self.clone(),
+                        });
+                    }
+                },
+                Err(other) => Some(Ok(other.map_data(wrap))),
+            },
+        };
+        http::Response::from_parts(
+            parts,
+            HeldReply {
+                first,
+                inner,
+                conn: self.clone(),
+            },
+        )
+    }
+
+    /// Whether a call with a possibly large reply may start on this connection now.
+    fn admit(&self) -> Result<(), tonic::Status> {
+        let own = self.held.load(Ordering::Acquire);
+        if own >= self.budget.per_connection {
+            return Err(self.budget.refusal(Some(own)));
+        }
+        if self.budget.held() >= self.budget.limit {
+            return Err(self.budget.refusal(None));
+        }
+        Ok(())
+    }
+}
+
+/// A call's reply body: tonic's, whose data chunks become [`ReplyChunk`]s charged to the
+/// connection's replies.
+struct HeldReply {
+    /// A frame taken (and charged) before the answer was handed on ([`ConnReplies::checked`]).
+    first: Option<Result<http_body::Frame<ReplyChunk>, tonic::Status>>,
+    inner: tonic::body::Body,
+    conn: Arc<ConnReplies>,
+}
+
+impl http_body::Body for HeldReply {
+    type Data = ReplyChunk;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<ReplyChunk>, tonic::Status>>> {
+        let this = &mut *self;
+        if let Some(first) = this.first.take() {
+            return Poll::Ready(Some(first));
+        }
+        Pin::new(&mut this.inner).poll_frame(cx).map(|f| {
+            f.map(|f| {
+                f.map(|f| {
+                    f.map_data(|bytes| {
+                        this.conn.charge(bytes.len() as u64);
+                        ReplyChunk {
+                            bytes,
+                            conn: this.conn.clone(),
+                        }
+                    })
+                })
+            })
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        if self.first.is_some() {
+            return http_body::SizeHint::default();
+        }
+        self.inner.size_hint()
+    }
+}
+
+/// A chunk of a reply, charged to its connection's [`ConnReplies`] until HTTP/2 has written
+/// it (each byte is returned as it is consumed) or dropped it.
+struct ReplyChunk {
+    bytes: Bytes,
+    conn: Arc<ConnReplies>,
+}
+
+impl bytes::Buf for ReplyChunk {
+    fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn chunk(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    fn advance(&mut self, cnt: usize) {
+        self.bytes.advance(cnt);
+        self.conn.release(cnt as u64);
+    }
+
+    fn copy_to_bytes(&mut self, len: usize) -> Bytes {
+        let out = self.bytes.split_to(len);
+        self.conn.release(len as u64);
+        out
+    }
+}
+
+impl Drop for ReplyChunk {
+    fn drop(&mut self) {
+        self.conn.release(self.bytes.len() as u64);
+    }
+}
+
 /// One request's share of the [`RequestBudget`], returned when dropped.
 struct Share<'a> {
     budget: &'a RequestBudget,
@@ -210,6 +476,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let budget = Arc::new(RequestBudget::new(opts.request_buffer_bytes));
+    let replies = Arc::new(ReplyBudget::new(
+        opts.reply_buffer_bytes,
+        opts.connection_reply_bytes,
+    ));
     let slots = Arc::new(Semaphore::new(opts.max_connections));
     let tracker = TaskTracker::new();
     let drop_all = CancellationToken::new();
@@ -228,6 +498,7 @@ pub async fn serve(
             routes: routes.clone(),
             admit: admit.clone(),
             budget: budget.clone(),
+            replies: replies.clone(),
             opts: opts.clone(),
             shutdown: shutdown.clone(),
             drop_all: drop_all.clone(),
@@ -283,6 +554,7 @@ struct Conn {
     routes: tonic::service::Routes,
     admit: AdmitFn,
     budget: Arc<RequestBudget>,
+    replies: Arc<ReplyBudget>,
     opts: NetOptions,
     shutdown: CancellationToken,
     drop_all: CancellationToken,
@@ -321,6 +593,10 @@ impl Conn {
             routes: self.routes.clone(),
             admit: self.admit.clone(),
             budget: self.budget.clone(),
+            replies: Arc::new(ConnReplies {
+                budget: self.replies.clone(),
+                held: AtomicU64::new(0),
+            }),
             receive_timeout: self.opts.handshake_timeout,
             in_flight: Arc::new(in_flight),
         };
@@ -449,6 +725,7 @@ struct ConnService {
     routes: tonic::service::Routes,
     admit: AdmitFn,
     budget: Arc<RequestBudget>,
+    replies: Arc<ConnReplies>,
     receive_timeout: Duration,
     in_flight: Arc<watch::Sender<usize>>,
 }
@@ -470,11 +747,12 @@ impl Drop for InFlight {
 }
 
 type Response = http::Response<tonic::body::Body>;
+type Answer = http::Response<HeldReply>;
 
 impl tower_service::Service<http::Request<Incoming>> for ConnService {
-    type Response = Response;
+    type Response = Answer;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // The routes are always ready (an axum router); each call clones them.
@@ -482,29 +760,70 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
     }
 
     fn call(&mut self, req: http::Request<Incoming>) -> Self::Future {
+        let conn = self.replies.clone();
+        let (reply, answer) = self.answer(req);
+        Box::pin(async move {
+            let Ok(response) = answer.await;
+            Ok(if reply == Reply::Reads {
+                conn.checked(response).await
+            } else {
+                response.map(|inner| HeldReply {
+                    first: None,
+                    inner,
+                    conn,
+                })
+            })
+        })
+    }
+}
+
+type Answering = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl ConnService {
+    /// The call's answer, before its body is charged to the connection's replies, and what
+    /// its reply can be (a call refused on its headers: [`Reply::Small`]).
+    fn answer(&mut self, req: http::Request<Incoming>) -> (Reply, Answering) {
         let guard = InFlight::new(self.in_flight.clone());
         let mut routes = self.routes.clone();
         let (parts, body) = req.into_parts();
+        let refused = |status: tonic::Status| -> (Reply, Answering) {
+            (
+                Reply::Small,
+                Box::pin(std::future::ready(Ok(status.into_http()))),
+            )
+        };
         let shape = match (self.admit)(&parts) {
             Ok(shape) => shape,
-            Err(status) => return Box::pin(std::future::ready(Ok(status.into_http()))),
+            Err(status) => return refused(status),
         };
+        if shape.reply != Reply::Small
+            && let Err(status) = self.replies.admit()
+        {
+            return refused(status);
+        }
         // Kept for a panic's log line (a clone of shared bytes, not a copy).
         let uri = parts.uri.clone();
         if shape.streaming {
-            return Box::pin(answer_panics(uri, async move {
-                let _guard = guard;
-                let req = http::Request::from_parts(parts, tonic::body::Body::new(body));
-                tower_service::Service::call(&mut routes, req).await
-            }));
+            // Reflection: small answers, one per request; charged as they are sent.
+            return (
+                Reply::Writes,
+                Box::pin(answer_panics(uri, async move {
+                    let _guard = guard;
+                    let req = http::Request::from_parts(parts, tonic::body::Body::new(body));
+                    tower_service::Service::call(&mut routes, req).await
+                })),
+            );
         }
         let budget = self.budget.clone();
         let timeout = self.receive_timeout;
-        Box::pin(answer_panics(uri, async move {
+        let answer = Box::pin(answer_panics(uri, async move {
             let _guard = guard;
             let read = read_message(body, shape.max_message_bytes, &budget);
             let message = match tokio::time::timeout(timeout, read).await {
-                Ok(Ok(m)) => m,
+                Ok(Ok(m)) => match flag_checked(m, &parts.headers) {
+                    Ok(m) => m,
+                    Err(status) => return Ok(status.into_http()),
+                },
                 Ok(Err(status)) => return Ok(status.into_http()),
                 Err(_) => {
                     return Ok(tonic::Status::deadline_exceeded(format!(
@@ -516,7 +835,8 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
             };
             let body = tonic::body::Body::new(http_body_util::Full::new(message));
             tower_service::Service::call(&mut routes, http::Request::from_parts(parts, body)).await
-        }))
+        }));
+        (shape.reply, answer)
     }
 }
 
@@ -566,13 +886,19 @@ fn too_large(n: usize, limit: usize) -> tonic::Status {
     ))
 }
 
-/// A unary request body that ended: exactly the messages it holds, else `INVALID_ARGUMENT`
-/// (a truncated or missing message is the caller's fault, where tonic would say `INTERNAL`).
+/// A unary request body that ended: exactly one message, else `INVALID_ARGUMENT` (a
+/// truncated, missing or second message is the caller's fault, where tonic would say
+/// `INTERNAL`, or answer the first message and drop the rest).
 fn ended(body: Bytes) -> Result<Bytes, tonic::Status> {
     match announced(&[&body]) {
         Some(n) if body.len() < n + 5 => Err(tonic::Status::invalid_argument(format!(
             "request body ends inside its message: {} of the {n} bytes its header announces",
             body.len() - 5
+        ))),
+        Some(n) if body.len() > n + 5 => Err(tonic::Status::invalid_argument(format!(
+            "request body has {} bytes after its message of {n} bytes: a unary call sends \
+             exactly one message",
+            body.len() - n - 5
         ))),
         None if body.is_empty() => Err(tonic::Status::invalid_argument(
             "request body is empty: a unary call sends one message",
@@ -582,6 +908,29 @@ fn ended(body: Bytes) -> Result<Bytes, tonic::Status> {
             body.len()
         ))),
         _ => Ok(body),
+    }
+}
+
+/// Checks the compressed-flag byte that starts a unary request `message`: 0 (not compressed),
+/// or 1 when the call names an encoding in `grpc-encoding` (the gRPC layer then answers
+/// `UNIMPLEMENTED` naming it, as this server accepts no compression). Anything else is
+/// `INVALID_ARGUMENT` naming the flag, where tonic would say `INTERNAL`.
+fn flag_checked(message: Bytes, headers: &http::HeaderMap) -> Result<Bytes, tonic::Status> {
+    let encoding = headers
+        .get("grpc-encoding")
+        .and_then(|v| v.to_str().ok())
+        .filter(|e| *e != "identity");
+    match (message.first().copied(), encoding) {
+        (Some(0), _) | (Some(1), Some(_)) => Ok(message),
+        (Some(1), None) => Err(tonic::Status::invalid_argument(
+            "request message has its compressed flag set (1) but the call names no \
+             grpc-encoding; send it uncompressed (flag 0)",
+        )),
+        (Some(flag), _) => Err(tonic::Status::invalid_argument(format!(
+            "request message's compressed flag is {flag}: gRPC allows only 0 (uncompressed) \
+             or 1 (compressed with the call's grpc-encoding)"
+        ))),
+        (None, _) => Ok(message),
     }
 }
 
@@ -597,7 +946,9 @@ fn ended(body: Bytes) -> Result<Bytes, tonic::Status> {
 /// - When the header announces more than `limit`, the call is refused at once with
 ///   `OUT_OF_RANGE` naming both sizes and the config key ([`too_large`]); nothing more is read
 ///   or buffered.
-/// - A body that ends before its message is complete is `INVALID_ARGUMENT` ([`ended`]).
+/// - A body that ends before its message is complete, or holds more after it, is
+///   `INVALID_ARGUMENT` ([`ended`]). (A second message that starts in a later DATA frame than
+///   the end of the first is not read: the call is answered on the first.)
 async fn read_message(
     mut body: Incoming,
     limit: usize,

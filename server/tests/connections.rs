@@ -360,6 +360,204 @@ async fn the_request_buffer_is_returned_when_a_call_ends_or_is_reset() {
     server.stop().await;
 }
 
+const GET_JOB: &str = "/sepp.admin.v1.AdminService/GetJob";
+
+/// A reply budget of one largest message (1 MiB) plus its header, which is then each
+/// connection's share too; jobs of up to 512 KiB.
+fn one_reply_budget(c: &mut sepp_server::config::Config) {
+    quick(c);
+    c.limits.max_message_bytes = 1 << 20;
+    c.limits.max_payload_bytes = 512 << 10;
+    c.server.reply_buffer_bytes = (1 << 20) + 5;
+}
+
+/// A GetJob request for `id`, as a gRPC body.
+fn get_job(id: &str) -> bytes::Bytes {
+    let mut m = vec![0u8, 0, 0, 0, 0, 0x0a, id.len() as u8];
+    m.extend_from_slice(id.as_bytes());
+    let len = (m.len() - 5) as u32;
+    m[1..5].copy_from_slice(&len.to_be_bytes());
+    m.into()
+}
+
+const RESERVE: &str = "/sepp.v1.QueueService/Reserve";
+
+/// A Reserve request for one job of queue "q" with a lease of 60 s, without a wait, as a
+/// gRPC body.
+fn reserve_one() -> bytes::Bytes {
+    bytes::Bytes::from_static(&[
+        0, 0, 0, 0, 9, // uncompressed, 9 bytes
+        0x0a, 1, b'q', // queues: ["q"]
+        0x1a, 2, 0x08, 60, // lease_duration: { seconds: 60 }
+        0x28, 1, // max_jobs: 1
+    ])
+}
+
+/// Sends whole calls of `request` to `path` on `conn` one after the other and never reads
+/// their replies (nor opens the HTTP/2 window for them), until a call is refused: returns the
+/// replies held unread (their streams stay open while they are kept) and the refusal's
+/// message. Panics if 64 calls pass.
+async fn unread_until_refused(
+    conn: &mut h2::client::SendRequest<bytes::Bytes>,
+    path: &str,
+    request: &bytes::Bytes,
+) -> (Vec<http::Response<h2::RecvStream>>, String) {
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let mut call = stalled::open(conn, path, request.clone(), usize::MAX)
+            .await
+            .unwrap();
+        call.end_here().unwrap();
+        let response = within(10, call.response).await.unwrap();
+        if let Some(code) = response.headers().get("grpc-status") {
+            assert_eq!(code, "8", "{:?}", response.headers());
+            let message = response.headers()["grpc-message"].to_str().unwrap();
+            return (held, stalled::percent_decode(message));
+        }
+        held.push(response);
+    }
+    panic!("64 unread replies were not refused");
+}
+
+/// Enqueues `n` jobs of 300,000 payload bytes on queue "q"; returns their ids.
+async fn big_jobs(client: &sepp_rs::SeppClient, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let request = sepp_rs::EnqueueRequest::new("q", "t")
+            .unwrap()
+            .with_payload(vec![7u8; 300_000], "application/octet-stream");
+        ids.push(client.enqueue(request).await.unwrap().job_id);
+    }
+    ids
+}
+
+#[tokio::test]
+async fn unread_replies_past_the_reply_buffer_refuse_large_reply_calls_and_small_calls_go_on() {
+    let server = TestServer::start(one_reply_budget).await;
+    let client = server.client().await;
+    let jobs = big_jobs(&client, 6).await;
+    // Reserve changes state, so each reply it made is sent, however much is held: the
+    // connection is refused new ones once it holds its share (1 MiB: the fourth 300 KB job).
+    let mut stalled_conn = stalled::connect(server.addr).await.unwrap();
+    let (held, message) = unread_until_refused(&mut stalled_conn, RESERVE, &reserve_one()).await;
+    assert!(
+        (4..=5).contains(&held.len()),
+        "{} unread replies",
+        held.len()
+    );
+    assert!(
+        message.contains("call not processed: this connection has")
+            && message.contains("server.reply_buffer_bytes (1048581 of 1048581 bytes)"),
+        "{message}"
+    );
+    // Another connection: a large-reply call is refused before it runs (the budget is held)...
+    let mut other = stalled::connect(server.addr).await.unwrap();
+    let (none, message) = unread_until_refused(&mut other, GET_JOB, &get_job(&jobs[0])).await;
+    assert!(none.is_empty());
+    assert!(
+        message.contains("unread replies hold all of server.reply_buffer_bytes (1048581 bytes)"),
+        "{message}"
+    );
+    // ...while enqueues and the like go on.
+    client
+        .enqueue(sepp_rs::EnqueueRequest::new("q", "t").unwrap())
+        .await
+        .expect("an enqueue while unread replies hold the reply buffer");
+    // The stalled connection goes: its replies are dropped and the budget comes back.
+    drop(held);
+    drop(stalled_conn);
+    let mut admin = server.admin().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = admin
+            .get_job(sepp_proto::admin::v1::GetJobRequest {
+                job_id: jobs[0].clone(),
+            })
+            .await;
+        match r {
+            Ok(reply) => {
+                assert_eq!(reply.into_inner().job.unwrap().job_id, jobs[0]);
+                break;
+            }
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+                assert!(
+                    Instant::now() < deadline,
+                    "the reply budget did not come back"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_read_reply_that_would_pass_the_reply_buffer_is_not_sent() {
+    let server = TestServer::start(one_reply_budget).await;
+    let client = server.client().await;
+    let job = big_jobs(&client, 1).await.remove(0);
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    let (held, message) = unread_until_refused(&mut conn, GET_JOB, &get_job(&job)).await;
+    // Three replies of 300 KB fit in 1 MiB, the fourth would not: it is made, then dropped.
+    assert_eq!(held.len(), 3, "{message}");
+    assert!(
+        message.contains("reply not sent: its 300")
+            && message.contains("server.reply_buffer_bytes")
+            && message.contains("the call only reads, retry later"),
+        "{message}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn read_calls_sent_at_once_cannot_pass_the_reply_buffer_together() {
+    let server = TestServer::start(one_reply_budget).await;
+    let client = server.client().await;
+    let job = big_jobs(&client, 1).await.remove(0);
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    // 32 calls on the wire before the first is answered: all pass the check before their
+    // handler (nothing is held yet); their replies are checked as they are made.
+    let mut calls = Vec::new();
+    for _ in 0..32 {
+        let mut call = stalled::open(&mut conn, GET_JOB, get_job(&job), usize::MAX)
+            .await
+            .unwrap();
+        call.end_here().unwrap();
+        calls.push(call.response);
+    }
+    let (mut held, mut refused) = (Vec::new(), Vec::new());
+    for response in calls {
+        let response = within(10, response).await.unwrap();
+        match response.headers().get("grpc-status") {
+            None => held.push(response),
+            Some(code) => {
+                assert_eq!(code, "8", "{:?}", response.headers());
+                let m = response.headers()["grpc-message"].to_str().unwrap();
+                refused.push(stalled::percent_decode(m));
+            }
+        }
+    }
+    // 1 MiB holds three replies of 300 KB; the fourth does not fit.
+    assert_eq!(
+        held.len(),
+        3,
+        "{} replies held, refusals: {refused:?}",
+        held.len()
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|m| m.contains("server.reply_buffer_bytes")),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().any(|m| m.contains("reply not sent")),
+        "{refused:?}"
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_request_body_that_ends_inside_its_message_is_invalid_argument() {
     let server = TestServer::start(quick).await;
@@ -373,6 +571,51 @@ async fn a_request_body_that_ends_inside_its_message_is_invalid_argument() {
         assert_eq!(code, INVALID_ARGUMENT, "{path} {sent}: {message}");
         assert!(message.contains("request body ends inside"), "{message}");
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_body_with_more_than_one_message_or_a_bad_compressed_flag_is_invalid_argument() {
+    let server = TestServer::start(quick).await;
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    let one = filler(200);
+    let cat = |a: &[u8], b: &[u8]| bytes::Bytes::from([a, b].concat());
+    let flagged = |flag: u8| {
+        let mut m = one.to_vec();
+        m[0] = flag;
+        bytes::Bytes::from(m)
+    };
+    let cases = [
+        (
+            cat(&one, &one[..3]),
+            "has 3 bytes after its message of 200 bytes",
+        ),
+        (
+            cat(&one, &one),
+            "has 205 bytes after its message of 200 bytes",
+        ),
+        (
+            flagged(1),
+            "compressed flag set (1) but the call names no grpc-encoding",
+        ),
+        (flagged(2), "compressed flag is 2"),
+    ];
+    for (body, want) in cases {
+        let mut call = stalled::open(&mut conn, SERVER_INFO, body, usize::MAX)
+            .await
+            .unwrap();
+        call.end_here().unwrap();
+        let (code, message) = within(5, call.status()).await.unwrap();
+        assert_eq!(code, INVALID_ARGUMENT, "{want}: {message}");
+        assert!(message.contains(want), "{want}: {message}");
+    }
+    // The same message alone is served.
+    let mut call = stalled::open(&mut conn, SERVER_INFO, one, usize::MAX)
+        .await
+        .unwrap();
+    call.end_here().unwrap();
+    let (code, message) = within(5, call.status()).await.unwrap();
+    assert_eq!(code, OK, "{message}");
     server.stop().await;
 }
 

@@ -73,7 +73,12 @@ const REFLECTION: [&str; 2] = [
 /// stream (a client such as grpcurl sends its next request only after the answer to the
 /// last), limited to [`REFLECTION_MAX_MESSAGE_BYTES`] per message; every other call sends one
 /// message, of at most [`HEALTH_MAX_MESSAGE_BYTES`] for the health service and `max_message`
-/// (`limits.max_message_bytes`) for the sepp services.
+/// (`limits.max_message_bytes`) for the sepp services. The enqueues, Ack, Nack, Extend,
+/// GetServerInfo and health have small replies (ids, an acknowledgement, a few settings), so
+/// unread replies never hold them back (`server.reply_buffer_bytes`); every other call can
+/// answer with up to a whole message and is held back, and the admin calls that only read
+/// may also be refused after they ran (see [`crate::net::Reply`]). A path not named here is
+/// taken to write.
 pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape {
     let (max_message_bytes, streaming) = if path.starts_with(HEALTH) {
         (HEALTH_MAX_MESSAGE_BYTES, false)
@@ -82,9 +87,36 @@ pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape
     } else {
         (max_message, false)
     };
+    const SMALL_REPLIES: [&str; 7] = [
+        "/sepp.v1.QueueService/Enqueue",
+        "/sepp.v1.QueueService/EnqueueBatch",
+        "/sepp.v1.QueueService/EnqueueAtomic",
+        "/sepp.v1.QueueService/Ack",
+        "/sepp.v1.QueueService/Nack",
+        "/sepp.v1.QueueService/Extend",
+        "/sepp.v1.QueueService/GetServerInfo",
+    ];
+    const READS: [&str; 8] = [
+        "/sepp.admin.v1.AdminService/GetJob",
+        "/sepp.admin.v1.AdminService/LookupIdempotencyKey",
+        "/sepp.admin.v1.AdminService/ListDeadLetters",
+        "/sepp.admin.v1.AdminService/GetQueueStats",
+        "/sepp.admin.v1.AdminService/ListQueues",
+        "/sepp.admin.v1.AdminService/ListJobs",
+        "/sepp.admin.v1.AdminService/ListSchedules",
+        "/sepp.admin.v1.AdminService/GetQueueRates",
+    ];
+    let reply = if path.starts_with(HEALTH) || SMALL_REPLIES.contains(&path) {
+        crate::net::Reply::Small
+    } else if READS.contains(&path) {
+        crate::net::Reply::Reads
+    } else {
+        crate::net::Reply::Writes
+    };
     crate::net::RequestShape {
         max_message_bytes,
         streaming,
+        reply,
     }
 }
 

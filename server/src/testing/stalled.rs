@@ -159,8 +159,8 @@ pub async fn grpc_status(
         .unwrap_or((-1, String::new())))
 }
 
-/// `grpc-message` is percent-encoded.
-fn percent_decode(s: &str) -> String {
+/// Decodes a `grpc-message` header value (percent-encoded).
+pub fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
