@@ -205,6 +205,8 @@ pub async fn serve_with(
         }
         Err(e) => return Err(e.into()),
     }
+    let net_opts = net::NetOptions::from_config(&config);
+    let budgets = net::Budgets::new(&net_opts);
     let metrics_addr = if config.metrics.enabled {
         let at = config.metrics.listen_addr;
         let listener = TcpListener::bind(at).await.map_err(|e| {
@@ -216,10 +218,17 @@ pub async fn serve_with(
             .local_addr()
             .map_err(|e| ServeError::Transport(e.to_string()))?;
         let q = queue.clone();
+        let (m, b) = (metrics.clone(), budgets.clone());
         tokio::spawn(metrics::serve(
             listener,
             metrics,
             move || {
+                m.set_buffers(&metrics::Buffers {
+                    request_held: b.request.held(),
+                    request_refused: b.request.refused(),
+                    reply_held: b.reply.held(),
+                    reply_refused: b.reply.refused(),
+                });
                 let q = q.clone();
                 async move { q.store_gauges().await.map_err(|e| e.to_string()) }
             },
@@ -315,7 +324,8 @@ pub async fn serve_with(
         edge.tls,
         edge.routes,
         edge.admit,
-        net::NetOptions::from_config(&config),
+        net_opts,
+        budgets,
         net_stop,
     )
     .await;

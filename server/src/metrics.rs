@@ -36,6 +36,19 @@ type QueueLabel = [(&'static str, String); 1];
 type Labels2 = [(&'static str, String); 2];
 type StaticLabel = [(&'static str, &'static str); 1];
 
+/// The connection layer's budgets at a scrape ([`Metrics::set_buffers`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Buffers {
+    /// Bytes of partly received request messages (`server.request_buffer_bytes`).
+    pub request_held: u64,
+    /// Calls refused for want of request buffer since start.
+    pub request_refused: u64,
+    /// Bytes of replies not yet written (`server.reply_buffer_bytes`).
+    pub reply_held: u64,
+    /// Calls refused for want of reply buffer since start.
+    pub reply_refused: u64,
+}
+
 /// Which queues get their own label value.
 struct QueueLabels {
     declared: HashSet<String>,
@@ -106,6 +119,8 @@ pub struct Metrics {
     sweep_lag: Gauge<f64, AtomicU64>,
     sweep_more: Gauge,
     reserves_waiting: Gauge,
+    buffer_held: Family<StaticLabel, Gauge>,
+    buffer_refused: Family<StaticLabel, Counter>,
     // Store-wide gauges, refilled at each scrape.
     store_jobs: Family<Labels2, Gauge>,
     store_paused: Family<QueueLabel, Gauge>,
@@ -239,6 +254,22 @@ impl Metrics {
              limits.max_waiting_reserves)",
             reserves_waiting.clone(),
         );
+        let buffer_held = Family::default();
+        r.register_with_unit(
+            "buffer_held",
+            "Bytes held now in the connection layer's budgets: buffer=\"request\" partly \
+             received request messages (server.request_buffer_bytes), buffer=\"reply\" replies \
+             not yet written to their connections (server.reply_buffer_bytes)",
+            Unit::Bytes,
+            buffer_held.clone(),
+        );
+        let buffer_refused = Family::default();
+        r.register(
+            "buffer_refused",
+            "Calls answered RESOURCE_EXHAUSTED because a connection-layer budget \
+             (buffer=\"request\" or \"reply\") was held",
+            buffer_refused.clone(),
+        );
         let store_jobs = Family::default();
         r.register(
             "store_queue_jobs",
@@ -303,6 +334,8 @@ impl Metrics {
             sweep_lag,
             sweep_more,
             reserves_waiting,
+            buffer_held,
+            buffer_refused,
             store_jobs,
             store_paused,
             store_oldest_ready,
@@ -317,6 +350,22 @@ impl Metrics {
     pub fn set_reserves_waiting(&self, n: u64) {
         self.reserves_waiting
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// The connection layer's budgets (set at each scrape, before the store's gauges).
+    pub fn set_buffers(&self, b: &Buffers) {
+        let _turn = self.scraping.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, held, refused) in [
+            ("request", b.request_held, b.request_refused),
+            ("reply", b.reply_held, b.reply_refused),
+        ] {
+            let label = [("buffer", name)];
+            self.buffer_held
+                .get_or_create(&label)
+                .set(i64::try_from(held).unwrap_or(i64::MAX));
+            let counter = self.buffer_refused.get_or_create(&label);
+            counter.inc_by(refused.saturating_sub(counter.get()));
+        }
     }
 
     /// Whether anything is recorded.

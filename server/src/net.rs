@@ -171,6 +171,7 @@ pub type AdmitFn =
 pub struct RequestBudget {
     limit: u64,
     held: AtomicU64,
+    refused: AtomicU64,
     last_warned: Mutex<Option<Instant>>,
 }
 
@@ -180,6 +181,7 @@ impl RequestBudget {
         RequestBudget {
             limit,
             held: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             last_warned: Mutex::new(None),
         }
     }
@@ -187,6 +189,11 @@ impl RequestBudget {
     /// Bytes held now.
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Acquire)
+    }
+
+    /// Requests refused for want of budget since the server started.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     fn take(&self, n: u64) -> bool {
@@ -199,6 +206,7 @@ impl RequestBudget {
 
     /// The answer to a request that cannot get budget; logged once per 10 s at most.
     fn refusal(&self) -> tonic::Status {
+        self.refused.fetch_add(1, Ordering::Relaxed);
         let mut last = self.last_warned.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
             tracing::warn!(
@@ -223,6 +231,7 @@ pub struct ReplyBudget {
     limit: u64,
     per_connection: u64,
     held: AtomicU64,
+    refused: AtomicU64,
     last_warned: Mutex<Option<Instant>>,
 }
 
@@ -233,6 +242,7 @@ impl ReplyBudget {
             limit,
             per_connection,
             held: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             last_warned: Mutex::new(None),
         }
     }
@@ -242,9 +252,15 @@ impl ReplyBudget {
         self.held.load(Ordering::Acquire)
     }
 
+    /// Calls refused (before or after they ran) for want of budget since the server started.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
     /// The refusal of a call whose reply could be large while unread replies hold the
     /// budget (`connection`: this connection's own share); logged once per 10 s at most.
     fn refusal(&self, connection: Option<u64>) -> tonic::Status {
+        self.refused.fetch_add(1, Ordering::Relaxed);
         let mut last = self.last_warned.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
             tracing::warn!(
@@ -298,6 +314,7 @@ impl ConnReplies {
         let b = &self.budget;
         if (own > 0 && own + n > b.per_connection) || (all > 0 && all + n > b.limit) {
             self.release(n);
+            b.refused.fetch_add(1, Ordering::Relaxed);
             return Err(tonic::Status::resource_exhausted(format!(
                 "reply not sent: its {n} bytes would take unread replies past \
                  server.reply_buffer_bytes (this connection holds {own} of its {} bytes, all \
@@ -439,6 +456,29 @@ impl Drop for ReplyChunk {
     }
 }
 
+/// The connection layer's two server-wide byte budgets, made before [`serve`] so that the
+/// metrics scrape can read them.
+#[derive(Debug, Clone)]
+pub struct Budgets {
+    /// `server.request_buffer_bytes`.
+    pub request: Arc<RequestBudget>,
+    /// `server.reply_buffer_bytes`.
+    pub reply: Arc<ReplyBudget>,
+}
+
+impl Budgets {
+    /// The budgets `opts` sets, nothing held.
+    pub fn new(opts: &NetOptions) -> Self {
+        Budgets {
+            request: Arc::new(RequestBudget::new(opts.request_buffer_bytes)),
+            reply: Arc::new(ReplyBudget::new(
+                opts.reply_buffer_bytes,
+                opts.connection_reply_bytes,
+            )),
+        }
+    }
+}
+
 /// One request's share of the [`RequestBudget`], returned when dropped.
 struct Share<'a> {
     budget: &'a RequestBudget,
@@ -473,13 +513,13 @@ pub async fn serve(
     routes: tonic::service::Routes,
     admit: AdmitFn,
     opts: NetOptions,
+    budgets: Budgets,
     shutdown: CancellationToken,
 ) {
-    let budget = Arc::new(RequestBudget::new(opts.request_buffer_bytes));
-    let replies = Arc::new(ReplyBudget::new(
-        opts.reply_buffer_bytes,
-        opts.connection_reply_bytes,
-    ));
+    let Budgets {
+        request: budget,
+        reply: replies,
+    } = budgets;
     let slots = Arc::new(Semaphore::new(opts.max_connections));
     let tracker = TaskTracker::new();
     let drop_all = CancellationToken::new();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Clients, TestServer};
+use common::{Clients, TestServer, get, samples};
 use sepp_server::testing::stalled;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -366,6 +366,8 @@ const GET_JOB: &str = "/sepp.admin.v1.AdminService/GetJob";
 /// connection's share too; jobs of up to 512 KiB.
 fn one_reply_budget(c: &mut sepp_server::config::Config) {
     quick(c);
+    c.metrics.enabled = true;
+    c.metrics.listen_addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     c.limits.max_message_bytes = 1 << 20;
     c.limits.max_payload_bytes = 512 << 10;
     c.server.reply_buffer_bytes = (1 << 20) + 5;
@@ -463,6 +465,19 @@ async fn unread_replies_past_the_reply_buffer_refuse_large_reply_calls_and_small
         .enqueue(sepp_rs::EnqueueRequest::new("q", "t").unwrap())
         .await
         .expect("an enqueue while unread replies hold the reply buffer");
+    // Operators see the bytes held and the refusals.
+    let metrics = server.metrics_addr.expect("metrics are served");
+    let scrape = samples(&get(metrics, "/metrics").await.1);
+    let bytes: u64 = scrape[r#"sepp_buffer_held_bytes{buffer="reply"}"#]
+        .parse()
+        .unwrap();
+    assert!(bytes >= (1 << 20) + 5, "{bytes} bytes held");
+    assert_eq!(scrape[r#"sepp_buffer_refused_total{buffer="reply"}"#], "2");
+    assert_eq!(scrape[r#"sepp_buffer_held_bytes{buffer="request"}"#], "0");
+    assert_eq!(
+        scrape[r#"sepp_buffer_refused_total{buffer="request"}"#],
+        "0"
+    );
     // The stalled connection goes: its replies are dropped and the budget comes back.
     drop(held);
     drop(stalled_conn);
@@ -488,6 +503,16 @@ async fn unread_replies_past_the_reply_buffer_refuse_large_reply_calls_and_small
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+    }
+    // Every reply is written or dropped: the budget is whole again (nothing leaked).
+    loop {
+        let scrape = samples(&get(metrics, "/metrics").await.1);
+        let bytes = &scrape[r#"sepp_buffer_held_bytes{buffer="reply"}"#];
+        if bytes == "0" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{bytes} reply bytes still held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.stop().await;
 }

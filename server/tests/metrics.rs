@@ -3,41 +3,13 @@
 
 mod common;
 
-use common::{Clients, TestServer};
+use common::{Clients, TestServer, get, samples};
 use sepp_rs::{EnqueueError, EnqueueRequest, NackRetry, ReserveOptions};
 use sepp_server::config::QueueConfig;
 use sepp_server::queue::clock::{Clock, ManualClock, SystemClock};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// One `GET /metrics` over HTTP/1.1; returns the status line and the body.
-async fn get(addr: SocketAddr, path: &str) -> (String, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("send");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).await.expect("read");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP reply");
-    let status = head.lines().next().unwrap_or_default().to_string();
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: application/openmetrics-text"),
-        "{head}"
-    );
-    (status, body.to_string())
-}
-
-/// The samples of a scrape: `name{labels}` → value.
-fn samples(body: &str) -> BTreeMap<String, String> {
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| l.rsplit_once(' '))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 #[tokio::test]
 async fn a_scrape_counts_a_known_sequence_of_calls_and_reads_gauges_from_the_store() {

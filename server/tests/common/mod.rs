@@ -53,3 +53,30 @@ impl Clients for TestServer {
         TestServer::url(self)
     }
 }
+
+/// One `GET /metrics` over HTTP/1.1; returns the status line and the body.
+pub async fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("send");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP reply");
+    let status = head.lines().next().unwrap_or_default().to_string();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    (status, body.to_string())
+}
+
+/// The samples of a scrape: `name{labels}` → value.
+pub fn samples(body: &str) -> std::collections::BTreeMap<String, String> {
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
