@@ -266,8 +266,9 @@ pub struct ServerConfig {
     /// (a client that does not read its answers leaves them there), across every stream and
     /// connection. While they hold this much, or one connection holds an eighth of it (at
     /// least one largest message), calls that can return large replies (every call but the
-    /// enqueues, Ack, Nack, Extend, GetServerInfo and health) are refused with
-    /// `RESOURCE_EXHAUSTED` before any handler runs. At least `limits.max_message_bytes` + 5
+    /// enqueues, Ack, Nack, Extend, GetServerInfo, health and admin calls with small replies)
+    /// are refused with `RESOURCE_EXHAUSTED` before any handler runs, and leases take only
+    /// jobs whose reply bytes fit. At least `limits.max_message_bytes` + 5
     /// and at most 2^40; default 268 435 456 (256 MiB).
     pub reply_buffer_bytes: u64,
 }

@@ -31,9 +31,12 @@
 //!   GetJob, the admin lists) is also checked after it ran, its reply encoded at once: a reply
 //!   that would take its connection past its share or the server past the budget is dropped
 //!   and the call answered `RESOURCE_EXHAUSTED`, so many such calls sent at once cannot pass
-//!   it together. A call that changes state (Reserve, DrainDeadLetters) always gets its reply
-//!   once it ran: those can pass the budget by what they answer (distinct jobs, each read
-//!   once), never by new calls.
+//!   it together. A call that leases (Reserve, an Ack's `then_reserve`) gets a room
+//!   (`CallRoom`, a [`crate::queue::reserve::ReplyRoom`]) from which each job's reply bytes
+//!   are taken as it is leased: what does not fit is not leased. Other calls that change
+//!   state (DrainDeadLetters, admin writes) always get their reply once they ran: those can
+//!   pass the budget by what they answer (distinct records, each removed once), never by new
+//!   calls.
 //! - A call whose request is a stream of messages (server reflection) is handed to its service
 //!   as it arrives: the service reads its messages one by one under its own small decode
 //!   limit (see [`crate::api::request_shape`]).
@@ -139,6 +142,10 @@ pub struct RequestShape {
     pub streaming: bool,
     /// What its reply can be, for `server.reply_buffer_bytes`.
     pub reply: Reply,
+    /// True when the call leases jobs into its reply (Reserve, an Ack with `then_reserve`):
+    /// it gets a [`crate::queue::reserve::ReplyRoom`] in its request's extensions, and leases
+    /// only what fits in the connection's share and the budget.
+    pub leases: bool,
 }
 
 /// What a call's reply can be, for `server.reply_buffer_bytes` ([`ReplyBudget`]).
@@ -307,13 +314,23 @@ impl ConnReplies {
     }
 
     /// Charges `n` bytes unless they take this connection past its share or the server past
-    /// the budget (a first reply always fits: a share holds one largest message).
-    fn try_charge(&self, n: u64) -> Result<(), tonic::Status> {
+    /// the budget (the first bytes always fit: a share holds one largest message); false,
+    /// nothing charged, when they do not fit.
+    fn fits(&self, n: u64) -> Result<(), (u64, u64)> {
         let own = self.held.fetch_add(n, Ordering::AcqRel);
         let all = self.budget.held.fetch_add(n, Ordering::AcqRel);
         let b = &self.budget;
         if (own > 0 && own + n > b.per_connection) || (all > 0 && all + n > b.limit) {
             self.release(n);
+            return Err((own, all));
+        }
+        Ok(())
+    }
+
+    /// [`ConnReplies::fits`] for a whole reply; the refusal names the sizes.
+    fn try_charge(&self, n: u64) -> Result<(), tonic::Status> {
+        let b = &self.budget;
+        if let Err((own, all)) = self.fits(n) {
             b.refused.fetch_add(1, Ordering::Relaxed);
             return Err(tonic::Status::resource_exhausted(format!(
                 "reply not sent: its {n} bytes would take unread replies past \
@@ -325,10 +342,11 @@ impl ConnReplies {
         Ok(())
     }
 
-    /// The answer of a call that only reads ([`Reply::Reads`]), its reply encoded and charged
-    /// now; a reply that does not fit ([`ConnReplies::try_charge`]) is dropped and the call
-    /// answered `RESOURCE_EXHAUSTED` instead.
-    async fn checked(self: Arc<Self>, response: Response) -> Answer {
+    /// The answer of a call, its reply encoded and charged now. With `refuse` (a call that
+    /// only reads, [`Reply::Reads`]), a reply that does not fit ([`ConnReplies::try_charge`])
+    /// is dropped and the call answered `RESOURCE_EXHAUSTED` instead; without, it is charged
+    /// whatever it holds (a lease's reply, whose bytes its room already took).
+    async fn checked(self: Arc<Self>, response: Response, refuse: bool) -> Answer {
         let (parts, mut inner) = response.into_parts();
         let wrap = |bytes: Bytes| ReplyChunk {
             bytes,
@@ -338,6 +356,10 @@ impl ConnReplies {
             None => None,
             Some(Err(status)) => Some(Err(status)),
             Some(Ok(frame)) => match frame.into_data() {
+                Ok(bytes) if !refuse => {
+                    self.charge(bytes.len() as u64);
+                    Some(Ok(http_body::Frame::data(wrap(bytes))))
+                }
                 Ok(bytes) => match self.try_charge(bytes.len() as u64) {
                     Ok(()) => Some(Ok(http_body::Frame::data(wrap(bytes)))),
                     Err(status) => {
@@ -371,6 +393,30 @@ impl ConnReplies {
             return Err(self.budget.refusal(None));
         }
         Ok(())
+    }
+}
+
+/// The [`crate::queue::reserve::ReplyRoom`] of one leasing call on a connection: what its
+/// leases take is charged to the connection's replies until the call's reply is made and
+/// charged itself, then given back (on drop).
+struct CallRoom {
+    conn: Arc<ConnReplies>,
+    taken: AtomicU64,
+}
+
+impl crate::queue::reserve::ReplyRoom for CallRoom {
+    fn try_take(&self, bytes: u64) -> bool {
+        if self.conn.fits(bytes).is_err() {
+            return false;
+        }
+        self.taken.fetch_add(bytes, Ordering::AcqRel);
+        true
+    }
+}
+
+impl Drop for CallRoom {
+    fn drop(&mut self) {
+        self.conn.release(*self.taken.get_mut());
     }
 }
 
@@ -801,18 +847,21 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
 
     fn call(&mut self, req: http::Request<Incoming>) -> Self::Future {
         let conn = self.replies.clone();
-        let (reply, answer) = self.answer(req);
+        let (reply, room, answer) = self.answer(req);
         Box::pin(async move {
             let Ok(response) = answer.await;
-            Ok(if reply == Reply::Reads {
-                conn.checked(response).await
+            let answer = if reply == Reply::Reads || room.is_some() {
+                conn.checked(response, reply == Reply::Reads).await
             } else {
                 response.map(|inner| HeldReply {
                     first: None,
                     inner,
                     conn,
                 })
-            })
+            };
+            // The reply is charged: what its leases took goes back.
+            drop(room);
+            Ok(answer)
         })
     }
 }
@@ -820,15 +869,20 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
 type Answering = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl ConnService {
-    /// The call's answer, before its body is charged to the connection's replies, and what
-    /// its reply can be (a call refused on its headers: [`Reply::Small`]).
-    fn answer(&mut self, req: http::Request<Incoming>) -> (Reply, Answering) {
+    /// The call's answer, before its body is charged to the connection's replies, what its
+    /// reply can be (a call refused on its headers: [`Reply::Small`]) and, for a call that
+    /// leases, the room its leases take.
+    fn answer(
+        &mut self,
+        req: http::Request<Incoming>,
+    ) -> (Reply, Option<Arc<CallRoom>>, Answering) {
         let guard = InFlight::new(self.in_flight.clone());
         let mut routes = self.routes.clone();
-        let (parts, body) = req.into_parts();
-        let refused = |status: tonic::Status| -> (Reply, Answering) {
+        let (mut parts, body) = req.into_parts();
+        let refused = |status: tonic::Status| -> (Reply, Option<Arc<CallRoom>>, Answering) {
             (
                 Reply::Small,
+                None,
                 Box::pin(std::future::ready(Ok(status.into_http()))),
             )
         };
@@ -841,12 +895,23 @@ impl ConnService {
         {
             return refused(status);
         }
+        let room = shape.leases.then(|| {
+            let room = Arc::new(CallRoom {
+                conn: self.replies.clone(),
+                taken: AtomicU64::new(0),
+            });
+            parts
+                .extensions
+                .insert(crate::queue::reserve::RoomHandle(room.clone()));
+            room
+        });
         // Kept for a panic's log line (a clone of shared bytes, not a copy).
         let uri = parts.uri.clone();
         if shape.streaming {
             // Reflection: small answers, one per request; charged as they are sent.
             return (
                 Reply::Writes,
+                room,
                 Box::pin(answer_panics(uri, async move {
                     let _guard = guard;
                     let req = http::Request::from_parts(parts, tonic::body::Body::new(body));
@@ -876,7 +941,7 @@ impl ConnService {
             let body = tonic::body::Body::new(http_body_util::Full::new(message));
             tower_service::Service::call(&mut routes, http::Request::from_parts(parts, body)).await
         }));
-        (shape.reply, answer)
+        (shape.reply, room, answer)
     }
 }
 
@@ -1034,6 +1099,59 @@ async fn read_message(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn conn(budget: &Arc<ReplyBudget>) -> Arc<ConnReplies> {
+        Arc::new(ConnReplies {
+            budget: budget.clone(),
+            held: AtomicU64::new(0),
+        })
+    }
+
+    #[test]
+    fn the_reply_budget_admits_refuses_and_fits_by_connection_and_in_all() {
+        let budget = Arc::new(ReplyBudget::new(100, 60));
+        let (a, b, c) = (conn(&budget), conn(&budget), conn(&budget));
+        // A first reply always fits, whatever its size; then only what stays within both.
+        assert!(a.fits(70).is_ok());
+        assert!(a.fits(1).is_err(), "past the connection's share");
+        assert!(b.fits(30).is_ok());
+        assert!(b.fits(1).is_err(), "past the budget in all");
+        assert!(
+            c.fits(1).is_err(),
+            "nothing left in all for another connection"
+        );
+        assert_eq!((budget.held(), budget.refused()), (100, 0));
+        // Admission before a call runs: this connection's share, then the whole budget.
+        let own = a.admit().unwrap_err();
+        assert_eq!(own.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            own.message().contains("this connection has 70 bytes")
+                && own.message().contains("(60 of 100 bytes)"),
+            "{}",
+            own.message()
+        );
+        let all = c.admit().unwrap_err();
+        assert!(
+            all.message()
+                .contains("unread replies hold all of server.reply_buffer_bytes (100 bytes)"),
+            "{}",
+            all.message()
+        );
+        assert_eq!(budget.refused(), 2);
+        // What is written goes back; a call room gives back what its leases took when dropped.
+        a.release(70);
+        b.release(30);
+        assert!(c.admit().is_ok());
+        let room = CallRoom {
+            conn: c.clone(),
+            taken: AtomicU64::new(0),
+        };
+        use crate::queue::reserve::ReplyRoom as _;
+        assert!(room.try_take(50) && room.try_take(10) && !room.try_take(1));
+        assert_eq!(budget.held(), 60);
+        drop(room);
+        assert_eq!(budget.held(), 0);
+    }
 
     #[tokio::test]
     async fn a_panicking_handler_is_answered_internal_naming_the_call() {

@@ -384,17 +384,6 @@ fn get_job(id: &str) -> bytes::Bytes {
 
 const RESERVE: &str = "/sepp.v1.QueueService/Reserve";
 
-/// A Reserve request for one job of queue "q" with a lease of 60 s, without a wait, as a
-/// gRPC body.
-fn reserve_one() -> bytes::Bytes {
-    bytes::Bytes::from_static(&[
-        0, 0, 0, 0, 9, // uncompressed, 9 bytes
-        0x0a, 1, b'q', // queues: ["q"]
-        0x1a, 2, 0x08, 60, // lease_duration: { seconds: 60 }
-        0x28, 1, // max_jobs: 1
-    ])
-}
-
 /// Sends whole calls of `request` to `path` on `conn` one after the other and never reads
 /// their replies (nor opens the HTTP/2 window for them), until a call is refused: returns the
 /// replies held unread (their streams stay open while they are kept) and the refusal's
@@ -437,27 +426,19 @@ async fn big_jobs(client: &sepp_rs::SeppClient, n: usize) -> Vec<String> {
 async fn unread_replies_past_the_reply_buffer_refuse_large_reply_calls_and_small_calls_go_on() {
     let server = TestServer::start(one_reply_budget).await;
     let client = server.client().await;
-    let jobs = big_jobs(&client, 6).await;
-    // Reserve changes state, so each reply it made is sent, however much is held: the
-    // connection is refused new ones once it holds its share (1 MiB: the fourth 300 KB job).
+    let jobs = big_jobs(&client, 1).await;
+    // One connection that reads nothing holds three replies of 300 KB; the fourth is refused.
     let mut stalled_conn = stalled::connect(server.addr).await.unwrap();
-    let (held, message) = unread_until_refused(&mut stalled_conn, RESERVE, &reserve_one()).await;
-    assert!(
-        (4..=5).contains(&held.len()),
-        "{} unread replies",
-        held.len()
-    );
-    assert!(
-        message.contains("call not processed: this connection has")
-            && message.contains("server.reply_buffer_bytes (1048581 of 1048581 bytes)"),
-        "{message}"
-    );
-    // Another connection: a large-reply call is refused before it runs (the budget is held)...
+    let (held, message) =
+        unread_until_refused(&mut stalled_conn, GET_JOB, &get_job(&jobs[0])).await;
+    assert_eq!(held.len(), 3, "{message}");
+    // Another connection: its reply does not fit in what is left of the whole budget...
     let mut other = stalled::connect(server.addr).await.unwrap();
     let (none, message) = unread_until_refused(&mut other, GET_JOB, &get_job(&jobs[0])).await;
     assert!(none.is_empty());
     assert!(
-        message.contains("unread replies hold all of server.reply_buffer_bytes (1048581 bytes)"),
+        message.contains("this connection holds 0 of its 1048581 bytes, all connections")
+            && message.contains("of 1048581)"),
         "{message}"
     );
     // ...while enqueues and the like go on.
@@ -471,7 +452,7 @@ async fn unread_replies_past_the_reply_buffer_refuse_large_reply_calls_and_small
     let bytes: u64 = scrape[r#"sepp_buffer_held_bytes{buffer="reply"}"#]
         .parse()
         .unwrap();
-    assert!(bytes >= (1 << 20) + 5, "{bytes} bytes held");
+    assert!(bytes >= 3 * 300_000 - 65_535, "{bytes} bytes held");
     assert_eq!(scrape[r#"sepp_buffer_refused_total{buffer="reply"}"#], "2");
     assert_eq!(scrape[r#"sepp_buffer_held_bytes{buffer="request"}"#], "0");
     assert_eq!(
@@ -580,6 +561,109 @@ async fn read_calls_sent_at_once_cannot_pass_the_reply_buffer_together() {
         refused.iter().any(|m| m.contains("reply not sent")),
         "{refused:?}"
     );
+    server.stop().await;
+}
+
+/// A reply budget of 8 MiB of which one connection may hold one largest message (1 MiB)
+/// plus its header; jobs of up to 512 KiB.
+fn a_share_of_one_message(c: &mut sepp_server::config::Config) {
+    one_reply_budget(c);
+    c.server.reply_buffer_bytes = 8 << 20;
+}
+
+/// A gRPC body of `message`.
+fn grpc(message: &[u8]) -> bytes::Bytes {
+    let mut m = vec![0u8];
+    m.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    m.extend_from_slice(message);
+    m.into()
+}
+
+/// A ReserveRequest for queue "q" with a lease of 60 s, `max_jobs`, and a wait of `wait_s`.
+fn reserve_message(max_jobs: u8, wait_s: u8) -> Vec<u8> {
+    let mut m = vec![0x0a, 1, b'q', 0x1a, 2, 0x08, 60, 0x28, max_jobs];
+    if wait_s > 0 {
+        m.extend_from_slice(&[0x12, 2, 0x08, wait_s]);
+    }
+    m
+}
+
+/// Queue "q"'s (ready, in flight) jobs.
+async fn ready_and_in_flight(server: &TestServer) -> (u64, u64) {
+    let stats = server
+        .admin()
+        .await
+        .get_queue_stats(sepp_proto::admin::v1::GetQueueStatsRequest { queue: "q".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    (stats.ready, stats.in_flight)
+}
+
+#[tokio::test]
+async fn leases_into_unread_replies_stop_at_the_connections_share() {
+    let server = TestServer::start(a_share_of_one_message).await;
+    let client = server.client().await;
+    // Eight Reserves wait on a connection that reads none of its replies: they were all
+    // admitted while nothing was held.
+    let mut stalled_conn = stalled::connect(server.addr).await.unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..8 {
+        let mut call = stalled::open(
+            &mut stalled_conn,
+            RESERVE,
+            grpc(&reserve_message(1, 30)),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
+        call.end_here().unwrap();
+        waiting.push(call.response);
+    }
+    server.reserves_waiting(8).await;
+    big_jobs(&client, 6).await;
+    let mut answers = Vec::new();
+    for response in waiting {
+        answers.push(within(10, response).await.unwrap());
+    }
+    // Three jobs of 300 KB fit in the 1 MiB share; the other waiting Reserves answered empty
+    // and the jobs stay ready for connections that read.
+    assert_eq!(ready_and_in_flight(&server).await, (3, 3));
+    let jobs = client
+        .reserve(sepp_rs::ReserveOptions::new(
+            vec!["q"],
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(ready_and_in_flight(&server).await, (2, 4));
+    // An ack whose then_reserve would lease into the full connection acks, and leases nothing.
+    let acked = &jobs[0];
+    let mut ack = vec![0x0a, acked.id.len() as u8];
+    ack.extend_from_slice(acked.id.as_bytes());
+    ack.extend_from_slice(&[0x10, acked.attempt as u8, 0xa2, 0x06]);
+    let then = reserve_message(2, 0);
+    ack.push(then.len() as u8);
+    ack.extend_from_slice(&then);
+    let mut call = stalled::open(
+        &mut stalled_conn,
+        "/sepp.v1.QueueService/Ack",
+        grpc(&ack),
+        usize::MAX,
+    )
+    .await
+    .unwrap();
+    call.end_here().unwrap();
+    // Its reply cannot come (the connection's window is used up): watch the queue instead.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut now = ready_and_in_flight(&server).await;
+    while now == (2, 4) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        now = ready_and_in_flight(&server).await;
+    }
+    assert_eq!(now, (2, 3), "acked one, leased none");
+    drop((call, answers));
     server.stop().await;
 }
 

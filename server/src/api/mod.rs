@@ -74,11 +74,13 @@ const REFLECTION: [&str; 2] = [
 /// last), limited to [`REFLECTION_MAX_MESSAGE_BYTES`] per message; every other call sends one
 /// message, of at most [`HEALTH_MAX_MESSAGE_BYTES`] for the health service and `max_message`
 /// (`limits.max_message_bytes`) for the sepp services. The enqueues, Ack, Nack, Extend,
-/// GetServerInfo and health have small replies (ids, an acknowledgement, a few settings), so
+/// GetServerInfo, health and the admin calls that answer a few fields (queue stats, a key's
+/// record, pause, resume, backup, purge and delete counts) have small replies, so
 /// unread replies never hold them back (`server.reply_buffer_bytes`); every other call can
 /// answer with up to a whole message and is held back, and the admin calls that only read
 /// may also be refused after they ran (see [`crate::net::Reply`]). A path not named here is
-/// taken to write.
+/// taken to write. Reserve and Ack (whose `then_reserve` leases) lease only what fits in the
+/// room their connection has for replies.
 pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape {
     let (max_message_bytes, streaming) = if path.starts_with(HEALTH) {
         (HEALTH_MAX_MESSAGE_BYTES, false)
@@ -87,7 +89,7 @@ pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape
     } else {
         (max_message, false)
     };
-    const SMALL_REPLIES: [&str; 7] = [
+    const SMALL_REPLIES: [&str; 15] = [
         "/sepp.v1.QueueService/Enqueue",
         "/sepp.v1.QueueService/EnqueueBatch",
         "/sepp.v1.QueueService/EnqueueAtomic",
@@ -95,12 +97,18 @@ pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape
         "/sepp.v1.QueueService/Nack",
         "/sepp.v1.QueueService/Extend",
         "/sepp.v1.QueueService/GetServerInfo",
-    ];
-    const READS: [&str; 8] = [
-        "/sepp.admin.v1.AdminService/GetJob",
-        "/sepp.admin.v1.AdminService/LookupIdempotencyKey",
-        "/sepp.admin.v1.AdminService/ListDeadLetters",
         "/sepp.admin.v1.AdminService/GetQueueStats",
+        "/sepp.admin.v1.AdminService/LookupIdempotencyKey",
+        "/sepp.admin.v1.AdminService/ForgetIdempotencyKey",
+        "/sepp.admin.v1.AdminService/PauseQueue",
+        "/sepp.admin.v1.AdminService/ResumeQueue",
+        "/sepp.admin.v1.AdminService/Backup",
+        "/sepp.admin.v1.AdminService/PurgeQueue",
+        "/sepp.admin.v1.AdminService/DeleteQueue",
+    ];
+    const READS: [&str; 6] = [
+        "/sepp.admin.v1.AdminService/GetJob",
+        "/sepp.admin.v1.AdminService/ListDeadLetters",
         "/sepp.admin.v1.AdminService/ListQueues",
         "/sepp.admin.v1.AdminService/ListJobs",
         "/sepp.admin.v1.AdminService/ListSchedules",
@@ -117,6 +125,10 @@ pub fn request_shape(path: &str, max_message: usize) -> crate::net::RequestShape
         max_message_bytes,
         streaming,
         reply,
+        leases: matches!(
+            path,
+            "/sepp.v1.QueueService/Reserve" | "/sepp.v1.QueueService/Ack"
+        ),
     }
 }
 

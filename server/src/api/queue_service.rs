@@ -6,6 +6,7 @@ use super::convert::{
     dead_letter_out, duration_arg, enqueue_in, job_out, ms_duration, ms_timestamp, rejection_out,
     reserve_input,
 };
+use crate::queue::reserve::{ReplyRoom, RoomHandle, Unbounded};
 use crate::queue::{NackStrategy, Queue};
 use crate::rpc_span;
 use crate::telemetry::{adopt_trace_context, exported, link_trace_context, sampled};
@@ -88,6 +89,17 @@ fn ack_out(a: crate::queue::model::Accepted) -> pb::EnqueueResponse {
     }
 }
 
+/// The room the connection layer gives the call's reply (`server.reply_buffer_bytes`), or
+/// none to bound it when the call did not come through it (in-process callers).
+fn reply_room<T>(req: &Request<T>) -> Option<RoomHandle> {
+    req.extensions().get::<RoomHandle>().cloned()
+}
+
+/// The room `handle` names, else [`Unbounded`].
+fn room_of(handle: &Option<RoomHandle>) -> &dyn ReplyRoom {
+    handle.as_ref().map_or(&Unbounded, |h| &*h.0)
+}
+
 /// The bodies of the RPCs whose span [`QueueService`]'s methods make (sampled or not) before
 /// they run.
 impl QueueApi {
@@ -95,8 +107,9 @@ impl QueueApi {
         &self,
         req: Request<pb::ReserveRequest>,
     ) -> Result<Response<pb::ReserveResponse>, Status> {
+        let room = reply_room(&req);
         let input = reserve_input("", req.into_inner())?;
-        let jobs = self.queue.reserve(input).await?;
+        let jobs = self.queue.reserve_within(input, room_of(&room)).await?;
         let span = tracing::Span::current();
         span.record("jobs", jobs.len());
         // One job's id and attempt, for the exported span only ([`exported`]): the one log line
@@ -133,6 +146,7 @@ impl QueueApi {
         &self,
         req: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
+        let room = reply_room(&req);
         let r = req.into_inner();
         let Some(then) = r.then_reserve else {
             self.queue.ack(&r.job_id, r.attempt).await?;
@@ -145,7 +159,7 @@ impl QueueApi {
         let input = reserve_input("then_reserve.", then)?;
         let jobs = self
             .queue
-            .ack_then_reserve(&r.job_id, r.attempt, input)
+            .ack_then_reserve_within(&r.job_id, r.attempt, input, room_of(&room))
             .await?;
         record_outcome("acked");
         let next = jobs.map(|jobs| self.reserve_reply("ack then reserve", jobs));

@@ -337,6 +337,19 @@ impl Queue {
     /// [`QueueError::UnknownQueues`] in strict mode; [`QueueError::TooManyWaitingReserves`];
     /// [`QueueError::Storage`].
     pub async fn reserve(&self, input: ReserveInput) -> Result<Vec<Job>, QueueError> {
+        self.reserve_within(input, &reserve::Unbounded).await
+    }
+
+    /// [`Queue::reserve`] whose reply takes each leased job's bytes from `room` (the
+    /// transport's reply buffer): what does not fit is not leased.
+    ///
+    /// # Errors
+    /// As [`Queue::reserve`].
+    pub async fn reserve_within(
+        &self,
+        input: ReserveInput,
+        room: &dyn reserve::ReplyRoom,
+    ) -> Result<Vec<Job>, QueueError> {
         let (spec, lease_ms, wait_ms) = self.reserve_spec(input)?;
         let jobs = reserve::reserve_with_wait(
             &*self.store,
@@ -346,6 +359,7 @@ impl Queue {
             lease_ms,
             wait_ms,
             self.limits.max_waiting_reserves,
+            room,
             &self.shutdown,
         )
         .await?;
@@ -562,6 +576,22 @@ impl Queue {
         attempt: u32,
         next: ReserveInput,
     ) -> Result<Option<Vec<Job>>, QueueError> {
+        self.ack_then_reserve_within(job_id, attempt, next, &reserve::Unbounded)
+            .await
+    }
+
+    /// [`Queue::ack_then_reserve`] whose lease takes each job's reply bytes from `room`; with
+    /// no room the ack is done and nothing is leased.
+    ///
+    /// # Errors
+    /// As [`Queue::ack_then_reserve`].
+    pub async fn ack_then_reserve_within(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        next: ReserveInput,
+        room: &dyn reserve::ReplyRoom,
+    ) -> Result<Option<Vec<Job>>, QueueError> {
         if let Some(ms) = next.wait_timeout_ms.filter(|ms| *ms > 0) {
             return Err(QueueError::InvalidArgument(format!(
                 "then_reserve.wait_timeout is {ms} ms: the lease after an ack does not wait, \
@@ -585,7 +615,8 @@ impl Queue {
         spec.lease_expires_at = now.saturating_add(i64::try_from(lease_ms).unwrap_or(i64::MAX));
         let retention = self.limits.dead_letter_retention_ms;
         let rule = |job: Option<JobFacts<'_>>| Self::ack_rule(job, attempt, retention, now);
-        let fit = reserve::fit_within(spec.max_reply_bytes);
+        let no_room = std::sync::atomic::AtomicBool::new(false);
+        let fit = reserve::fit_within_room(spec.max_reply_bytes, room, &no_room);
         let (settled, jobs) = self
             .store
             .settle_then_reserve(id, &rule, now, &spec, &fit)

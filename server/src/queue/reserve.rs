@@ -29,7 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 /// Leases jobs per `spec`, waiting up to `wait_ms` for the first one. Each look takes its time
 /// from `clock`, and the lease runs `lease_ms` from that time. At most `max_waiting` Reserves
-/// wait at once: past that, a Reserve looks once and, finding nothing, does not wait.
+/// wait at once: past that, a Reserve looks once and, finding nothing, does not wait. Each
+/// job's reply bytes are taken from `room` as it is leased; a Reserve that finds a ready job
+/// but no room for it answers empty at once and passes its wake-up on.
 ///
 /// # Errors
 /// [`QueueError::TooManyWaitingReserves`] for a Reserve that found nothing and could not wait;
@@ -43,10 +45,12 @@ pub async fn reserve_with_wait(
     lease_ms: u64,
     wait_ms: u64,
     max_waiting: u64,
+    room: &dyn ReplyRoom,
     shutdown: &CancellationToken,
 ) -> Result<Vec<Job>, QueueError> {
     let lease_ms = i64::try_from(lease_ms).unwrap_or(i64::MAX);
-    let fit = fit_within(spec.max_reply_bytes);
+    let no_room = std::sync::atomic::AtomicBool::new(false);
+    let fit = fit_within_room(spec.max_reply_bytes, room, &no_room);
     let look = |spec: &mut ReserveSpec| {
         let now = clock.now();
         spec.lease_expires_at = now.saturating_add(lease_ms);
@@ -81,6 +85,14 @@ pub async fn reserve_with_wait(
         if !jobs.is_empty() || shutdown.is_cancelled() || Instant::now() >= deadline {
             return Ok(jobs);
         }
+        if no_room.load(std::sync::atomic::Ordering::Relaxed) {
+            // A job is ready but this call's reply has no room (its client does not read its
+            // replies): it answers empty now, and the wake-up goes to another waiter.
+            for w in &waits {
+                w.notify.notify_one();
+            }
+            return Ok(jobs);
+        }
         tracing::debug!(queues = spec.queues.len(), wait_ms, "reserve waiting");
         let parked = signals.park(waits.len());
         let fired = tokio::select! {
@@ -101,9 +113,58 @@ pub async fn reserve_with_wait(
     }
 }
 
-/// The reply budget of a lease: [`super::reply::reserve_fit`] within `budget` bytes.
-pub(crate) fn fit_within(budget: u64) -> impl Fn(u32, u64, usize) -> crate::domain::Fit {
-    move |size, used, taken| super::reply::reserve_fit(size, used, taken, budget)
+/// Room for a call's reply in the memory the transport lets replies hold while they are sent
+/// (`server.reply_buffer_bytes`, see `crate::net`). A lease (a Reserve, an ack's
+/// `then_reserve`) takes each job's reply bytes from it as it decides to lease the job, so a
+/// client that does not read its replies cannot make leases pile up in memory: what does not
+/// fit is not leased. The transport gives the room back once the reply is made and charged.
+pub trait ReplyRoom: Send + Sync {
+    /// Takes `bytes` of room for this call's reply; false (nothing taken) when they do not fit.
+    fn try_take(&self, bytes: u64) -> bool;
+}
+
+/// A call's [`ReplyRoom`], as the transport hands it to the handler (in the request's
+/// extensions).
+#[derive(Clone)]
+pub struct RoomHandle(pub Arc<dyn ReplyRoom>);
+
+impl std::fmt::Debug for RoomHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RoomHandle")
+    }
+}
+
+/// Room without a bound: calls from inside the server and tests.
+pub struct Unbounded;
+
+impl ReplyRoom for Unbounded {
+    fn try_take(&self, _bytes: u64) -> bool {
+        true
+    }
+}
+
+/// The reply budget of a lease: [`super::reply::reserve_fit`] within `budget` bytes, each job's
+/// bytes also taken from `room`; a job whose bytes do not fit there is not leased (the reply
+/// stops before it) and `refused` is set.
+pub(crate) fn fit_within_room<'a>(
+    budget: u64,
+    room: &'a dyn ReplyRoom,
+    refused: &'a std::sync::atomic::AtomicBool,
+) -> impl Fn(u32, u64, usize) -> crate::domain::Fit + 'a {
+    use crate::domain::Fit;
+    move |size, used, taken| match super::reply::reserve_fit(size, used, taken, budget) {
+        Fit::Take(n) => {
+            // A job of unknown size counts as a whole reply.
+            let need = if size == 0 { budget } else { n };
+            if room.try_take(need) {
+                Fit::Take(n)
+            } else {
+                refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                Fit::Stop
+            }
+        }
+        other => other,
+    }
 }
 
 /// One queue's signal and how many Reserves wait on it.
