@@ -6,6 +6,10 @@
 //! prints the server's RSS before, while the replies are held and after the connections
 //! closed, and what was refused.
 //!
+//! A second phase feeds waiting Reserves on such connections with jobs whose leases of 1 s
+//! keep expiring, so that the same jobs would be leased into unread replies again and again
+//! if leases did not take their room first ([`leases_into_unread_replies`]).
+//!
 //! Before `server.reply_buffer_bytes` (256 MiB by default; a connection's share is an eighth)
 //! every such call held its reply (about 2 MB each: 8 x 128 calls took the RSS from 51 MB to
 //! 2.05 GB until the idle timeout). Now a GetJob reply that would take its connection past
@@ -89,6 +93,107 @@ async fn flood(addr: std::net::SocketAddr, id: String, calls: usize) -> Result<H
         }
     }
     Ok(held)
+}
+
+/// Phase two: `connections` x 256 Reserves wait (60 s, leases of 1 s, up to 256 jobs each) on
+/// connections that never read, then 64 jobs of 1 MB (100 attempts each) arrive: each lease
+/// that expires makes its job ready for the next waiting Reserve. Prints the highest RSS over
+/// 15 s and returns its growth over the RSS before the jobs came; checks that every job is
+/// still there once the connections are gone.
+async fn leases_into_unread_replies(
+    server: &ServerProcess,
+    client: &sepp_rs::SeppClient,
+    addr: std::net::SocketAddr,
+    connections: usize,
+) -> Result<f64, BoxError> {
+    use prost::Message as _;
+    let pid = server.pid;
+    let request = sepp_proto::v1::ReserveRequest {
+        queues: vec!["leases".into()],
+        wait_timeout: Some(sepp_proto::prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        lease_duration: Some(sepp_proto::prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        max_jobs: Some(256),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(request.len() as u32).to_be_bytes());
+    body.extend_from_slice(&request);
+    let body = bytes::Bytes::from(body);
+    let mut held = Vec::new();
+    for _ in 0..connections {
+        let mut conn = stalled::connect(addr).await?;
+        let mut calls = Vec::new();
+        for _ in 0..256 {
+            let mut call = stalled::open(
+                &mut conn,
+                "/sepp.v1.QueueService/Reserve",
+                body.clone(),
+                usize::MAX,
+            )
+            .await?;
+            call.end_here()?;
+            calls.push(call.response);
+        }
+        held.push((conn, calls));
+    }
+    // The Reserves reach their wait; nothing here can observe that but time.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = rss(pid);
+    for _ in 0..64 {
+        client
+            .enqueue(
+                sepp_rs::EnqueueRequest::new("leases", "big")?
+                    .with_payload(vec![0x2a; 1_000_000], "application/octet-stream")
+                    .with_max_attempts(100),
+            )
+            .await?;
+    }
+    let mut peak = rss(pid);
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        peak = peak.max(rss(pid));
+    }
+    println!(
+        "{connections} connections x 256 waiting Reserves never read, then 64 jobs of 1 MB with \
+         leases of 1 s: RSS {before:.1} MiB before the jobs, highest over 15 s {peak:.1} MiB \
+         ({:+.1} MiB)",
+        peak - before
+    );
+    drop(held);
+    // Every job is still there: ready, or in flight until its 1 s lease ends.
+    let mut admin = sepp_proto::admin::v1::admin_service_client::AdminServiceClient::connect(
+        format!("http://{addr}"),
+    )
+    .await?;
+    let t = Instant::now();
+    loop {
+        let stats = admin
+            .get_queue_stats(sepp_proto::admin::v1::GetQueueStatsRequest {
+                queue: "leases".into(),
+            })
+            .await?
+            .into_inner();
+        if stats.ready == 64 {
+            println!("  after the connections closed: all 64 jobs ready again");
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(format!(
+                "10 s after the connections closed: {} ready, {} in flight of 64 jobs",
+                stats.ready, stats.in_flight
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(peak - before)
 }
 
 #[tokio::main]
@@ -186,7 +291,8 @@ async fn main() -> Result<(), BoxError> {
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
         println!("  RSS after they were dropped: {:.1} MiB", rss(pid));
-        Ok::<(f64, usize), BoxError>((during - start, refused))
+        let leases = leases_into_unread_replies(&server, &client, addr, connections).await?;
+        Ok::<(f64, usize), BoxError>(((during - start).max(leases), refused))
     }
     .await;
     drop(server);
