@@ -912,6 +912,21 @@ impl Loaded {
 pub const DAY_MS: u64 = 86_400_000;
 
 impl Config {
+    /// Checks that the byte budget `key` = `bytes` holds one `what` message of
+    /// `limits.max_message_bytes` plus its 5-byte gRPC header.
+    fn holds_one_message(&self, key: &str, bytes: u64, what: &str) -> Result<(), ConfigError> {
+        let need = self.limits.max_message_bytes.saturating_add(5);
+        if bytes < need {
+            return Err(ConfigError(format!(
+                "config key {key} = {bytes} cannot hold one {what} message of \
+                 limits.max_message_bytes = {} bytes plus its 5-byte header: raise it to at \
+                 least {need} or lower limits.max_message_bytes",
+                self.limits.max_message_bytes,
+            )));
+        }
+        Ok(())
+    }
+
     /// Loads the configuration: `path` if given, else `$SEPP_CONFIG`, else `./sepp.toml` if it
     /// exists, else the compiled defaults; then applies `SEPP_SECTION__FIELD` environment
     /// overrides from `env`, then validates.
@@ -1060,32 +1075,18 @@ impl Config {
             1024 + 5,
             1 << 40,
         )?;
-        if s.request_buffer_bytes < self.limits.max_message_bytes.saturating_add(5) {
-            return Err(ConfigError(format!(
-                "config key server.request_buffer_bytes = {} cannot hold one request message \
-                 of limits.max_message_bytes = {} bytes plus its 5-byte header: raise it to at \
-                 least {} or lower limits.max_message_bytes",
-                s.request_buffer_bytes,
-                self.limits.max_message_bytes,
-                self.limits.max_message_bytes.saturating_add(5)
-            )));
-        }
+        self.holds_one_message(
+            "server.request_buffer_bytes",
+            s.request_buffer_bytes,
+            "request",
+        )?;
         check_range(
             "server.reply_buffer_bytes",
             s.reply_buffer_bytes,
             1024 + 5,
             1 << 40,
         )?;
-        if s.reply_buffer_bytes < self.limits.max_message_bytes.saturating_add(5) {
-            return Err(ConfigError(format!(
-                "config key server.reply_buffer_bytes = {} cannot hold one reply message \
-                 of limits.max_message_bytes = {} bytes plus its 5-byte header: raise it to at \
-                 least {} or lower limits.max_message_bytes",
-                s.reply_buffer_bytes,
-                self.limits.max_message_bytes,
-                self.limits.max_message_bytes.saturating_add(5)
-            )));
-        }
+        self.holds_one_message("server.reply_buffer_bytes", s.reply_buffer_bytes, "reply")?;
         if let Some(keys) = &self.auth.api_keys {
             check_api_keys("auth.api_keys", keys)?;
         }

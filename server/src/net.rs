@@ -170,6 +170,35 @@ pub enum Reply {
 pub type AdmitFn =
     Arc<dyn Fn(&http::request::Parts) -> Result<RequestShape, tonic::Status> + Send + Sync>;
 
+/// What each byte budget keeps besides its limit: the bytes held, the calls refused, and when
+/// a refusal was last logged.
+#[derive(Debug, Default)]
+struct Tally {
+    held: AtomicU64,
+    refused: AtomicU64,
+    last_warned: Mutex<Option<Instant>>,
+}
+
+impl Tally {
+    fn held(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
+    }
+
+    fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Counts a refusal, and runs `log` if none was logged in the last 10 s.
+    fn refuse(&self, log: impl FnOnce()) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let mut last = self.last_warned.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            log();
+            *last = Some(Instant::now());
+        }
+    }
+}
+
 /// The server-wide budget of bytes held in partly received request messages
 /// (`server.request_buffer_bytes`). Every connection charges it as it reads request messages;
 /// each request's share goes back when the request's message is handed on, or when its
@@ -177,9 +206,7 @@ pub type AdmitFn =
 #[derive(Debug)]
 pub struct RequestBudget {
     limit: u64,
-    held: AtomicU64,
-    refused: AtomicU64,
-    last_warned: Mutex<Option<Instant>>,
+    tally: Tally,
 }
 
 impl RequestBudget {
@@ -187,24 +214,23 @@ impl RequestBudget {
     pub fn new(limit: u64) -> Self {
         RequestBudget {
             limit,
-            held: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            last_warned: Mutex::new(None),
+            tally: Tally::default(),
         }
     }
 
     /// Bytes held now.
     pub fn held(&self) -> u64 {
-        self.held.load(Ordering::Acquire)
+        self.tally.held()
     }
 
     /// Requests refused for want of budget since the server started.
     pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+        self.tally.refused()
     }
 
     fn take(&self, n: u64) -> bool {
-        self.held
+        self.tally
+            .held
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
                 h.checked_add(n).filter(|t| *t <= self.limit)
             })
@@ -213,15 +239,12 @@ impl RequestBudget {
 
     /// The answer to a request that cannot get budget; logged once per 10 s at most.
     fn refusal(&self) -> tonic::Status {
-        self.refused.fetch_add(1, Ordering::Relaxed);
-        let mut last = self.last_warned.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+        self.tally.refuse(|| {
             tracing::warn!(
                 request_buffer_bytes = self.limit,
                 "partly received requests hold the whole request buffer budget; refusing requests that need more"
             );
-            *last = Some(Instant::now());
-        }
+        });
         tonic::Status::resource_exhausted(format!(
             "request not processed: partly received requests hold all of \
              server.request_buffer_bytes ({} bytes); retry later",
@@ -237,9 +260,7 @@ impl RequestBudget {
 pub struct ReplyBudget {
     limit: u64,
     per_connection: u64,
-    held: AtomicU64,
-    refused: AtomicU64,
-    last_warned: Mutex<Option<Instant>>,
+    tally: Tally,
 }
 
 impl ReplyBudget {
@@ -248,36 +269,31 @@ impl ReplyBudget {
         ReplyBudget {
             limit,
             per_connection,
-            held: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            last_warned: Mutex::new(None),
+            tally: Tally::default(),
         }
     }
 
     /// Bytes held now, by every connection together.
     pub fn held(&self) -> u64 {
-        self.held.load(Ordering::Acquire)
+        self.tally.held()
     }
 
     /// Calls refused (before or after they ran) for want of budget since the server started.
     pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+        self.tally.refused()
     }
 
     /// The refusal of a call whose reply could be large while unread replies hold the
     /// budget (`connection`: this connection's own share); logged once per 10 s at most.
     fn refusal(&self, connection: Option<u64>) -> tonic::Status {
-        self.refused.fetch_add(1, Ordering::Relaxed);
-        let mut last = self.last_warned.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+        self.tally.refuse(|| {
             tracing::warn!(
                 reply_buffer_bytes = self.limit,
                 held = self.held(),
                 connection_held = connection,
                 "unread replies hold the reply buffer budget; refusing calls that can answer with large replies"
             );
-            *last = Some(Instant::now());
-        }
+        });
         let message = match connection {
             Some(held) => format!(
                 "call not processed: this connection has {held} bytes of replies it has not \
@@ -305,12 +321,12 @@ struct ConnReplies {
 impl ConnReplies {
     fn charge(&self, n: u64) {
         self.held.fetch_add(n, Ordering::AcqRel);
-        self.budget.held.fetch_add(n, Ordering::AcqRel);
+        self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
     }
 
     fn release(&self, n: u64) {
         self.held.fetch_sub(n, Ordering::AcqRel);
-        self.budget.held.fetch_sub(n, Ordering::AcqRel);
+        self.budget.tally.held.fetch_sub(n, Ordering::AcqRel);
     }
 
     /// Charges `n` bytes unless they take this connection past its share or the server past
@@ -318,7 +334,7 @@ impl ConnReplies {
     /// nothing charged, when they do not fit.
     fn fits(&self, n: u64) -> Result<(), (u64, u64)> {
         let own = self.held.fetch_add(n, Ordering::AcqRel);
-        let all = self.budget.held.fetch_add(n, Ordering::AcqRel);
+        let all = self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
         let b = &self.budget;
         if (own > 0 && own + n > b.per_connection) || (all > 0 && all + n > b.limit) {
             self.release(n);
@@ -331,7 +347,7 @@ impl ConnReplies {
     fn try_charge(&self, n: u64) -> Result<(), tonic::Status> {
         let b = &self.budget;
         if let Err((own, all)) = self.fits(n) {
-            b.refused.fetch_add(1, Ordering::Relaxed);
+            b.tally.refused.fetch_add(1, Ordering::Relaxed);
             return Err(tonic::Status::resource_exhausted(format!(
                 "reply not sent: its {n} bytes would take unread replies past \
                  server.reply_buffer_bytes (this connection holds {own} of its {} bytes, all \
@@ -547,7 +563,10 @@ impl Share<'_> {
 
 impl Drop for Share<'_> {
     fn drop(&mut self) {
-        self.budget.held.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.budget
+            .tally
+            .held
+            .fetch_sub(self.bytes, Ordering::AcqRel);
     }
 }
 

@@ -373,15 +373,6 @@ fn one_reply_budget(c: &mut sepp_server::config::Config) {
     c.server.reply_buffer_bytes = (1 << 20) + 5;
 }
 
-/// A GetJob request for `id`, as a gRPC body.
-fn get_job(id: &str) -> bytes::Bytes {
-    let mut m = vec![0u8, 0, 0, 0, 0, 0x0a, id.len() as u8];
-    m.extend_from_slice(id.as_bytes());
-    let len = (m.len() - 5) as u32;
-    m[1..5].copy_from_slice(&len.to_be_bytes());
-    m.into()
-}
-
 const RESERVE: &str = "/sepp.v1.QueueService/Reserve";
 
 /// Sends whole calls of `request` to `path` on `conn` one after the other and never reads
@@ -430,11 +421,12 @@ async fn unread_replies_past_the_reply_buffer_refuse_large_reply_calls_and_small
     // One connection that reads nothing holds three replies of 300 KB; the fourth is refused.
     let mut stalled_conn = stalled::connect(server.addr).await.unwrap();
     let (held, message) =
-        unread_until_refused(&mut stalled_conn, GET_JOB, &get_job(&jobs[0])).await;
+        unread_until_refused(&mut stalled_conn, GET_JOB, &stalled::get_job_body(&jobs[0])).await;
     assert_eq!(held.len(), 3, "{message}");
     // Another connection: its reply does not fit in what is left of the whole budget...
     let mut other = stalled::connect(server.addr).await.unwrap();
-    let (none, message) = unread_until_refused(&mut other, GET_JOB, &get_job(&jobs[0])).await;
+    let (none, message) =
+        unread_until_refused(&mut other, GET_JOB, &stalled::get_job_body(&jobs[0])).await;
     assert!(none.is_empty());
     assert!(
         message.contains("this connection holds 0 of its 1048581 bytes, all connections")
@@ -504,7 +496,8 @@ async fn a_read_reply_that_would_pass_the_reply_buffer_is_not_sent() {
     let client = server.client().await;
     let job = big_jobs(&client, 1).await.remove(0);
     let mut conn = stalled::connect(server.addr).await.unwrap();
-    let (held, message) = unread_until_refused(&mut conn, GET_JOB, &get_job(&job)).await;
+    let (held, message) =
+        unread_until_refused(&mut conn, GET_JOB, &stalled::get_job_body(&job)).await;
     // Three replies of 300 KB fit in 1 MiB, the fourth would not: it is made, then dropped.
     assert_eq!(held.len(), 3, "{message}");
     assert!(
@@ -526,7 +519,7 @@ async fn read_calls_sent_at_once_cannot_pass_the_reply_buffer_together() {
     // handler (nothing is held yet); their replies are checked as they are made.
     let mut calls = Vec::new();
     for _ in 0..32 {
-        let mut call = stalled::open(&mut conn, GET_JOB, get_job(&job), usize::MAX)
+        let mut call = stalled::open(&mut conn, GET_JOB, stalled::get_job_body(&job), usize::MAX)
             .await
             .unwrap();
         call.end_here().unwrap();
@@ -571,14 +564,6 @@ fn a_share_of_one_message(c: &mut sepp_server::config::Config) {
     c.server.reply_buffer_bytes = 8 << 20;
 }
 
-/// A gRPC body of `message`.
-fn grpc(message: &[u8]) -> bytes::Bytes {
-    let mut m = vec![0u8];
-    m.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    m.extend_from_slice(message);
-    m.into()
-}
-
 /// A ReserveRequest for queue "q" with a lease of 60 s, `max_jobs`, and a wait of `wait_s`.
 fn reserve_message(max_jobs: u8, wait_s: u8) -> Vec<u8> {
     let mut m = vec![0x0a, 1, b'q', 0x1a, 2, 0x08, 60, 0x28, max_jobs];
@@ -612,7 +597,7 @@ async fn leases_into_unread_replies_stop_at_the_connections_share() {
         let mut call = stalled::open(
             &mut stalled_conn,
             RESERVE,
-            grpc(&reserve_message(1, 30)),
+            stalled::grpc_body(&reserve_message(1, 30)),
             usize::MAX,
         )
         .await
@@ -649,7 +634,7 @@ async fn leases_into_unread_replies_stop_at_the_connections_share() {
     let mut call = stalled::open(
         &mut stalled_conn,
         "/sepp.v1.QueueService/Ack",
-        grpc(&ack),
+        stalled::grpc_body(&ack),
         usize::MAX,
     )
     .await

@@ -40,15 +40,6 @@ const GET_JOB: &str = "/sepp.admin.v1.AdminService/GetJob";
 /// at 8 x 128, 16 x 256 and 32 x 128 calls alike.
 const LIMIT_MIB: f64 = 768.0;
 
-/// A GetJob request for `id`, as a gRPC body.
-fn get_job(id: &str) -> bytes::Bytes {
-    let mut m = vec![0u8, 0, 0, 0, 0, 0x0a, id.len() as u8];
-    m.extend_from_slice(id.as_bytes());
-    let len = (m.len() - 5) as u32;
-    m[1..5].copy_from_slice(&len.to_be_bytes());
-    m.into()
-}
-
 fn rss(pid: u32) -> f64 {
     procfs::proc_status_mib(pid, "VmRSS").unwrap_or(f64::NAN)
 }
@@ -70,7 +61,8 @@ async fn flood(addr: std::net::SocketAddr, id: String, calls: usize) -> Result<H
     // Every call on the wire before the first answer, as a hostile client would send them.
     let mut responses = Vec::with_capacity(calls);
     for _ in 0..calls {
-        let mut call = stalled::open(&mut conn, GET_JOB, get_job(&id), usize::MAX).await?;
+        let mut call =
+            stalled::open(&mut conn, GET_JOB, stalled::get_job_body(&id), usize::MAX).await?;
         call.end_here()?;
         responses.push(call.response);
     }
@@ -122,10 +114,7 @@ async fn leases_into_unread_replies(
         ..Default::default()
     }
     .encode_to_vec();
-    let mut body = vec![0u8];
-    body.extend_from_slice(&(request.len() as u32).to_be_bytes());
-    body.extend_from_slice(&request);
-    let body = bytes::Bytes::from(body);
+    let body = stalled::grpc_body(&request);
     let mut held = Vec::new();
     for _ in 0..connections {
         let mut conn = stalled::connect(addr).await?;

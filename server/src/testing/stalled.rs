@@ -26,6 +26,22 @@ pub async fn connect(
     Ok(send)
 }
 
+/// `message` as a gRPC body: the 5-byte header (uncompressed, its length) and the message.
+pub fn grpc_body(message: &[u8]) -> Bytes {
+    let mut m = Vec::with_capacity(message.len() + 5);
+    m.push(0);
+    m.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    m.extend_from_slice(message);
+    m.into()
+}
+
+/// A GetJob request (`sepp.admin.v1`) for job `id`, as a gRPC body.
+pub fn get_job_body(id: &str) -> Bytes {
+    let mut m = vec![0x0a, id.len() as u8];
+    m.extend_from_slice(id.as_bytes());
+    grpc_body(&m)
+}
+
 /// A gRPC request body of exactly `len` message bytes behind its 5-byte header, that every
 /// sepp request type decodes: one length-delimited field numbered 15, which no request
 /// message declares and protobuf decoders skip. `len` is at least 2.
