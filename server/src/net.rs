@@ -316,6 +316,9 @@ impl ReplyBudget {
 struct ConnReplies {
     budget: Arc<ReplyBudget>,
     held: AtomicU64,
+    /// Leases waiting for this connection's replies to be written ([`CallRoom`]'s `freed`).
+    freed: tokio::sync::Notify,
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 impl ConnReplies {
@@ -324,7 +327,17 @@ impl ConnReplies {
         self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
     }
 
+    /// Returns `n` bytes that were written out or dropped, and wakes the leases waiting for
+    /// room on this connection.
     fn release(&self, n: u64) {
+        self.uncharge(n);
+        if n > 0 && self.waiting.load(Ordering::Acquire) > 0 {
+            self.freed.notify_waiters();
+        }
+    }
+
+    /// Takes back a charge that did not fit (nothing was freed: nobody is woken).
+    fn uncharge(&self, n: u64) {
         self.held.fetch_sub(n, Ordering::AcqRel);
         self.budget.tally.held.fetch_sub(n, Ordering::AcqRel);
     }
@@ -337,7 +350,7 @@ impl ConnReplies {
         let all = self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
         let b = &self.budget;
         if (own > 0 && own + n > b.per_connection) || (all > 0 && all + n > b.limit) {
-            self.release(n);
+            self.uncharge(n);
             return Err((own, all));
         }
         Ok(())
@@ -427,6 +440,25 @@ impl crate::queue::reserve::ReplyRoom for CallRoom {
         }
         self.taken.fetch_add(bytes, Ordering::AcqRel);
         true
+    }
+
+    fn freed(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        /// Counts a waiter from before its notification is registered until it ends.
+        struct Waiter<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Waiter<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let conn = &self.conn;
+        conn.waiting.fetch_add(1, Ordering::AcqRel);
+        let waiter = Waiter(&conn.waiting);
+        // Registered now: a write after this call wakes it, even before it is polled.
+        let notified = conn.freed.notified();
+        Box::pin(async move {
+            let _waiter = waiter;
+            notified.await;
+        })
     }
 }
 
@@ -701,6 +733,8 @@ impl Conn {
             replies: Arc::new(ConnReplies {
                 budget: self.replies.clone(),
                 held: AtomicU64::new(0),
+                freed: tokio::sync::Notify::new(),
+                waiting: std::sync::atomic::AtomicUsize::new(0),
             }),
             receive_timeout: self.opts.handshake_timeout,
             in_flight: Arc::new(in_flight),
@@ -869,7 +903,9 @@ impl tower_service::Service<http::Request<Incoming>> for ConnService {
         let (reply, room, answer) = self.answer(req);
         Box::pin(async move {
             let Ok(response) = answer.await;
-            let answer = if reply == Reply::Reads || room.is_some() {
+            // A reply that can be large is charged before its answer is handed on, so the
+            // next call's check on this connection sees it.
+            let answer = if reply != Reply::Small || room.is_some() {
                 conn.checked(response, reply == Reply::Reads).await
             } else {
                 response.map(|inner| HeldReply {
@@ -939,6 +975,7 @@ impl ConnService {
             );
         }
         let budget = self.budget.clone();
+        let replies = self.replies.clone();
         let timeout = self.receive_timeout;
         let answer = Box::pin(answer_panics(uri, async move {
             let _guard = guard;
@@ -957,6 +994,13 @@ impl ConnService {
                     .into_http());
                 }
             };
+            // Checked again now that the call is about to run: its headers may have come long
+            // before its message, while the budget was free.
+            if shape.reply != Reply::Small
+                && let Err(status) = replies.admit()
+            {
+                return Ok(status.into_http());
+            }
             let body = tonic::body::Body::new(http_body_util::Full::new(message));
             tower_service::Service::call(&mut routes, http::Request::from_parts(parts, body)).await
         }));
@@ -1123,6 +1167,8 @@ mod tests {
         Arc::new(ConnReplies {
             budget: budget.clone(),
             held: AtomicU64::new(0),
+            freed: tokio::sync::Notify::new(),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 

@@ -231,10 +231,11 @@ async fn dead_letters_can_be_listed_in_pages_requeued_and_deleted() {
         .into_inner();
     assert_eq!(stats.dead_lettered, 5);
 
+    // An id named several times is deleted once and named once in the reply.
     let deleted = admin
         .delete_dead_letters(apb::DeleteDeadLettersRequest {
             selector: Some(apb::DeadLetterSelector {
-                job_ids: vec![ids[0].clone()],
+                job_ids: vec![ids[0].clone(); 3],
                 ..Default::default()
             }),
         })
@@ -262,6 +263,29 @@ async fn dead_letters_can_be_listed_in_pages_requeued_and_deleted() {
         .unwrap()
         .into_inner();
     assert_eq!((stats.ready, stats.dead_lettered), (2, 2));
+    // So is one requeued by a list that repeats it among ids of nothing.
+    let twice = admin
+        .requeue_dead_letters(apb::RequeueDeadLettersRequest {
+            selector: Some(apb::DeadLetterSelector {
+                job_ids: vec![
+                    ids[3].clone(),
+                    "00000000-0000-4000-8000-000000000000".into(),
+                    ids[3].clone(),
+                ],
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_ids;
+    assert_eq!(twice, vec![ids[3].clone()]);
+    let stats = admin
+        .get_queue_stats(apb::GetQueueStatsRequest { queue: "q".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((stats.ready, stats.dead_lettered), (3, 1));
     let j = reserve(&c, "q", 30_000).await;
     assert_eq!(j.id, ids[1]);
     assert_eq!(j.attempt, 1);

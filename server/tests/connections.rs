@@ -607,12 +607,14 @@ async fn leases_into_unread_replies_stop_at_the_connections_share() {
     }
     server.reserves_waiting(8).await;
     big_jobs(&client, 6).await;
+    // Three jobs of 300 KB fit in the 1 MiB share: three Reserves answer. The other five wait
+    // for room that never frees, and the jobs stay ready for connections that read.
+    let mut waiting: futures_util::stream::FuturesUnordered<_> = waiting.into_iter().collect();
     let mut answers = Vec::new();
-    for response in waiting {
-        answers.push(within(10, response).await.unwrap());
+    for _ in 0..3 {
+        use futures_util::StreamExt as _;
+        answers.push(within(10, waiting.next()).await.unwrap().unwrap());
     }
-    // Three jobs of 300 KB fit in the 1 MiB share; the other waiting Reserves answered empty
-    // and the jobs stay ready for connections that read.
     assert_eq!(ready_and_in_flight(&server).await, (3, 3));
     let jobs = client
         .reserve(sepp_rs::ReserveOptions::new(
@@ -648,7 +650,74 @@ async fn leases_into_unread_replies_stop_at_the_connections_share() {
         now = ready_and_in_flight(&server).await;
     }
     assert_eq!(now, (2, 3), "acked one, leased none");
-    drop((call, answers));
+    drop((call, answers, waiting));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_call_whose_message_comes_after_the_budget_filled_is_refused_before_it_runs() {
+    let server = TestServer::start(|c| {
+        one_reply_budget(c);
+        c.storage.dead_letter_retention_ms = 86_400_000;
+    })
+    .await;
+    let client = server.client().await;
+    // Five dead letters of 300 KB.
+    for _ in 0..5 {
+        let request = sepp_rs::EnqueueRequest::new("q", "t")
+            .unwrap()
+            .with_payload(vec![7u8; 300_000], "application/octet-stream");
+        client.enqueue(request).await.unwrap();
+        let job = client
+            .reserve(sepp_rs::ReserveOptions::new(["q"], Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .remove(0);
+        client
+            .nack(&job.id, job.attempt, sepp_rs::NackRetry::DeadLetter, None)
+            .await
+            .unwrap();
+    }
+    // Five drains of one record each, on a connection that reads nothing: all their headers
+    // first, while nothing is held, then their messages one by one.
+    let mut conn = stalled::connect(server.addr).await.unwrap();
+    let drain = stalled::grpc_body(&[0x0a, 1, b'q', 0x10, 1]);
+    let mut calls = Vec::new();
+    for _ in 0..5 {
+        calls.push(
+            stalled::open(
+                &mut conn,
+                "/sepp.v1.QueueService/DrainDeadLetters",
+                drain.clone(),
+                1,
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let (mut held, mut refused) = (Vec::new(), Vec::new());
+    for mut call in calls {
+        call.finish().unwrap();
+        let response = within(10, call.response).await.unwrap();
+        match response.headers().get("grpc-message") {
+            None => held.push(response),
+            Some(m) => refused.push(stalled::percent_decode(m.to_str().unwrap())),
+        }
+    }
+    // Four replies pass the 1 MiB share; the fifth call is refused when its message is in.
+    assert_eq!(held.len(), 4, "{refused:?}");
+    assert!(
+        refused.len() == 1 && refused[0].contains("call not processed: this connection has"),
+        "{refused:?}"
+    );
+    let stats = server
+        .admin()
+        .await
+        .get_queue_stats(sepp_proto::admin::v1::GetQueueStatsRequest { queue: "q".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.dead_lettered, 1, "the refused drain removed nothing");
     server.stop().await;
 }
 

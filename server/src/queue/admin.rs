@@ -299,9 +299,15 @@ impl Queue {
                 )));
             }
             // Ids that are not UUIDs cannot name a dead letter; they are skipped like any
-            // other id that is not one.
+            // other id that is not one. An id named twice selects its record once (and the
+            // reply names it once).
+            let mut seen = std::collections::HashSet::with_capacity(s.job_ids.len());
             return Ok(DeadLetterSelector::Ids(
-                s.job_ids.iter().filter_map(|i| JobId::parse(i)).collect(),
+                s.job_ids
+                    .iter()
+                    .filter_map(|i| JobId::parse(i))
+                    .filter(|id| seen.insert(*id))
+                    .collect(),
             ));
         }
         if let Some(q) = &s.queue {

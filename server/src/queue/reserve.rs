@@ -31,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 /// from `clock`, and the lease runs `lease_ms` from that time. At most `max_waiting` Reserves
 /// wait at once: past that, a Reserve looks once and, finding nothing, does not wait. Each
 /// job's reply bytes are taken from `room` as it is leased; a Reserve that finds a ready job
-/// but no room for it answers empty at once and passes its wake-up on.
+/// but no room for it passes its wake-up on and looks again once its connection wrote some
+/// of its replies (or answers empty at its deadline).
 ///
 /// # Errors
 /// [`QueueError::TooManyWaitingReserves`] for a Reserve that found nothing and could not wait;
@@ -80,19 +81,29 @@ pub async fn reserve_with_wait(
         for w in &mut wakeups {
             w.as_mut().enable();
         }
+        let freed = room.freed();
         let now = look(&mut spec);
         let jobs = store.reserve(&spec, &fit, now).await?;
         if !jobs.is_empty() || shutdown.is_cancelled() || Instant::now() >= deadline {
             return Ok(jobs);
         }
-        if no_room.load(std::sync::atomic::Ordering::Relaxed) {
-            // A job is ready but this call's reply has no room (its client does not read its
-            // replies): it answers empty now, and the wake-up goes to another waiter.
+        if no_room.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            // A job is ready but this call's reply has no room: its connection's replies are
+            // still on their way (or its client does not read them). The wake-up goes to
+            // another waiter; this one looks again once some of them were written. It stops
+            // listening for wake-ups meanwhile (any it got go on to other waiters), so that
+            // Reserves without room never bounce a wake-up between them.
+            drop(wakeups);
             for w in &waits {
                 w.notify.notify_one();
             }
-            return Ok(jobs);
+            tokio::select! {
+                () = freed => continue,
+                _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                _ = shutdown.cancelled() => return Ok(Vec::new()),
+            }
         }
+        drop(freed);
         tracing::debug!(queues = spec.queues.len(), wait_ms, "reserve waiting");
         let parked = signals.park(waits.len());
         let fired = tokio::select! {
@@ -121,6 +132,10 @@ pub async fn reserve_with_wait(
 pub trait ReplyRoom: Send + Sync {
     /// Takes `bytes` of room for this call's reply; false (nothing taken) when they do not fit.
     fn try_take(&self, bytes: u64) -> bool;
+
+    /// Resolves once some reply bytes of this call's connection were written out after this
+    /// was called (room may have freed), even if it is first polled later.
+    fn freed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
 }
 
 /// A call's [`ReplyRoom`], as the transport hands it to the handler (in the request's
@@ -140,6 +155,10 @@ pub struct Unbounded;
 impl ReplyRoom for Unbounded {
     fn try_take(&self, _bytes: u64) -> bool {
         true
+    }
+
+    fn freed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::pending())
     }
 }
 

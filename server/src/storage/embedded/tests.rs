@@ -488,3 +488,62 @@ async fn a_paged_out_job_is_unavailable_not_unknown_while_storage_is_reopened() 
     assert_memory_equals_disk(&store);
     store.close().await.expect("close");
 }
+
+/// A reply room that refuses every lease until opened, and says when a lease was refused.
+struct Gate {
+    open: std::sync::atomic::AtomicBool,
+    refused: tokio::sync::Notify,
+    freed: tokio::sync::Notify,
+}
+
+impl crate::queue::reserve::ReplyRoom for Gate {
+    fn try_take(&self, _bytes: u64) -> bool {
+        let open = self.open.load(std::sync::atomic::Ordering::Acquire);
+        if !open {
+            self.refused.notify_one();
+        }
+        open
+    }
+
+    fn freed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(self.freed.notified())
+    }
+}
+
+/// A waiting Reserve that wakes to a ready job while its reply has no room (its connection's
+/// earlier replies are still being written) does not answer empty: it waits for room and
+/// then leases the job.
+#[tokio::test]
+async fn a_waiting_reserve_without_room_for_its_reply_waits_for_room_then_leases() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(open(dir.path(), T0));
+    let queue = Arc::new(queue_over(store.clone(), clock.clone(), 60_000));
+    let gate = Arc::new(Gate {
+        open: false.into(),
+        refused: tokio::sync::Notify::new(),
+        freed: tokio::sync::Notify::new(),
+    });
+    let waiting = {
+        let (queue, gate) = (queue.clone(), gate.clone());
+        tokio::spawn(async move {
+            let input = ReserveInput {
+                wait_timeout_ms: Some(30_000),
+                ..reserve(1)
+            };
+            queue.reserve_within(input, &*gate).await
+        })
+    };
+    queue.ready_signals().waiting(1).await;
+    queue
+        .enqueue_batch(vec![keyed("k")])
+        .await
+        .expect("enqueue");
+    // The Reserve woke, looked and found no room for the job.
+    gate.refused.notified().await;
+    gate.open.store(true, std::sync::atomic::Ordering::Release);
+    gate.freed.notify_waiters();
+    let jobs = waiting.await.expect("the task").expect("reserve");
+    assert_eq!(jobs.len(), 1, "leased once room freed, not answered empty");
+    store.close().await.expect("close");
+}
