@@ -271,6 +271,10 @@ pub struct ServerConfig {
     /// jobs whose reply bytes fit. At least `limits.max_message_bytes` + 5
     /// and at most 2^40; default 268 435 456 (256 MiB).
     pub reply_buffer_bytes: u64,
+    /// A connection whose replies hold bytes waiting to be written, none of which was written
+    /// for this long, is dropped (its client does not read them; what they hold goes back to
+    /// `reply_buffer_bytes`), in milliseconds. 1 000–86 400 000, default 60 000.
+    pub reply_stall_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -289,6 +293,7 @@ impl Default for ServerConfig {
             shutdown_grace_ms: 5_000,
             request_buffer_bytes: 64 * 1024 * 1024,
             reply_buffer_bytes: 256 * 1024 * 1024,
+            reply_stall_timeout_ms: 60_000,
         }
     }
 }
@@ -1063,6 +1068,12 @@ impl Config {
             600_000,
         )?;
         check_range("server.idle_timeout_ms", s.idle_timeout_ms, 1_000, DAY_MS)?;
+        check_range(
+            "server.reply_stall_timeout_ms",
+            s.reply_stall_timeout_ms,
+            1_000,
+            DAY_MS,
+        )?;
         check_range(
             "server.shutdown_grace_ms",
             s.shutdown_grace_ms,

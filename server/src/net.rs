@@ -40,6 +40,10 @@
 //! - A call whose request is a stream of messages (server reflection) is handed to its service
 //!   as it arrives: the service reads its messages one by one under its own small decode
 //!   limit (see [`crate::api::request_shape`]).
+//! - A connection whose replies hold bytes of which none was written for
+//!   `server.reply_stall_timeout_ms` is dropped: its client does not read them, and the
+//!   budget they hold goes back (an idle timeout would not do: the client can keep a call in
+//!   flight).
 //! - A connection with no call in flight for `server.idle_timeout_ms` gets GOAWAY; if the
 //!   peer does not let it close within the handshake timeout, it is dropped. HTTP/2 keepalive
 //!   pings drop a peer that stopped answering.
@@ -95,6 +99,8 @@ pub struct NetOptions {
     pub request_buffer_bytes: u64,
     /// `server.reply_buffer_bytes`.
     pub reply_buffer_bytes: u64,
+    /// `server.reply_stall_timeout_ms`.
+    pub reply_stall_timeout: Duration,
     /// A connection's share of `reply_buffer_bytes`: an eighth of it, at least one largest
     /// message with its header (and at most the whole budget).
     pub connection_reply_bytes: u64,
@@ -121,6 +127,7 @@ impl NetOptions {
             connection_window: stream_window * 4,
             request_buffer_bytes: s.request_buffer_bytes,
             reply_buffer_bytes: s.reply_buffer_bytes,
+            reply_stall_timeout: Duration::from_millis(s.reply_stall_timeout_ms),
             connection_reply_bytes: (s.reply_buffer_bytes / 8)
                 .max(config.limits.max_message_bytes.saturating_add(5))
                 .min(s.reply_buffer_bytes),
@@ -319,11 +326,41 @@ struct ConnReplies {
     /// Leases waiting for this connection's replies to be written ([`CallRoom`]'s `freed`).
     freed: tokio::sync::Notify,
     waiting: std::sync::atomic::AtomicUsize,
+    /// When bytes were last written out, or began to be held while none were: in ms since
+    /// `epoch` ([`ConnReplies::stalled_for`]).
+    progress_ms: AtomicU64,
+    epoch: Instant,
 }
 
 impl ConnReplies {
+    fn new(budget: Arc<ReplyBudget>) -> Self {
+        ConnReplies {
+            budget,
+            held: AtomicU64::new(0),
+            freed: tokio::sync::Notify::new(),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            progress_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// How long this connection has held reply bytes without writing any, if it holds some.
+    fn stalled_for(&self) -> Option<Duration> {
+        if self.held.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let since = self.progress_ms.load(Ordering::Acquire);
+        Some(Duration::from_millis(self.now_ms().saturating_sub(since)))
+    }
+
     fn charge(&self, n: u64) {
-        self.held.fetch_add(n, Ordering::AcqRel);
+        if self.held.fetch_add(n, Ordering::AcqRel) == 0 {
+            self.progress_ms.store(self.now_ms(), Ordering::Release);
+        }
         self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
     }
 
@@ -331,8 +368,11 @@ impl ConnReplies {
     /// room on this connection.
     fn release(&self, n: u64) {
         self.uncharge(n);
-        if n > 0 && self.waiting.load(Ordering::Acquire) > 0 {
-            self.freed.notify_waiters();
+        if n > 0 {
+            self.progress_ms.store(self.now_ms(), Ordering::Release);
+            if self.waiting.load(Ordering::Acquire) > 0 {
+                self.freed.notify_waiters();
+            }
         }
     }
 
@@ -348,6 +388,9 @@ impl ConnReplies {
     fn fits(&self, n: u64) -> Result<(), (u64, u64)> {
         let own = self.held.fetch_add(n, Ordering::AcqRel);
         let all = self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
+        if own == 0 {
+            self.progress_ms.store(self.now_ms(), Ordering::Release);
+        }
         let b = &self.budget;
         if (own > 0 && own + n > b.per_connection) || (all > 0 && all + n > b.limit) {
             self.uncharge(n);
@@ -726,16 +769,12 @@ impl Conn {
             received: received.clone(),
         };
         let (in_flight, mut calls) = watch::channel(0usize);
+        let replies = Arc::new(ConnReplies::new(self.replies.clone()));
         let service = ConnService {
             routes: self.routes.clone(),
             admit: self.admit.clone(),
             budget: self.budget.clone(),
-            replies: Arc::new(ConnReplies {
-                budget: self.replies.clone(),
-                held: AtomicU64::new(0),
-                freed: tokio::sync::Notify::new(),
-                waiting: std::sync::atomic::AtomicUsize::new(0),
-            }),
+            replies: replies.clone(),
             receive_timeout: self.opts.handshake_timeout,
             in_flight: Arc::new(in_flight),
         };
@@ -770,9 +809,22 @@ impl Conn {
         tokio::pin!(handshake);
         let drain = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(drain);
+        let stall = self.opts.reply_stall_timeout;
+        let mut stall_check = tokio::time::interval((stall / 4).max(Duration::from_millis(100)));
+        stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let (mut handshake_checked, mut closing, mut draining) = (false, false, false);
         loop {
             tokio::select! {
+                _ = stall_check.tick() => {
+                    if let Some(t) = replies.stalled_for().filter(|t| *t >= stall) {
+                        tracing::info!(
+                            stalled_ms = t.as_millis() as u64,
+                            held = replies.held.load(Ordering::Relaxed),
+                            "replies of a connection were not read for server.reply_stall_timeout_ms: connection dropped"
+                        );
+                        return;
+                    }
+                }
                 r = conn.as_mut() => {
                     if let Err(e) = r {
                         tracing::debug!(error = %e, "connection ended with an error");
@@ -1164,12 +1216,7 @@ mod tests {
     use super::*;
 
     fn conn(budget: &Arc<ReplyBudget>) -> Arc<ConnReplies> {
-        Arc::new(ConnReplies {
-            budget: budget.clone(),
-            held: AtomicU64::new(0),
-            freed: tokio::sync::Notify::new(),
-            waiting: std::sync::atomic::AtomicUsize::new(0),
-        })
+        Arc::new(ConnReplies::new(budget.clone()))
     }
 
     #[test]

@@ -491,6 +491,51 @@ async fn unread_replies_past_the_reply_buffer_refuse_large_reply_calls_and_small
 }
 
 #[tokio::test]
+async fn a_connection_whose_replies_are_not_read_is_dropped_after_the_stall_timeout() {
+    let server = TestServer::start(|c| {
+        one_reply_budget(c);
+        c.server.reply_stall_timeout_ms = 1_000;
+    })
+    .await;
+    let client = server.client().await;
+    let jobs = big_jobs(&client, 1).await;
+    let mut stalled_conn = stalled::connect(server.addr).await.unwrap();
+    let (held, _) =
+        unread_until_refused(&mut stalled_conn, GET_JOB, &stalled::get_job_body(&jobs[0])).await;
+    assert_eq!(held.len(), 3);
+    // A call still open on the connection does not keep it: only its replies' progress counts.
+    let mut open_call = stalled::open(&mut stalled_conn, SERVER_INFO, filler(200), 10)
+        .await
+        .unwrap();
+    let metrics = server.metrics_addr.expect("metrics are served");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let scrape = samples(&get(metrics, "/metrics").await.1);
+        if scrape[r#"sepp_buffer_held_bytes{buffer="reply"}"#] == "0" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled connection still holds its replies"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Dropped: its calls fail, and the budget serves others again.
+    assert!(open_call.finish().is_err() || within(5, open_call.status()).await.is_err());
+    let reply = server
+        .admin()
+        .await
+        .get_job(sepp_proto::admin::v1::GetJobRequest {
+            job_id: jobs[0].clone(),
+        })
+        .await
+        .expect("GetJob once the budget is back");
+    assert_eq!(reply.into_inner().job.unwrap().job_id, jobs[0]);
+    drop(held);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_read_reply_that_would_pass_the_reply_buffer_is_not_sent() {
     let server = TestServer::start(one_reply_budget).await;
     let client = server.client().await;
