@@ -357,11 +357,15 @@ impl ConnReplies {
         Some(Duration::from_millis(self.now_ms().saturating_sub(since)))
     }
 
-    fn charge(&self, n: u64) {
-        if self.held.fetch_add(n, Ordering::AcqRel) == 0 {
+    /// Charges `n` bytes to this connection and the budget; returns what each held before.
+    /// Bytes held from nothing start the stall clock ([`ConnReplies::stalled_for`]).
+    fn charge(&self, n: u64) -> (u64, u64) {
+        let own = self.held.fetch_add(n, Ordering::AcqRel);
+        let all = self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
+        if own == 0 {
             self.progress_ms.store(self.now_ms(), Ordering::Release);
         }
-        self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
+        (own, all)
     }
 
     /// Returns `n` bytes that were written out or dropped, and wakes the leases waiting for
@@ -383,14 +387,11 @@ impl ConnReplies {
     }
 
     /// Charges `n` bytes unless they take this connection past its share or the server past
-    /// the budget (the first bytes always fit: a share holds one largest message); false,
-    /// nothing charged, when they do not fit.
+    /// the budget (the first bytes always fit: a share holds one largest message). When they
+    /// do not fit nothing stays charged, and the error holds what the connection and the
+    /// budget held.
     fn fits(&self, n: u64) -> Result<(), (u64, u64)> {
-        let own = self.held.fetch_add(n, Ordering::AcqRel);
-        let all = self.budget.tally.held.fetch_add(n, Ordering::AcqRel);
-        if own == 0 {
-            self.progress_ms.store(self.now_ms(), Ordering::Release);
-        }
+        let (own, all) = self.charge(n);
         let b = &self.budget;
         if (own > 0 && own + n > b.per_connection) || (all > 0 && all + n > b.limit) {
             self.uncharge(n);
@@ -1015,9 +1016,10 @@ impl ConnService {
         // Kept for a panic's log line (a clone of shared bytes, not a copy).
         let uri = parts.uri.clone();
         if shape.streaming {
-            // Reflection: small answers, one per request; charged as they are sent.
+            // Reflection: small answers, one per request, charged as they are sent and not
+            // taken ahead of the headers (its client may send a request only after them).
             return (
-                Reply::Writes,
+                Reply::Small,
                 room,
                 Box::pin(answer_panics(uri, async move {
                     let _guard = guard;

@@ -386,15 +386,11 @@ async fn unread_until_refused(
 ) -> (Vec<http::Response<h2::RecvStream>>, String) {
     let mut held = Vec::new();
     for _ in 0..64 {
-        let mut call = stalled::open(conn, path, request.clone(), usize::MAX)
-            .await
-            .unwrap();
-        call.end_here().unwrap();
-        let response = within(10, call.response).await.unwrap();
-        if let Some(code) = response.headers().get("grpc-status") {
-            assert_eq!(code, "8", "{:?}", response.headers());
-            let message = response.headers()["grpc-message"].to_str().unwrap();
-            return (held, stalled::percent_decode(message));
+        let call = stalled::call(conn, path, request.clone()).await.unwrap();
+        let response = within(10, call).await.unwrap();
+        if let Some((code, message)) = stalled::status_in(response.headers()) {
+            assert_eq!(code, RESOURCE_EXHAUSTED, "{message}");
+            return (held, message);
         }
         held.push(response);
     }
@@ -564,24 +560,21 @@ async fn read_calls_sent_at_once_cannot_pass_the_reply_buffer_together() {
     // handler (nothing is held yet); their replies are checked as they are made.
     let mut calls = Vec::new();
     for _ in 0..32 {
-        let mut call = stalled::open(&mut conn, GET_JOB, stalled::get_job_body(&job), usize::MAX)
-            .await
-            .unwrap();
-        call.end_here().unwrap();
-        calls.push(call.response);
+        let call = stalled::call(&mut conn, GET_JOB, stalled::get_job_body(&job));
+        calls.push(call.await.unwrap());
     }
     let (mut held, mut refused) = (Vec::new(), Vec::new());
     for response in calls {
         let response = within(10, response).await.unwrap();
-        match response.headers().get("grpc-status") {
+        match stalled::status_in(response.headers()) {
             None => held.push(response),
-            Some(code) => {
-                assert_eq!(code, "8", "{:?}", response.headers());
-                let m = response.headers()["grpc-message"].to_str().unwrap();
-                refused.push(stalled::percent_decode(m));
+            Some((code, message)) => {
+                assert_eq!(code, RESOURCE_EXHAUSTED, "{message}");
+                refused.push(message);
             }
         }
     }
+
     // 1 MiB holds three replies of 300 KB; the fourth does not fit.
     assert_eq!(
         held.len(),
@@ -639,16 +632,12 @@ async fn leases_into_unread_replies_stop_at_the_connections_share() {
     let mut stalled_conn = stalled::connect(server.addr).await.unwrap();
     let mut waiting = Vec::new();
     for _ in 0..8 {
-        let mut call = stalled::open(
-            &mut stalled_conn,
-            RESERVE,
-            stalled::grpc_body(&reserve_message(1, 30)),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
-        call.end_here().unwrap();
-        waiting.push(call.response);
+        let body = stalled::grpc_body(&reserve_message(1, 30));
+        waiting.push(
+            stalled::call(&mut stalled_conn, RESERVE, body)
+                .await
+                .unwrap(),
+        );
     }
     server.reserves_waiting(8).await;
     big_jobs(&client, 6).await;
@@ -678,15 +667,10 @@ async fn leases_into_unread_replies_stop_at_the_connections_share() {
     let then = reserve_message(2, 0);
     ack.push(then.len() as u8);
     ack.extend_from_slice(&then);
-    let mut call = stalled::open(
-        &mut stalled_conn,
-        "/sepp.v1.QueueService/Ack",
-        stalled::grpc_body(&ack),
-        usize::MAX,
-    )
-    .await
-    .unwrap();
-    call.end_here().unwrap();
+    let ack = stalled::grpc_body(&ack);
+    let call = stalled::call(&mut stalled_conn, "/sepp.v1.QueueService/Ack", ack)
+        .await
+        .unwrap();
     // Its reply cannot come (the connection's window is used up): watch the queue instead.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut now = ready_and_in_flight(&server).await;
@@ -744,9 +728,9 @@ async fn a_call_whose_message_comes_after_the_budget_filled_is_refused_before_it
     for mut call in calls {
         call.finish().unwrap();
         let response = within(10, call.response).await.unwrap();
-        match response.headers().get("grpc-message") {
+        match stalled::status_in(response.headers()) {
             None => held.push(response),
-            Some(m) => refused.push(stalled::percent_decode(m.to_str().unwrap())),
+            Some((_, message)) => refused.push(message),
         }
     }
     // Four replies pass the 1 MiB share; the fifth call is refused when its message is in.
@@ -809,20 +793,14 @@ async fn a_request_body_with_more_than_one_message_or_a_bad_compressed_flag_is_i
         (flagged(2), "compressed flag is 2"),
     ];
     for (body, want) in cases {
-        let mut call = stalled::open(&mut conn, SERVER_INFO, body, usize::MAX)
-            .await
-            .unwrap();
-        call.end_here().unwrap();
-        let (code, message) = within(5, call.status()).await.unwrap();
+        let call = stalled::call(&mut conn, SERVER_INFO, body).await.unwrap();
+        let (code, message) = within(5, stalled::grpc_status(call)).await.unwrap();
         assert_eq!(code, INVALID_ARGUMENT, "{want}: {message}");
         assert!(message.contains(want), "{want}: {message}");
     }
     // The same message alone is served.
-    let mut call = stalled::open(&mut conn, SERVER_INFO, one, usize::MAX)
-        .await
-        .unwrap();
-    call.end_here().unwrap();
-    let (code, message) = within(5, call.status()).await.unwrap();
+    let call = stalled::call(&mut conn, SERVER_INFO, one).await.unwrap();
+    let (code, message) = within(5, stalled::grpc_status(call)).await.unwrap();
     assert_eq!(code, OK, "{message}");
     server.stop().await;
 }

@@ -61,25 +61,14 @@ async fn flood(addr: std::net::SocketAddr, id: String, calls: usize) -> Result<H
     // Every call on the wire before the first answer, as a hostile client would send them.
     let mut responses = Vec::with_capacity(calls);
     for _ in 0..calls {
-        let mut call =
-            stalled::open(&mut conn, GET_JOB, stalled::get_job_body(&id), usize::MAX).await?;
-        call.end_here()?;
-        responses.push(call.response);
+        responses.push(stalled::call(&mut conn, GET_JOB, stalled::get_job_body(&id)).await?);
     }
     for response in responses {
         let response = tokio::time::timeout(Duration::from_secs(30), response).await??;
-        match response.headers().get("grpc-status") {
-            Some(code) => {
-                let message = response
-                    .headers()
-                    .get("grpc-message")
-                    .and_then(|m| m.to_str().ok())
-                    .map(stalled::percent_decode)
-                    .unwrap_or_default();
-                if code != "8" {
-                    return Err(format!("GetJob answered {code:?}: {message}").into());
-                }
-                held.refusals.push(message);
+        match stalled::status_in(response.headers()) {
+            Some((8, message)) => held.refusals.push(message),
+            Some((code, message)) => {
+                return Err(format!("GetJob answered {code}: {message}").into());
             }
             None => held.replies.push(response),
         }
@@ -120,15 +109,8 @@ async fn leases_into_unread_replies(
         let mut conn = stalled::connect(addr).await?;
         let mut calls = Vec::new();
         for _ in 0..256 {
-            let mut call = stalled::open(
-                &mut conn,
-                "/sepp.v1.QueueService/Reserve",
-                body.clone(),
-                usize::MAX,
-            )
-            .await?;
-            call.end_here()?;
-            calls.push(call.response);
+            let reserve = "/sepp.v1.QueueService/Reserve";
+            calls.push(stalled::call(&mut conn, reserve, body.clone()).await?);
         }
         held.push((conn, calls));
     }

@@ -104,6 +104,38 @@ pub async fn open(
     })
 }
 
+/// Sends a whole call to `path` whose request is `message` (a gRPC body) and ends its stream;
+/// returns the answer to come, whose body the caller may leave unread.
+///
+/// # Errors
+/// The HTTP/2 error when the connection is gone.
+pub async fn call(
+    conn: &mut SendRequest<Bytes>,
+    path: &str,
+    message: Bytes,
+) -> Result<ResponseFuture, h2::Error> {
+    let mut call = open(conn, path, message, usize::MAX).await?;
+    call.end_here()?;
+    Ok(call.response)
+}
+
+/// The gRPC status in `headers` (a trailers-only answer's headers, or trailers), if any.
+pub fn status_in(headers: &http::HeaderMap) -> Option<(i32, String)> {
+    headers.get("grpc-status").map(|code| {
+        let code = code
+            .to_str()
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(-1);
+        let message = headers
+            .get("grpc-message")
+            .and_then(|m| m.to_str().ok())
+            .map(percent_decode)
+            .unwrap_or_default();
+        (code, message)
+    })
+}
+
 impl StalledCall {
     /// Sends the rest of the request and ends the stream.
     ///
@@ -144,23 +176,8 @@ impl StalledCall {
 pub async fn grpc_status(
     response: impl std::future::Future<Output = Result<http::Response<h2::RecvStream>, h2::Error>>,
 ) -> Result<(i32, String), h2::Error> {
-    let read = |h: &http::HeaderMap| {
-        h.get("grpc-status").map(|code| {
-            let code = code
-                .to_str()
-                .ok()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(-1);
-            let message = h
-                .get("grpc-message")
-                .and_then(|m| m.to_str().ok())
-                .map(percent_decode)
-                .unwrap_or_default();
-            (code, message)
-        })
-    };
     let (parts, mut body) = response.await?.into_parts();
-    if let Some(s) = read(&parts.headers) {
+    if let Some(s) = status_in(&parts.headers) {
         return Ok(s);
     }
     while let Some(chunk) = body.data().await {
@@ -171,7 +188,7 @@ pub async fn grpc_status(
         .trailers()
         .await?
         .as_ref()
-        .and_then(read)
+        .and_then(status_in)
         .unwrap_or((-1, String::new())))
 }
 
