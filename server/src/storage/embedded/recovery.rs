@@ -37,6 +37,28 @@ const INDEX_MEMTABLE: u64 = 16 * 1024 * 1024;
 /// 10 million stored jobs ran at a tenth of its rate on an empty server. The cache fills only
 /// with blocks that are read, so a small store does not pay for it.
 const BLOCK_CACHE: u64 = 256 * 1024 * 1024;
+/// fjall's background workers, which flush memtables and compact tables. fjall starts one per
+/// CPU, at most 4; we start 4 whatever the CPU count, because fewer go wrong in fjall 3.1:
+/// - one worker (a machine or container with one CPU) is the only reader of fjall's message
+///   channel and, while rotating a memtable, waits to send into that same channel; under
+///   sustained writes the channel can be full at that moment and every write stops for good
+///   (the deadlock described in fjall's pull request 323);
+/// - of two workers (two CPUs), worker 0 leaves compactions to worker 1: it puts each
+///   compaction request it takes back into the channel and takes it again, spinning for as
+///   long as worker 1 compacts. With 2 workers, fjall's threads spent 6.6 µs of CPU per job
+///   under batches of 100 at 32 connections on 2 CPUs, with 4 workers 5.1, with the one
+///   (unsafe) worker 4.7: the difference is the spinning. See docs/storage-engine.md.
+const FJALL_WORKERS: usize = 4;
+
+/// A fjall database builder with the settings every database of this store shares: the
+/// journal is persisted by the group commit, bounded to [`MAX_JOURNAL`], and
+/// [`FJALL_WORKERS`] background workers.
+fn builder(path: &Path) -> fjall::DatabaseBuilder<fjall::Database> {
+    fjall::Database::builder(path)
+        .manual_journal_persist(true)
+        .max_journaling_size(MAX_JOURNAL)
+        .worker_threads(FJALL_WORKERS)
+}
 
 pub(super) fn open(
     path: &Path,
@@ -51,9 +73,7 @@ pub(super) fn open(
 /// Opens fjall at `path` (replaying its journal), checks the format version and makes sure every
 /// keyspace has its sentinel. Writes only on a new directory.
 pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
-    let db = fjall::Database::builder(path)
-        .manual_journal_persist(true)
-        .max_journaling_size(MAX_JOURNAL)
+    let db = builder(path)
         .cache_size(BLOCK_CACHE)
         .open()
         .map_err(|e| match e {
@@ -205,9 +225,7 @@ pub(super) fn backup(
 ) -> Result<crate::storage::BackupReport, StorageError> {
     use fjall::Readable as _;
     let snapshot = db.snapshot();
-    let out = fjall::Database::builder(dir)
-        .manual_journal_persist(true)
-        .max_journaling_size(MAX_JOURNAL)
+    let out = builder(dir)
         .open()
         .map_err(|e| StorageError::Io(format!("backup: cannot create {}: {e}", dir.display())))?;
     let mut report = crate::storage::BackupReport::default();
