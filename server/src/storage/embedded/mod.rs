@@ -25,7 +25,9 @@
 //!    batch holds transitions in the order they changed memory; within one batch the last
 //!    write of a key wins (fjall gives the whole batch one sequence number and its memtable
 //!    keeps one entry per key and sequence number, replaced by a later insert: see
-//!    `tests.rs`, `the_last_write_of_a_key_in_one_batch_wins`).
+//!    `tests.rs`, `the_last_write_of_a_key_in_one_batch_wins`). The commit hands fjall the
+//!    batch's writes ordered by keyspace and key with a stable sort, which keeps each key's
+//!    writes in that order.
 //! 4. **No reply before durability.** A transition replies only after its batch (and, for a
 //!    dedup hit, the batch that wrote the record) is durable; a waiter of a failed batch, or of
 //!    a batch filling while one failed, gets an error, never `Ok`.
