@@ -217,8 +217,9 @@ pub(super) fn load_state(
 const KEYSPACES: [&str; 5] = ["info", "jobs", "meta", "dedup", "queues"];
 
 /// Copies what `db` holds as of one snapshot into a new fjall database at `dir`, keyspace by
-/// keyspace, and makes it durable. The snapshot is one sequence number: every batch (each
-/// transition is one batch over every keyspace it touches) is wholly in it or wholly out.
+/// keyspace, and makes it durable. The snapshot is one sequence number: every group-commit
+/// batch (the writes of one or more whole transitions, over every keyspace they touch) is
+/// wholly in it or wholly out.
 pub(super) fn backup(
     db: &fjall::Database,
     dir: &Path,
