@@ -122,19 +122,30 @@ async fn verify_full_with_the_right_ca_enqueues_reserves_and_every_connection_is
     assert_eq!(jobs[0].id, ack.job_id);
     client.ack(&jobs[0].id, jobs[0].attempt).await.expect("ack");
 
-    // Every connection sepp holds (the pool's and the LISTEN connection) is TLS.
+    // Every connection sepp holds (the pool's and the LISTEN connection) is TLS. The LISTEN
+    // connection is opened by a task of its own, which may still be connecting when the calls
+    // above are answered: wait (10 s at most) until PostgreSQL shows it, encrypted or not.
     let admin = pg.connect("postgres").await;
-    let row = admin
-        .query_one(
-            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl), \
-                    count(*) FILTER (WHERE a.query ILIKE 'LISTEN%' AND s.ssl) \
-             FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
-             WHERE a.application_name = 'sepp'",
-            &[],
-        )
-        .await
-        .expect("pg_stat_ssl");
-    let (tls, plain, listen): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (tls, plain, listen) = loop {
+        let row = admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl), \
+                        count(*) FILTER (WHERE a.query ILIKE 'LISTEN%' AND s.ssl), \
+                        count(*) FILTER (WHERE a.query ILIKE 'LISTEN%') \
+                 FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+                 WHERE a.application_name = 'sepp'",
+                &[],
+            )
+            .await
+            .expect("pg_stat_ssl");
+        let (tls, plain, listen, listening): (i64, i64, i64, i64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        if listening > 0 || std::time::Instant::now() > deadline {
+            break (tls, plain, listen);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     eprintln!("sepp connections: {tls} over TLS ({listen} of them LISTEN), {plain} plain");
     assert!(
         tls >= 2,
