@@ -458,15 +458,15 @@ impl GroupCommit {
         // The keys of the batch, to undo it should it fail and still reach the disk. Each
         // key is made a fjall slice once: the batch and this list share it (a short key is
         // held inline, a longer one counted by reference), instead of a copy of each.
-        let writes: usize = ops.iter().map(Vec::len).sum();
-        let mut touched = Vec::with_capacity(writes);
         // The writes go in ordered by keyspace and key. Each memtable insert searches a skip
         // list, and with random job ids nearly every step of an unordered insert misses the
         // CPU cache; in key order, consecutive inserts walk mostly the same nodes (batches of
-        // 1,000: 0.80x the server's CPU per job, see docs/benchmarks.md). The sort is stable,
+        // 1,000: 0.83x the server's CPU per job, see docs/benchmarks.md). The sort is stable,
         // so the writes of one key keep their order and the last still wins (module docs, 3).
         let mut ops: Vec<WriteOp> = ops.into_iter().flatten().collect();
         ops.sort_by(|a, b| (a.ks, &a.key).cmp(&(b.ks, &b.key)));
+        let writes = ops.len();
+        let mut touched = Vec::with_capacity(writes);
         for op in ops {
             let key = fjall::Slice::from(op.key);
             touched.push((op.ks, key.clone()));

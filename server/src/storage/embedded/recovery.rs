@@ -60,6 +60,20 @@ fn builder(path: &Path) -> fjall::DatabaseBuilder<fjall::Database> {
         .worker_threads(FJALL_WORKERS)
 }
 
+/// The options a keyspace of this store is created with, the live store's and a backup's
+/// alike: its memtable bound. fjall applies them only when it creates the keyspace and keeps
+/// them with it. Compaction stays fjall's leveled default (level 0 merged at 4 tables of 64
+/// MiB): 8 tables of 32 MiB cut fjall's CPU per batched job by a fifth but slowed reserve at
+/// 10 million stored jobs by a third (docs/benchmarks.md, "Level 0's threshold").
+fn keyspace_options(name: &str) -> KeyspaceCreateOptions {
+    let memtable = if name == "jobs" {
+        JOBS_MEMTABLE
+    } else {
+        INDEX_MEMTABLE
+    };
+    KeyspaceCreateOptions::default().max_memtable_size(memtable)
+}
+
 pub(super) fn open(
     path: &Path,
     now: UnixMs,
@@ -84,18 +98,13 @@ pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
             )),
             e => StorageError::Io(format!("cannot open {}: {e}", path.display())),
         })?;
-    let ks = |name: &str, memtable: u64| {
-        db.keyspace(name, || {
-            KeyspaceCreateOptions::default().max_memtable_size(memtable)
-        })
-        .map_err(io)
-    };
-    let info = ks("info", INDEX_MEMTABLE)?;
+    let ks = |name: &str| db.keyspace(name, || keyspace_options(name)).map_err(io);
+    let info = ks("info")?;
     let keyspaces = Keyspaces {
-        jobs: ks("jobs", JOBS_MEMTABLE)?,
-        meta: ks("meta", INDEX_MEMTABLE)?,
-        dedup: ks("dedup", INDEX_MEMTABLE)?,
-        queues: ks("queues", INDEX_MEMTABLE)?,
+        jobs: ks("jobs")?,
+        meta: ks("meta")?,
+        dedup: ks("dedup")?,
+        queues: ks("queues")?,
         db: db.clone(),
     };
 
@@ -231,14 +240,8 @@ pub(super) fn backup(
         .map_err(|e| StorageError::Io(format!("backup: cannot create {}: {e}", dir.display())))?;
     let mut report = crate::storage::BackupReport::default();
     for name in KEYSPACES {
-        let memtable = if name == "jobs" {
-            JOBS_MEMTABLE
-        } else {
-            INDEX_MEMTABLE
-        };
-        let opts = || KeyspaceCreateOptions::default().max_memtable_size(memtable);
-        let from = db.keyspace(name, opts).map_err(io)?;
-        let to = out.keyspace(name, opts).map_err(io)?;
+        let from = db.keyspace(name, || keyspace_options(name)).map_err(io)?;
+        let to = out.keyspace(name, || keyspace_options(name)).map_err(io)?;
         let mut batch = out.batch();
         let mut in_batch = 0u64;
         for guard in snapshot.iter(&from) {
