@@ -1099,6 +1099,13 @@ async fn dlq(conn: &Conn, admin: &mut Admin, command: DlqCommand) -> Result<(), 
                     ],
                     &rows,
                 );
+                if page.records.is_empty() {
+                    eprintln!(
+                        "sepp: no dead letters kept: with storage.dead_letter_retention_ms = 0 \
+                         (the default) a dead-lettered job is deleted at once; set it above 0 to \
+                         keep them for inspection and requeue"
+                    );
+                }
                 if !page.next_page_token.is_empty() {
                     emit(format_args!(
                         "next page: --page-token {}",

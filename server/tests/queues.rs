@@ -388,4 +388,25 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
             && err.contains("storage.dead_letter_retention_ms = 0 (the default)"),
         "{err}"
     );
+    // `sepp dlq list` finds nothing under that default and says why.
+    let url = server.url();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(common::sepp_bin())
+            .args(["dlq", "list"])
+            .env("SEPP_SERVER", url)
+            .env_remove("SEPP_API_KEY")
+            .env_remove("SEPP_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with(
+            "sepp: no dead letters kept: with storage.dead_letter_retention_ms = 0 (the default)"
+        ),
+        "{out:?}"
+    );
 }
