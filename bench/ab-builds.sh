@@ -3,7 +3,8 @@
 # it on a fresh server and data directory, the order alternating per round (AB, BA, ...).
 # Reports, per point, jobs/s and p99 (from sepp-bench), and the server's CPU per job, whole
 # process and fjall's worker threads alone, read from /proc per thread over the measured
-# window; then, per workload, the medians and the median (min-max) of the per-round ratios B/A.
+# window, and the data directory's size (MiB, `du`) after the point, the server stopped; then,
+# per workload, the medians and the median (min-max) of the per-round ratios B/A.
 #   bench/ab-builds.sh OLD_BIN NEW_BIN            (absolute or relative paths to `sepp` binaries)
 # Env: ROUNDS (5), DURATION (10 s per point, after an unmeasured 1 s run), CONNS (32),
 # WORKLOADS ("batch100 batch1000 unique"; any sepp-bench workload). Every server gets
@@ -27,9 +28,9 @@ threads() {
   done 2>/dev/null | awk 'NF==3' | sort
 }
 
-# point BIN WORKLOAD: prints "jobs/s p99_ms server_us_per_job fjall_us_per_job"
+# point BIN WORKLOAD: prints "jobs/s p99_ms server_us_per_job fjall_us_per_job disk_mib"
 point() {
-  local bin=$1 w=$2 d line addr out rate p99 tick
+  local bin=$1 w=$2 d line addr out rate p99 tick disk
   d=$(mktemp -d "${TMPDIR:-/tmp}/sepp-ab-builds-XXXX")
   printf '[server]\ndb_path = "%s/data"\nlisten_addr = "127.0.0.1:0"\n[limits]\nmax_enqueue_batch = 1000\n' \
     "$d" >"$d/sepp.toml"
@@ -43,12 +44,13 @@ point() {
     --warmup 0 --no-json 2>&1 | grep '^external  ')
   threads "$SRV_PID" >"$d/after"
   kill -TERM "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
+  disk=$(du -sm "$d/data" | cut -f1)
   rate=$(awk '{gsub(",", "", $4); print $4}' <<<"$out")
   p99=$(awk '{print $9}' <<<"$out")
   tick=$(getconf CLK_TCK)
-  join "$d/before" "$d/after" | awk -v r="$rate" -v D="$DURATION" -v p="$p99" -v hz="$tick" \
+  join "$d/before" "$d/after" | awk -v r="$rate" -v D="$DURATION" -v p="$p99" -v hz="$tick" -v dk="$disk" \
     '$2 == $4 { dt = $5 - $3; all += dt; if ($2 ~ /fjall/) fj += dt }
-     END { n = r * D; printf "%s %s %.2f %.2f\n", r, p, all * 1e6 / hz / n, fj * 1e6 / hz / n }'
+     END { n = r * D; printf "%s %s %.2f %.2f %s\n", r, p, all * 1e6 / hz / n, fj * 1e6 / hz / n, dk }'
   rm -rf "$d"
 }
 
@@ -78,7 +80,8 @@ for w in dict.fromkeys(k[0] for k in d):
         q = [p["B"][i] / p["A"][i] for p in rounds if p["A"][i]]
         return f"{statistics.median(q):.2f} ({min(q):.2f}-{max(q):.2f})" if q else "-"
     print(f"{w}, {len(rounds)} rounds, A -> B, medians; B/A per round: median (min-max)")
-    for i, name in enumerate(["jobs/s", "p99 ms", "server CPU us/job", "fjall threads us/job"]):
+    names = ["jobs/s", "p99 ms", "server CPU us/job", "fjall threads us/job", "disk MiB"]
+    for i, name in enumerate(names[:min(len(p[v]) for p in rounds for v in "AB")]):
         print(f"  {name:22} {med(i, 'A'):>10.2f} -> {med(i, 'B'):>10.2f}   {ratio(i)}")
 EOF
 echo "raw points: $OUT"
