@@ -60,18 +60,33 @@ fn builder(path: &Path) -> fjall::DatabaseBuilder<fjall::Database> {
         .worker_threads(FJALL_WORKERS)
 }
 
+/// How many flushed tables level 0 of a keyspace collects before fjall merges them into level
+/// 1 (fjall's default: 4). Job ids are random, so every level-0 table spans the whole key range
+/// and each merge rewrites all of level 1; at 8 the merges come half as often. fjall sizes
+/// level 1 as this many tables of 64 MiB (512 MiB here), so level 1 is compressed too
+/// ([`keyspace_options`]), or a burst of writes would leave up to twice as much uncompressed on
+/// disk. fjall's write stall starts at 20 level-0 runs, far from the 8 a merge starts at.
+/// See "Level 0's threshold" in docs/benchmarks.md.
+const L0_THRESHOLD: u8 = 8;
+
 /// The options a keyspace of this store is created with, the live store's and a backup's
-/// alike: its memtable bound. fjall applies them only when it creates the keyspace and keeps
-/// them with it. Compaction stays fjall's leveled default (level 0 merged at 4 tables of 64
-/// MiB): 8 tables of 32 MiB cut fjall's CPU per batched job by a fifth but slowed reserve at
-/// 10 million stored jobs by a third (docs/benchmarks.md, "Level 0's threshold").
+/// alike: its memtable bound, the level-0 threshold above, and LZ4 for data blocks from level
+/// 1 on (fjall's default starts at level 2). fjall applies them only when it creates the
+/// keyspace and keeps them with it: a data directory created by an earlier sepp keeps fjall's
+/// defaults.
 fn keyspace_options(name: &str) -> KeyspaceCreateOptions {
+    use fjall::CompressionType as C;
     let memtable = if name == "jobs" {
         JOBS_MEMTABLE
     } else {
         INDEX_MEMTABLE
     };
-    KeyspaceCreateOptions::default().max_memtable_size(memtable)
+    KeyspaceCreateOptions::default()
+        .max_memtable_size(memtable)
+        .compaction_strategy(Arc::new(
+            fjall::compaction::Leveled::default().with_l0_threshold(L0_THRESHOLD),
+        ))
+        .data_block_compression_policy(fjall::config::CompressionPolicy::new([C::None, C::Lz4]))
 }
 
 pub(super) fn open(
@@ -271,4 +286,56 @@ pub(super) fn backup(
             })?;
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The level-0 threshold fjall keeps for `keyspace`, and whether level 1's data blocks are
+    /// compressed.
+    fn settings(keyspace: &fjall::Keyspace) -> (u8, bool) {
+        let config = keyspace.config.compaction_strategy.get_config();
+        let (_, threshold) = config
+            .iter()
+            .find(|(k, _)| &**k == b"leveled_l0_threshold")
+            .unwrap_or_else(|| panic!("no level-0 threshold in {config:?}"));
+        let policy = &keyspace.config.data_block_compression_policy;
+        (
+            threshold[0],
+            !matches!(policy.get(1), Some(fjall::CompressionType::None) | None),
+        )
+    }
+
+    #[test]
+    fn a_new_store_and_its_backup_get_the_compaction_settings_and_keep_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("live");
+        let ks = open_db(&live).unwrap();
+        for k in [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues] {
+            assert_eq!(settings(k), (L0_THRESHOLD, true));
+        }
+        let copy = dir.path().join("backup");
+        backup(&ks.db, &copy).unwrap();
+        drop(ks);
+        for path in [&live, &copy] {
+            let ks = open_db(path).unwrap();
+            for k in [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues] {
+                assert_eq!(settings(k), (L0_THRESHOLD, true), "{path:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_keyspace_created_with_fjalls_defaults_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = builder(dir.path()).open().unwrap();
+        for name in KEYSPACES {
+            db.keyspace(name, KeyspaceCreateOptions::default).unwrap();
+        }
+        db.persist(PersistMode::SyncAll).unwrap();
+        drop(db);
+        let ks = open_db(dir.path()).unwrap();
+        assert_eq!(settings(&ks.jobs), (4, false));
+    }
 }
