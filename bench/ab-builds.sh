@@ -44,7 +44,8 @@ point() {
     --warmup 0 --no-json 2>&1 | grep '^external  ')
   threads "$SRV_PID" >"$d/after"
   kill -TERM "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
-  disk=$(du -sm "$d/data" | cut -f1)
+  disk=$(du -sm "$d/data" 2>/dev/null | cut -f1)
+  disk=${disk:-nan}
   rate=$(awk '{gsub(",", "", $4); print $4}' <<<"$out")
   p99=$(awk '{print $9}' <<<"$out")
   tick=$(getconf CLK_TCK)

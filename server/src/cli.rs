@@ -1048,6 +1048,7 @@ async fn dlq(conn: &Conn, admin: &mut Admin, command: DlqCommand) -> Result<(), 
             limit,
             page_token,
         } => {
+            let first_page = page_token.is_empty();
             let page = admin
                 .list_dead_letters(pb::ListDeadLettersRequest {
                     queue,
@@ -1099,11 +1100,15 @@ async fn dlq(conn: &Conn, admin: &mut Admin, command: DlqCommand) -> Result<(), 
                     ],
                     &rows,
                 );
-                if page.records.is_empty() {
+                // An empty first page reads like a lost job under the default retention, as
+                // in `sepp queues`: say where dead letters go. (An empty later page is only
+                // the end of the list.)
+                if page.records.is_empty() && first_page {
                     eprintln!(
-                        "sepp: no dead letters kept: with storage.dead_letter_retention_ms = 0 \
-                         (the default) a dead-lettered job is deleted at once; set it above 0 to \
-                         keep them for inspection and requeue"
+                        "sepp: no dead letters: with storage.dead_letter_retention_ms = 0 (the \
+                         default) a dead-lettered job is deleted at once; otherwise none are \
+                         kept now (none failed for good, or they were requeued, deleted or \
+                         expired since)"
                     );
                 }
                 if !page.next_page_token.is_empty() {

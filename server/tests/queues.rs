@@ -405,7 +405,7 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
     assert!(
         String::from_utf8_lossy(&out.stderr).starts_with(
-            "sepp: no dead letters kept: with storage.dead_letter_retention_ms = 0 (the default)"
+            "sepp: no dead letters: with storage.dead_letter_retention_ms = 0 (the default)"
         ),
         "{out:?}"
     );

@@ -455,9 +455,6 @@ impl GroupCommit {
             PersistMode::Buffer => fjall::PersistMode::Buffer,
         };
         let mut batch = ks.db.batch().durability(Some(mode));
-        // The keys of the batch, to undo it should it fail and still reach the disk. Each
-        // key is made a fjall slice once: the batch and this list share it (a short key is
-        // held inline, a longer one counted by reference), instead of a copy of each.
         // The writes go in ordered by keyspace and key. Each memtable insert searches a skip
         // list, and with random job ids nearly every step of an unordered insert misses the
         // CPU cache; in key order, consecutive inserts walk mostly the same nodes (batches of
@@ -466,6 +463,9 @@ impl GroupCommit {
         let mut ops: Vec<WriteOp> = ops.into_iter().flatten().collect();
         ops.sort_by(|a, b| (a.ks, &a.key).cmp(&(b.ks, &b.key)));
         let writes = ops.len();
+        // The keys of the batch, to undo it should it fail and still reach the disk. Each
+        // key is made a fjall slice once: the batch and this list share it (a short key is
+        // held inline, a longer one counted by reference), instead of a copy of each.
         let mut touched = Vec::with_capacity(writes);
         for op in ops {
             let key = fjall::Slice::from(op.key);
