@@ -82,7 +82,7 @@ for w in dict.fromkeys(k[0] for k in d):
         return f"{statistics.median(q):.2f} ({min(q):.2f}-{max(q):.2f})" if q else "-"
     print(f"{w}, {len(rounds)} rounds, A -> B, medians; B/A per round: median (min-max)")
     names = ["jobs/s", "p99 ms", "server CPU us/job", "fjall threads us/job", "disk MiB"]
-    for i, name in enumerate(names[:min(len(p[v]) for p in rounds for v in "AB")]):
+    for i, name in enumerate(names):
         print(f"  {name:22} {med(i, 'A'):>10.2f} -> {med(i, 'B'):>10.2f}   {ratio(i)}")
 EOF
 echo "raw points: $OUT"

@@ -336,11 +336,11 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
     let server = TestServer::start_with_clock(clock.clone(), |_| {}).await;
     let c = server.client().await;
     // The CLI runs on a blocking thread: the server answers it from this test's runtime.
-    let queues = || {
+    let cli = |args: &'static [&'static str]| {
         let url = server.url();
         tokio::task::spawn_blocking(move || {
             let out = std::process::Command::new(common::sepp_bin())
-                .arg("queues")
+                .args(args)
                 .env("SEPP_SERVER", url)
                 .env_remove("SEPP_API_KEY")
                 .env_remove("SEPP_CONFIG")
@@ -353,6 +353,7 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
             )
         })
     };
+    let queues = || cli(&["queues"]);
     // No queue yet: the header alone, and a line on stderr that says what makes one.
     let (table, err) = queues().await.unwrap();
     assert_eq!(table.lines().count(), 1, "{table}");
@@ -389,24 +390,12 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
         "{err}"
     );
     // `sepp dlq list` finds nothing under that default and says why.
-    let url = server.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(common::sepp_bin())
-            .args(["dlq", "list"])
-            .env("SEPP_SERVER", url)
-            .env_remove("SEPP_API_KEY")
-            .env_remove("SEPP_CONFIG")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    let (table, err) = cli(&["dlq", "list"]).await.unwrap();
+    assert_eq!(table.lines().count(), 1);
     assert!(
-        String::from_utf8_lossy(&out.stderr).starts_with(
+        err.starts_with(
             "sepp: no dead letters: with storage.dead_letter_retention_ms = 0 (the default)"
         ),
-        "{out:?}"
+        "{err}"
     );
 }
