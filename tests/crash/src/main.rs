@@ -253,8 +253,7 @@ impl Mounted {
     /// Unmounts, drops what was not fsynced, mounts again (the server must be dead).
     fn power_cut(&mut self, torn: bool) -> Result<faultfs::CutReport, String> {
         if let Some(s) = self.session.take() {
-            s.umount_and_join()
-                .map_err(|e| format!("unmounting {}: {e}", self.at.display()))?;
+            unmount(s, &self.at)?;
         }
         let report = self.fs.power_cut(torn);
         self.session = Some(
@@ -269,9 +268,37 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         if let Some(s) = self.session.take() {
-            let _ = s.umount_and_join();
+            let _ = unmount(s, &self.at);
         }
     }
+}
+
+/// Unmounts faultfs and waits for its session thread. The kernel may end the session's read of
+/// /dev/fuse with ECONNABORTED instead of ENODEV when the unmount tears the connection down, and
+/// fuser passes that on as the session's error; once /proc/mounts no longer lists `at`, the
+/// unmount happened, and that error says nothing more.
+fn unmount(s: fuser::BackgroundSession, at: &Path) -> Result<(), String> {
+    match s.umount_and_join() {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted && !is_mounted(at) => Ok(()),
+        Err(e) => Err(format!("unmounting {}: {e}", at.display())),
+    }
+}
+
+/// Whether /proc/mounts lists `at` as a mount point (octal escapes as the kernel writes them).
+fn is_mounted(at: &Path) -> bool {
+    let want = at
+        .to_string_lossy()
+        .replace('\\', "\\134")
+        .replace(' ', "\\040")
+        .replace('\t', "\\011")
+        .replace('\n', "\\012");
+    std::fs::read_to_string("/proc/mounts")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split(' ').nth(1) == Some(want.as_str()))
+        })
+        .unwrap_or(true)
 }
 
 fn client(url: &str) -> Result<SeppClient, String> {
