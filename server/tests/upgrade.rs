@@ -1,10 +1,10 @@
 //! Upgrades: a data directory written by each released on-disk format of the embedded store
 //! opens, and every record in it reads back; a newer format is refused.
 //!
-//! The fixture `tests/fixtures/embedded-v1/` (format version 1) was written by
-//! `write_the_v1_fixture` below, through a real server: `data/` is the data directory, and
-//! `manifest.toml` lists what the server acknowledged. To write it again (only when a new
-//! format is introduced: each released format keeps its own directory):
+//! Each fixture `tests/fixtures/embedded-v<N>/` (format version N) was written by
+//! `write_the_fixture` below, through a real server of that format: `data/` is the data
+//! directory, and `manifest.toml` lists what the server acknowledged. A new format writes its
+//! own directory (old ones are never rewritten):
 //! `SEPP_TEST_WRITE_FIXTURE=1 cargo nextest run -p sepp-server --test upgrade --run-ignored only`.
 
 mod common;
@@ -18,8 +18,11 @@ use std::path::{Path, PathBuf};
 
 const TEN_YEARS_MS: u64 = 3650 * 86_400_000;
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/embedded-v1")
+/// The format this build writes (`FORMAT_VERSION` in the embedded store's codec).
+const CURRENT_FORMAT: u32 = 2;
+
+fn fixture_dir(format: u32) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/embedded-v{format}"))
 }
 
 /// What the fixture holds: every job the server acknowledged, as the test expects to find it.
@@ -93,7 +96,7 @@ fn reserve(queue: &str) -> pb::ReserveRequest {
 
 #[tokio::test]
 #[ignore = "writes the committed fixture; run with SEPP_TEST_WRITE_FIXTURE=1"]
-async fn write_the_v1_fixture() {
+async fn write_the_fixture() {
     if std::env::var_os("SEPP_TEST_WRITE_FIXTURE").is_none() {
         return;
     }
@@ -196,12 +199,16 @@ async fn write_the_v1_fixture() {
 
     let dir = server.stop().await;
     let data = dir.path().join("data");
-    let out = fixture_dir();
-    let _ = std::fs::remove_dir_all(&out);
+    let out = fixture_dir(CURRENT_FORMAT);
+    assert!(
+        !out.exists(),
+        "{} exists: a released format's fixture is never rewritten",
+        out.display()
+    );
     copy_dir(&data, &out.join("data"));
     trim_journals(&out.join("data"));
     let manifest = Manifest {
-        format_version: 1,
+        format_version: CURRENT_FORMAT,
         jobs,
         paused_queues: vec!["fx-paused".into()],
     };
@@ -238,22 +245,36 @@ fn trim_journals(dir: &Path) {
     }
 }
 
-fn manifest() -> Manifest {
-    toml::from_str(&std::fs::read_to_string(fixture_dir().join("manifest.toml")).unwrap()).unwrap()
+fn manifest(format: u32) -> Manifest {
+    let path = fixture_dir(format).join("manifest.toml");
+    toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// A copy of the fixture's data directory (opening it writes), under a fresh test directory.
-fn fixture_copy() -> common::TempDir {
+/// A copy of a fixture's data directory (opening it writes), under a fresh test directory.
+fn fixture_copy(format: u32) -> common::TempDir {
     let dir = common::TempDir::new();
-    copy_dir(&fixture_dir().join("data"), &dir.path().join("data"));
+    copy_dir(&fixture_dir(format).join("data"), &dir.path().join("data"));
     dir
 }
 
 #[tokio::test]
 async fn a_format_1_directory_opens_and_every_record_reads_back() {
-    let m = manifest();
-    assert_eq!(m.format_version, 1);
-    let server = TestServer::start_in(fixture_copy(), config).await;
+    every_record_reads_back(1).await;
+}
+
+#[tokio::test]
+async fn a_format_2_directory_opens_and_every_record_reads_back() {
+    every_record_reads_back(2).await;
+}
+
+/// Opens a copy of fixture `format` in a server of this build and checks every record the
+/// manifest lists; then acks the ready jobs and enqueues one more, and checks on disk where
+/// their bodies went: none is left under the old jobs' keys, the new one is stored under its
+/// enqueue number, and the directory is marked with this build's format.
+async fn every_record_reads_back(format: u32) {
+    let m = manifest(format);
+    assert_eq!(m.format_version, format);
+    let server = TestServer::start_in(fixture_copy(format), config).await;
     let mut q = common::Clients::raw(&server).await;
     let mut adm = AdminServiceClient::connect(server.url()).await.unwrap();
 
@@ -343,18 +364,71 @@ async fn a_format_1_directory_opens_and_every_record_reads_back() {
     assert!(s.deduplicated);
     let f = m.jobs.iter().find(|j| j.payload == "zeta").unwrap();
     assert_eq!(s.job_id, f.id);
+
+    // Acking deletes a body where it is stored; a new job's body goes under its number.
+    for j in &got {
+        q.ack(pb::AckRequest {
+            job_id: j.id.clone(),
+            attempt: j.attempt,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    enqueue(&mut q, job("fx-new", "email", "theta")).await;
+    let dir = server.stop().await;
+    let db = fjall::Database::builder(dir.path().join("data"))
+        .open()
+        .unwrap();
+    let ks = |name: &str| {
+        db.keyspace(name, fjall::KeyspaceCreateOptions::default)
+            .unwrap()
+    };
+    let version = ks("info").get("format_version").unwrap().unwrap();
+    assert_eq!(
+        *version,
+        CURRENT_FORMAT.to_le_bytes(),
+        "the directory is marked"
+    );
+    let mut by_len = std::collections::BTreeMap::<usize, Vec<Vec<u8>>>::new();
+    for kv in ks("jobs").iter() {
+        let (k, _) = kv.into_inner().unwrap();
+        by_len.entry(k.len()).or_default().push(k.to_vec());
+    }
+    let acked: Vec<[u8; 16]> = got
+        .iter()
+        .map(|j| *uuid::Uuid::parse_str(&j.id).unwrap().as_bytes())
+        .collect();
+    let under_ids = by_len.remove(&16).unwrap_or_default();
+    assert!(
+        acked.iter().all(|id| !under_ids.contains(&id.to_vec())),
+        "an acked job's format-1 body is deleted"
+    );
+    // Bodies left from the fixture: every job not acked before or now.
+    let left = m.jobs.iter().filter(|j| j.state != "acked").count() - got.len();
+    let under_numbers = by_len.remove(&8).unwrap_or_default();
+    let (old, new) = if format == 1 {
+        (left, 1)
+    } else {
+        (0, left + 1)
+    };
+    assert_eq!(under_ids.len(), old, "bodies under job ids");
+    assert_eq!(under_numbers.len(), new, "bodies under enqueue numbers");
+    assert_eq!(by_len.remove(&1).map(|s| s.len()), Some(1), "the sentinel");
+    assert!(by_len.is_empty(), "no other keys: {by_len:?}");
 }
 
 #[tokio::test]
 async fn a_newer_format_is_refused_with_the_existing_message() {
-    let dir = fixture_copy();
+    let dir = fixture_copy(1);
     let data = dir.path().join("data");
     {
         let db = fjall::Database::builder(&data).open().unwrap();
         let info = db
             .keyspace("info", fjall::KeyspaceCreateOptions::default)
             .unwrap();
-        info.insert("format_version", 2u32.to_le_bytes()).unwrap();
+        info.insert("format_version", (CURRENT_FORMAT + 1).to_le_bytes())
+            .unwrap();
         db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
     let opts = sepp_server::storage::embedded::EmbeddedOptions {
@@ -367,6 +441,10 @@ async fn a_newer_format_is_refused_with_the_existing_message() {
         .expect("a newer format is refused");
     assert_eq!(
         e.to_string(),
-        "data directory format version 2 is not supported (this sepp reads up to 1)"
+        format!(
+            "data directory format version {} is not supported (this sepp reads up to {})",
+            CURRENT_FORMAT + 1,
+            CURRENT_FORMAT
+        )
     );
 }

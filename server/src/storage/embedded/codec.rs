@@ -4,7 +4,7 @@
 //!
 //! | keyspace | key | value |
 //! |---|---|---|
-//! | `jobs` | job id (16 bytes, big endian) | [`Body`]: what never changes after enqueue |
+//! | `jobs` | [`BodyKey`]: the job's enqueue number (8 bytes, big endian), or its id (16 bytes, big endian) for a job written by format 1 | [`Body`]: what never changes after enqueue |
 //! | `meta` | job id | [`Meta`]: queue, order, attempt and stage; rewritten on each transition |
 //! | `dedup` | queue, NUL, idempotency key | [`DedupRecord`] |
 //! | `queues` | queue name | [`QueueRecord`] (pause flag) |
@@ -20,8 +20,15 @@ use crate::domain::{
 use crate::storage::StorageError;
 use std::collections::BTreeMap;
 
-/// The format version this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes; it reads this one and every earlier one.
+///
+/// - 1: a body is stored under its job's id.
+/// - 2: a new job's body is stored under its enqueue number ([`Meta::body_seq`]), so that the
+///   `jobs` keyspace is written in ascending key order and fjall can move its tables down the
+///   levels instead of merging them. Bodies written by format 1 stay under their ids (a meta
+///   without `body_seq`); a store opened by this build is marked 2, which an older build
+///   refuses to open.
+pub(crate) const FORMAT_VERSION: u32 = 2;
 const RECORD_V1: u8 = 1;
 
 /// A job's immutable part.
@@ -96,6 +103,46 @@ pub(crate) struct Meta {
     /// unknown (a record written before this field existed: such a job is sent alone). Stored after `dedup_until`; a record that
     /// ends before it is such an older record.
     pub(crate) reply_bytes: u32,
+    /// Where the job's body is stored ([`BodyKey`]): under this number, the job's `seq` when it
+    /// was enqueued (a job requeued from the dead letters gets a new `seq` but keeps its body
+    /// where it is), or, when `None`, under the job's id (a job written by format 1). Stored
+    /// after `reply_bytes`, only when set.
+    pub(crate) body_seq: Option<u64>,
+}
+
+/// The key of a job's body in the `jobs` keyspace ([`Meta::body_seq`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BodyKey {
+    buf: [u8; 16],
+    len: u8,
+}
+
+impl BodyKey {
+    pub(crate) fn of(id: JobId, meta: &Meta) -> Self {
+        match meta.body_seq {
+            Some(seq) => {
+                let mut buf = [0u8; 16];
+                buf[..8].copy_from_slice(&seq.to_be_bytes());
+                BodyKey { buf, len: 8 }
+            }
+            None => BodyKey {
+                buf: id.to_bytes(),
+                len: 16,
+            },
+        }
+    }
+}
+
+impl AsRef<[u8]> for BodyKey {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+impl From<BodyKey> for Vec<u8> {
+    fn from(k: BodyKey) -> Vec<u8> {
+        k.as_ref().to_vec()
+    }
 }
 
 /// The value of a dedup record.
@@ -425,6 +472,9 @@ impl Meta {
         w.opt_str(self.last_reason.as_deref());
         w.opt_i64(self.dedup_until);
         w.u32(self.reply_bytes);
+        if let Some(seq) = self.body_seq {
+            w.u64(seq);
+        }
         w.0
     }
 
@@ -465,6 +515,11 @@ impl Meta {
         let last_reason = r.opt_string()?;
         let dedup_until = r.opt_i64()?;
         let reply_bytes = if r.buf.is_empty() { 0 } else { r.u32()? };
+        let body_seq = if r.buf.is_empty() {
+            None
+        } else {
+            Some(r.u64()?)
+        };
         Ok(Meta {
             queue,
             job_type,
@@ -478,6 +533,7 @@ impl Meta {
             last_reason,
             dedup_until,
             reply_bytes,
+            body_seq,
         })
     }
 }
@@ -632,8 +688,14 @@ mod tests {
                 last_reason: None,
                 dedup_until: Some(10),
                 reply_bytes: 1234,
+                body_seq: Some(70),
             };
             assert_eq!(Meta::decode(&meta.encode()).unwrap(), meta);
+            let format_1 = Meta {
+                body_seq: None,
+                ..meta
+            };
+            assert_eq!(Meta::decode(&format_1.encode()).unwrap(), format_1);
         }
         let mut d = DedupRecord {
             job_id: JobId(99),
@@ -666,15 +728,45 @@ mod tests {
             last_reason: None,
             dedup_until: None,
             reply_bytes: 99,
+            body_seq: Some(7),
         };
         let bytes = meta.encode();
-        // A record that ends right before `reply_bytes` is one written before that field.
-        let older = bytes.len() - 4;
-        for n in (0..bytes.len()).filter(|n| *n != older) {
-            assert!(Meta::decode(&bytes[..n]).is_err());
+        // A record that ends right before `body_seq` is one of format 1 (its body keyed by
+        // id), and one that ends right before `reply_bytes` one written before that field.
+        let format_1 = bytes.len() - 8;
+        let older = format_1 - 4;
+        for n in (0..bytes.len()).filter(|n| *n != older && *n != format_1) {
+            assert!(Meta::decode(&bytes[..n]).is_err(), "{n} bytes");
         }
+        let m = Meta::decode(&bytes[..format_1]).unwrap();
+        assert_eq!((m.reply_bytes, m.body_seq), (99, None));
         let m = Meta::decode(&bytes[..older]).unwrap();
-        assert_eq!(m.reply_bytes, 0);
+        assert_eq!((m.reply_bytes, m.body_seq), (0, None));
         assert_eq!(m.stage, Stage::Ready);
+        assert_eq!(Meta::decode(&bytes).unwrap(), meta);
+    }
+
+    #[test]
+    fn a_body_is_keyed_by_its_enqueue_number_or_by_its_id_in_format_1() {
+        let id = JobId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10);
+        let mut meta = Meta {
+            queue: "q".into(),
+            job_type: "t".into(),
+            priority: 0,
+            seq: 9,
+            enqueued_at: 0,
+            attempt: 0,
+            max_attempts: 1,
+            stage: Stage::Ready,
+            worker_id: None,
+            last_reason: None,
+            dedup_until: None,
+            reply_bytes: 0,
+            body_seq: Some(0x0102),
+        };
+        assert_eq!(BodyKey::of(id, &meta).as_ref(), &[0, 0, 0, 0, 0, 0, 1, 2]);
+        meta.body_seq = None;
+        assert_eq!(BodyKey::of(id, &meta).as_ref(), &id.to_bytes()[..]);
+        assert_eq!(Vec::from(BodyKey::of(id, &meta)), id.to_bytes().to_vec());
     }
 }

@@ -198,6 +198,7 @@ pub fn codec_values(data: &[u8]) {
                 last_reason: s.opt_string(),
                 dedup_until: s.opt_i64(),
                 reply_bytes: s.u32(),
+                body_seq: s.bool().then(|| s.u64()),
             };
             assert_eq!(
                 Meta::decode(&m.encode()).expect("an encoded meta decodes"),

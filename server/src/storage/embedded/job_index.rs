@@ -407,7 +407,10 @@ impl JobIndex {
             _ => self.intern(&meta.queue),
         };
         meta.job_type = self.intern_job_type(&meta.job_type);
-        self.next_seq = self.next_seq.max(meta.seq + 1);
+        // A body keeps the number it was stored under when its job gets a new `seq`, which is
+        // always a later one; counted anyway, so that no new body can land on a live one.
+        let last = meta.seq.max(meta.body_seq.unwrap_or(0));
+        self.next_seq = self.next_seq.max(last + 1);
         self.place(id, &meta);
         self.live += 1;
         meta

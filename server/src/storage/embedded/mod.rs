@@ -43,7 +43,7 @@ pub(crate) mod job_index;
 mod recovery;
 mod space;
 
-use self::codec::{Body, DedupRecord, Meta, QueueRecord, Stage, record_key};
+use self::codec::{Body, BodyKey, DedupRecord, Meta, QueueRecord, Stage, record_key};
 use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::{JobIndex, SharedKeyspaces};
@@ -292,8 +292,17 @@ impl Shared {
         })
     }
 
-    fn body(&self, id: JobId) -> Result<Option<Body>, StorageError> {
-        match self.ks()?.jobs.get(id.to_bytes()) {
+    /// Where job `id`'s body is stored (tests that damage it on disk).
+    #[cfg(test)]
+    pub(crate) fn body_key(&self, id: JobId) -> BodyKey {
+        let st = self.lock();
+        let meta = st.jobs.get(id).expect("a stored job");
+        BodyKey::of(id, &meta)
+    }
+
+    /// Job `id`'s body, found where `meta` says it is.
+    fn body(&self, id: JobId, meta: &Meta) -> Result<Option<Body>, StorageError> {
+        match self.ks()?.jobs.get(BodyKey::of(id, meta)) {
             Ok(Some(v)) => Ok(Some(Body::decode(&v)?)),
             Ok(None) => Ok(None),
             Err(e) => Err(StorageError::Io(e.to_string())),
@@ -305,7 +314,7 @@ impl Shared {
         let Stage::Dead { cause, failed_at } = meta.stage else {
             return Ok(None);
         };
-        Ok(self.body(id)?.map(|body| DeadLetter {
+        Ok(self.body(id, meta)?.map(|body| DeadLetter {
             job: assemble(id, meta, body),
             cause,
             failed_at,
@@ -319,7 +328,7 @@ impl Shared {
     fn stored(&self, id: JobId, meta: Meta, with_content: bool) -> Result<StoredJob, StorageError> {
         let body = match meta.stage {
             Stage::Tombstone { .. } => None,
-            _ => self.body(id)?,
+            _ => self.body(id, &meta)?,
         };
         let (idempotency_key, content) = body.map_or((None, None), |b| b.inspected(with_content));
         Ok(StoredJob {
@@ -405,7 +414,7 @@ impl Shared {
         for (id, meta) in leased {
             // The body was written in an earlier (now durable) batch (`leased_body`: when it
             // is missing or cannot be decoded).
-            if let Some(body) = super::leased_body(id, self.body(id))? {
+            if let Some(body) = super::leased_body(id, self.body(id, &meta))? {
                 jobs.push(assemble(id, &meta, body));
             }
         }
@@ -472,7 +481,6 @@ impl Shared {
                 until,
                 dead,
             } => {
-                ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
                 if let Some(m) = st.jobs.update(id, |m| {
                     m.stage = Stage::Tombstone {
                         finished_at,
@@ -481,12 +489,14 @@ impl Shared {
                     };
                     m.worker_id = None;
                 }) {
+                    ops.push(WriteOp::delete(Ks::Jobs, BodyKey::of(id, m)));
                     ops.push(meta_put(id, m));
                 }
             }
             Finish::Delete => {
-                ops.push(WriteOp::delete(Ks::Jobs, id.to_bytes()));
-                st.jobs.remove(id);
+                if let Some(m) = st.jobs.remove(id) {
+                    ops.push(WriteOp::delete(Ks::Jobs, BodyKey::of(id, &m)));
+                }
                 ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
             }
         }
@@ -515,8 +525,11 @@ impl EmbeddedStore {
         job: NewJob,
         ops: &mut Vec<WriteOp>,
     ) {
-        let job_type = st.jobs.get(target).map(|m| m.job_type.clone());
-        let (Some(job_type), Some(claim)) = (job_type, job.dedup) else {
+        let found = st
+            .jobs
+            .get(target)
+            .map(|m| (m.job_type.clone(), BodyKey::of(target, &m)));
+        let (Some((job_type, body_key)), Some(claim)) = (found, job.dedup) else {
             return;
         };
         let Some(replace) = claim.replace else {
@@ -533,7 +546,7 @@ impl EmbeddedStore {
             },
             idempotency_key: Some(claim.key),
         };
-        ops.push(WriteOp::put(Ks::Jobs, target.to_bytes(), body.encode()));
+        ops.push(WriteOp::put(Ks::Jobs, body_key, body.encode()));
         if let Some(m) = st.jobs.update(target, |m| {
             m.stage = stage_of(placement);
             m.reply_bytes = replace.reply_bytes;
@@ -755,6 +768,7 @@ impl Store for EmbeddedStore {
                         last_reason: None,
                         dedup_until: job.dedup.as_ref().map(|d| d.expires_at),
                         reply_bytes: job.reply_bytes,
+                        body_seq: Some(seq),
                     };
                     if st.jobs.queue(&meta.queue).is_none() {
                         // The job creates its queue: its record makes the queue outlive its
@@ -766,7 +780,7 @@ impl Store for EmbeddedStore {
                             rec.encode(),
                         ));
                     }
-                    ops.push(WriteOp::put(Ks::Jobs, job.id.to_bytes(), body));
+                    ops.push(WriteOp::put(Ks::Jobs, BodyKey::of(job.id, &meta), body));
                     ops.push(meta_put(job.id, &meta));
                     if let (Some(key), Some(claim)) = (key, &job.dedup) {
                         let rec = DedupRecord {

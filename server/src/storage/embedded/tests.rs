@@ -58,9 +58,10 @@ impl Backend for Embedded {
             .expect("a store is open");
         let opened: Arc<dyn Store> = last.clone();
         assert!(Arc::ptr_eq(&opened, store), "not the store opened last");
+        let key = last.shared.body_key(id);
         let ks = last.shared.ks().expect("keyspaces");
         ks.jobs
-            .insert(id.to_bytes(), b"not a body".to_vec())
+            .insert(key.as_ref(), b"not a body".to_vec())
             .expect("write");
     }
 
@@ -312,13 +313,10 @@ async fn a_drain_whose_body_read_fails_loses_nothing_and_returns_an_error() {
     }
     // The second record's body turns unreadable.
     let ks = store.shared.ks().expect("keyspaces");
-    let good = ks
-        .jobs
-        .get(dead[1].to_bytes())
-        .expect("read")
-        .expect("a body");
+    let key = store.shared.body_key(dead[1]);
+    let good = ks.jobs.get(key).expect("read").expect("a body");
     ks.jobs
-        .insert(dead[1].to_bytes(), b"not a body".to_vec())
+        .insert(key.as_ref(), b"not a body".to_vec())
         .expect("write");
 
     let err = queue
@@ -338,7 +336,7 @@ async fn a_drain_whose_body_read_fails_loses_nothing_and_returns_an_error() {
     );
     assert_memory_equals_disk(&store);
 
-    ks.jobs.insert(dead[1].to_bytes(), good).expect("repair");
+    ks.jobs.insert(key.as_ref(), good).expect("repair");
     drop(ks);
     let drained = queue
         .drain_dead_letters(None, Some(3))
