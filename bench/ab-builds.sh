@@ -7,7 +7,8 @@
 # per workload, the medians and the median (min-max) of the per-round ratios B/A.
 #   bench/ab-builds.sh OLD_BIN NEW_BIN            (absolute or relative paths to `sepp` binaries)
 # Env: ROUNDS (5), DURATION (10 s per point, after an unmeasured 1 s run), CONNS (32),
-# WORKLOADS ("batch100 batch1000 unique"; any sepp-bench workload). Every server gets
+# WORKLOADS ("batch100 batch1000 unique"; any sepp-bench workload), BENCH_ARGS (more
+# sepp-bench arguments, e.g. "--payload-random"). Every server gets
 # limits.max_enqueue_batch = 1000 so that batch1000 runs.
 # Build sepp-bench first: cargo build --release -p sepp-bench
 set -euo pipefail
@@ -19,6 +20,7 @@ ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-32}
 WORKLOADS=${WORKLOADS:-batch100 batch1000 unique}
+read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 OUT=$(mktemp "${TMPDIR:-/tmp}/sepp-ab-builds-XXXX.txt")
 
 # CPU ticks of every thread of process $1: "tid name ticks", sorted by tid.
@@ -38,10 +40,10 @@ point() {
   read -r line <&"${SRV[0]}"
   addr=${line#sepp listening on }
   "$BENCH" --target "$addr" --workloads "$w" --connections "$CONNS" --duration 1 --warmup 0 \
-    --no-json >/dev/null 2>&1
+    --no-json "${EXTRA[@]}" >/dev/null 2>&1
   threads "$SRV_PID" >"$d/before"
   out=$("$BENCH" --target "$addr" --workloads "$w" --connections "$CONNS" --duration "$DURATION" \
-    --warmup 0 --no-json 2>&1 | grep '^external  ')
+    --warmup 0 --no-json "${EXTRA[@]}" 2>&1 | grep '^external  ')
   threads "$SRV_PID" >"$d/after"
   kill -TERM "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
   disk=$(du -sm "$d/data" 2>/dev/null | cut -f1)

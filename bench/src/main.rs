@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use workload::{ClientSpec, PointSpec, Workload};
+use workload::{ClientSpec, Payloads, PointSpec, Workload};
 
 /// Persist modes of the generated server config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -109,6 +109,10 @@ struct Cli {
     /// Payload bytes per job.
     #[arg(long, default_value_t = 256)]
     payload_bytes: usize,
+    /// Random payloads (1,024 different ones, taken in turn), which compression cannot
+    /// shrink, instead of one repeated byte, which it shrinks to almost nothing.
+    #[arg(long)]
+    payload_random: bool,
     /// Keys pre-enqueued for the `hits` workload (connections cycle through them).
     #[arg(long, default_value_t = 1000)]
     hit_keys: usize,
@@ -305,7 +309,7 @@ async fn run_points(
     mut server: Option<&mut ServerProcess>,
     run: &mut ModeRun,
 ) {
-    let payload = Arc::new(vec![b'x'; cli.payload_bytes]);
+    let payload = Arc::new(Payloads::new(cli.payload_bytes, cli.payload_random));
     // Drain rate estimate (jobs/s) used to size the next drain point.
     let mut drain_rate = 1000.0_f64;
     let mut drain_conns = 1usize;
@@ -449,6 +453,7 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
                 plan.modes.iter().map(|m| m.as_str().to_string()).collect()
             },
             payload_bytes: cli.payload_bytes,
+            payload_random: cli.payload_random,
             hit_keys: cli.hit_keys,
             shared_client: cli.shared_client,
             coalesce: !cli.no_coalesce,
@@ -470,11 +475,16 @@ async fn run(cli: Cli) -> Result<bool, BoxError> {
         .iter()
         .any(|w| !matches!(w, Workload::Cycle | Workload::Published));
     println!(
-        "sepp-bench: {} points of {:.1} s (+{:.2} s warm-up), {}-byte payloads, workloads {}{}",
+        "sepp-bench: {} points of {:.1} s (+{:.2} s warm-up), {}-byte {} payloads, workloads {}{}",
         plan.preset,
         plan.duration.as_secs_f64(),
         plan.warmup.as_secs_f64(),
         cli.payload_bytes,
+        if cli.payload_random {
+            "random"
+        } else {
+            "repeated-byte"
+        },
         plan.workloads
             .iter()
             .map(|w| w.name())

@@ -65,6 +65,8 @@ pub(crate) struct Settings {
     pub(crate) modes: Vec<String>,
     /// Payload size in bytes.
     pub(crate) payload_bytes: usize,
+    /// Whether payloads are random bytes (`--payload-random`) rather than one repeated byte.
+    pub(crate) payload_random: bool,
     /// Keys pre-enqueued for `hits`.
     pub(crate) hit_keys: usize,
     /// Whether all connections' tasks share one client (`--shared-client`).

@@ -108,8 +108,8 @@ pub(crate) struct PointSpec {
     pub(crate) connections: usize,
     /// A queue of its own, so points do not see each other's jobs.
     pub(crate) queue: String,
-    /// Job payload.
-    pub(crate) payload: Arc<Vec<u8>>,
+    /// Job payloads.
+    pub(crate) payload: Arc<Payloads>,
     /// Keys pre-enqueued for `hits`.
     pub(crate) hit_keys: usize,
     /// Jobs pre-filled for `drain`.
@@ -259,13 +259,55 @@ impl Stats {
     }
 }
 
+/// The payloads a point's jobs carry: one of repeated bytes, or a pool of random ones handed
+/// out in turn (consecutive jobs differ, so a storage block of them does not compress).
+#[derive(Debug)]
+pub(crate) struct Payloads {
+    pool: Vec<Vec<u8>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Payloads {
+    /// Pool size of random payloads.
+    const RANDOM: usize = 1024;
+
+    pub(crate) fn new(bytes: usize, random: bool) -> Self {
+        let pool = if random {
+            (0..Self::RANDOM)
+                .map(|_| {
+                    let mut p = Vec::with_capacity(bytes + 16);
+                    while p.len() < bytes {
+                        p.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+                    }
+                    p.truncate(bytes);
+                    p
+                })
+                .collect()
+        } else {
+            vec![vec![b'x'; bytes]]
+        };
+        Payloads {
+            pool,
+            next: 0.into(),
+        }
+    }
+
+    pub(crate) fn next(&self) -> &[u8] {
+        if self.pool.len() == 1 {
+            return &self.pool[0];
+        }
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.pool[i % self.pool.len()]
+    }
+}
+
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
 fn request(spec: &PointSpec, key: Option<String>) -> Result<EnqueueRequest, BoxError> {
     let r = EnqueueRequest::new(spec.queue.clone(), JOB_TYPE)?
-        .with_payload(spec.payload.as_slice(), ENCODING);
+        .with_payload(spec.payload.next(), ENCODING);
     Ok(match key {
         Some(k) => r.with_idempotency_key(k),
         None => r,
