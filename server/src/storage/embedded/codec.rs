@@ -713,13 +713,13 @@ mod tests {
         assert_eq!(DedupRecord::decode(&d.encode()).unwrap(), d);
     }
 
-    #[test]
-    fn truncated_records_are_reported_not_panicked_on() {
-        let meta = Meta {
+    /// A ready job's meta with the two trailing fields given.
+    fn ready_meta(reply_bytes: u32, body_seq: Option<u64>) -> Meta {
+        Meta {
             queue: "q".into(),
             job_type: "t".into(),
             priority: 0,
-            seq: 0,
+            seq: 9,
             enqueued_at: 0,
             attempt: 0,
             max_attempts: 1,
@@ -727,9 +727,14 @@ mod tests {
             worker_id: None,
             last_reason: None,
             dedup_until: None,
-            reply_bytes: 99,
-            body_seq: Some(7),
-        };
+            reply_bytes,
+            body_seq,
+        }
+    }
+
+    #[test]
+    fn truncated_records_are_reported_not_panicked_on() {
+        let meta = ready_meta(99, Some(7));
         let bytes = meta.encode();
         // A record that ends right before `body_seq` is one of format 1 (its body keyed by
         // id), and one that ends right before `reply_bytes` one written before that field.
@@ -749,21 +754,7 @@ mod tests {
     #[test]
     fn a_body_is_keyed_by_its_enqueue_number_or_by_its_id_in_format_1() {
         let id = JobId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10);
-        let mut meta = Meta {
-            queue: "q".into(),
-            job_type: "t".into(),
-            priority: 0,
-            seq: 9,
-            enqueued_at: 0,
-            attempt: 0,
-            max_attempts: 1,
-            stage: Stage::Ready,
-            worker_id: None,
-            last_reason: None,
-            dedup_until: None,
-            reply_bytes: 0,
-            body_seq: Some(0x0102),
-        };
+        let mut meta = ready_meta(0, Some(0x0102));
         assert_eq!(BodyKey::of(id, &meta).as_ref(), &[0, 0, 0, 0, 0, 0, 1, 2]);
         meta.body_seq = None;
         assert_eq!(BodyKey::of(id, &meta).as_ref(), &id.to_bytes()[..]);
