@@ -268,9 +268,10 @@ async fn a_format_2_directory_opens_and_every_record_reads_back() {
 }
 
 /// Opens a copy of fixture `format` in a server of this build and checks every record the
-/// manifest lists; then acks the ready jobs and enqueues one more, and checks on disk where
-/// their bodies went: none is left under the old jobs' keys, the new one is stored under its
-/// enqueue number, and the directory is marked with this build's format.
+/// manifest lists, bodies included; then acks the ready jobs and enqueues one more (read back),
+/// and checks on disk where the bodies are: format 1's in `jobs` under their ids, minus the
+/// acked ones, every newer one in `bodies` under its enqueue number, and the directory marked
+/// with this build's format.
 async fn every_record_reads_back(format: u32) {
     let m = manifest(format);
     assert_eq!(m.format_version, format);
@@ -306,6 +307,8 @@ async fn every_record_reads_back(format: u32) {
             assert_eq!(info.max_attempts, j.max_attempts);
             assert_eq!(info.attempt, j.attempt, "{}", j.payload);
             assert_eq!(info.idempotency_key, j.idempotency_key);
+            let payload = info.payload.as_ref().map(|p| p.data.as_slice());
+            assert_eq!(payload, Some(j.payload.as_bytes()), "{}'s body", j.payload);
         }
         if let Some(key) = &j.idempotency_key {
             let found = adm
@@ -375,7 +378,16 @@ async fn every_record_reads_back(format: u32) {
         .await
         .unwrap();
     }
-    enqueue(&mut q, job("fx-new", "email", "theta")).await;
+    let theta = enqueue(&mut q, job("fx-new", "email", "theta")).await;
+    let got_theta = q
+        .reserve(reserve("fx-new"))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    assert_eq!(got_theta.len(), 1);
+    assert_eq!(got_theta[0].id, theta);
+    assert_eq!(got_theta[0].payload.as_ref().unwrap().data, b"theta");
     let dir = server.stop().await;
     let db = fjall::Database::builder(dir.path().join("data"))
         .open()
@@ -390,23 +402,29 @@ async fn every_record_reads_back(format: u32) {
         CURRENT_FORMAT.to_le_bytes(),
         "the directory is marked"
     );
-    let mut by_len = std::collections::BTreeMap::<usize, Vec<Vec<u8>>>::new();
-    for kv in ks("jobs").iter() {
-        let (k, _) = kv.into_inner().unwrap();
-        by_len.entry(k.len()).or_default().push(k.to_vec());
+    // The keys of a keyspace, the 1-byte sentinel left out; each must be `len` bytes long.
+    let keys = |name: &str, len: usize| -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for kv in ks(name).iter() {
+            let (k, _) = kv.into_inner().unwrap();
+            if k.len() != 1 {
+                assert_eq!(k.len(), len, "a key in {name}: {k:?}");
+                out.push(k.to_vec());
+            }
+        }
+        out
+    };
+    let under_ids = keys("jobs", 16);
+    let under_numbers = keys("bodies", 8);
+    for j in &got {
+        let id = uuid::Uuid::parse_str(&j.id).unwrap();
+        assert!(
+            !under_ids.contains(&id.as_bytes().to_vec()),
+            "an acked job's format-1 body is deleted"
+        );
     }
-    let acked: Vec<[u8; 16]> = got
-        .iter()
-        .map(|j| *uuid::Uuid::parse_str(&j.id).unwrap().as_bytes())
-        .collect();
-    let under_ids = by_len.remove(&16).unwrap_or_default();
-    assert!(
-        acked.iter().all(|id| !under_ids.contains(&id.to_vec())),
-        "an acked job's format-1 body is deleted"
-    );
     // Bodies left from the fixture: every job not acked before or now.
     let left = m.jobs.iter().filter(|j| j.state != "acked").count() - got.len();
-    let under_numbers = by_len.remove(&8).unwrap_or_default();
     let (old, new) = if format == 1 {
         (left, 1)
     } else {
@@ -414,8 +432,6 @@ async fn every_record_reads_back(format: u32) {
     };
     assert_eq!(under_ids.len(), old, "bodies under job ids");
     assert_eq!(under_numbers.len(), new, "bodies under enqueue numbers");
-    assert_eq!(by_len.remove(&1).map(|s| s.len()), Some(1), "the sentinel");
-    assert!(by_len.is_empty(), "no other keys: {by_len:?}");
 }
 
 #[tokio::test]

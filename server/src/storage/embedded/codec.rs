@@ -1,10 +1,11 @@
-//! On-disk record formats of the embedded store (format version 1).
+//! On-disk record formats of the embedded store (format version 2; see [`FORMAT_VERSION`]).
 //!
 //! Keyspaces and their records:
 //!
 //! | keyspace | key | value |
 //! |---|---|---|
-//! | `jobs` | [`BodyKey`]: the job's enqueue number (8 bytes, big endian), or its id (16 bytes, big endian) for a job written by format 1 | [`Body`]: what never changes after enqueue |
+//! | `bodies` | the job's enqueue number, [`Meta::body_seq`] (8 bytes, big endian) | [`Body`]: what never changes after enqueue |
+//! | `jobs` | job id (16 bytes, big endian) | [`Body`] of a job written by format 1 |
 //! | `meta` | job id | [`Meta`]: queue, order, attempt and stage; rewritten on each transition |
 //! | `dedup` | queue, NUL, idempotency key | [`DedupRecord`] |
 //! | `queues` | queue name | [`QueueRecord`] (pause flag) |
@@ -13,6 +14,7 @@
 //! Every value starts with a version byte. Integers are little endian; strings and byte strings
 //! are a u32 length then the bytes; an optional value is a 0/1 byte then the value.
 
+use super::group_commit::Ks;
 pub(crate) use crate::domain::Stage;
 use crate::domain::{
     DeadLetterCause, Fingerprint, JobContent, JobId, NewJob, Payload, TraceContext, UnixMs, Value,
@@ -23,11 +25,13 @@ use std::collections::BTreeMap;
 /// The format version this build writes; it reads this one and every earlier one.
 ///
 /// - 1: a body is stored under its job's id.
-/// - 2: a new job's body is stored under its enqueue number ([`Meta::body_seq`]), so that the
-///   `jobs` keyspace is written in ascending key order and fjall can move its tables down the
-///   levels instead of merging them. Bodies written by format 1 stay under their ids (a meta
-///   without `body_seq`); a store opened by this build is marked 2, which an older build
-///   refuses to open.
+/// - 2: a new job's body is stored in the `bodies` keyspace under its enqueue number
+///   ([`Meta::body_seq`]), so that new bodies arrive in ascending key order and fjall can move
+///   their tables down the levels instead of merging them. Bodies written by format 1 stay in
+///   `jobs` under their ids (a meta without `body_seq`); a store opened by this build is marked
+///   2, which an older build refuses to open. A keyspace of its own, not new keys in `jobs`,
+///   so that an upgraded directory's new bodies get this build's options (fjall keeps a
+///   keyspace's options from its creation).
 pub(crate) const FORMAT_VERSION: u32 = 2;
 const RECORD_V1: u8 = 1;
 
@@ -103,14 +107,14 @@ pub(crate) struct Meta {
     /// unknown (a record written before this field existed: such a job is sent alone). Stored after `dedup_until`; a record that
     /// ends before it is such an older record.
     pub(crate) reply_bytes: u32,
-    /// Where the job's body is stored ([`BodyKey`]): under this number, the job's `seq` when it
-    /// was enqueued (a job requeued from the dead letters gets a new `seq` but keeps its body
-    /// where it is), or, when `None`, under the job's id (a job written by format 1). Stored
-    /// after `reply_bytes`, only when set.
+    /// Where the job's body is stored ([`BodyKey`]): in `bodies` under this number, the job's
+    /// `seq` when it was enqueued (a job requeued from the dead letters gets a new `seq` but
+    /// keeps its body where it is), or, when `None`, in `jobs` under the job's id (a job
+    /// written by format 1). Stored after `reply_bytes`, only when set.
     pub(crate) body_seq: Option<u64>,
 }
 
-/// The key of a job's body in the `jobs` keyspace ([`Meta::body_seq`]).
+/// Where a job's body is: its keyspace and key there ([`Meta::body_seq`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BodyKey {
     buf: [u8; 16],
@@ -130,6 +134,11 @@ impl BodyKey {
                 len: 16,
             },
         }
+    }
+
+    /// The keyspace the body is in: `bodies` for an enqueue number, `jobs` for a format-1 id.
+    pub(crate) fn ks(&self) -> Ks {
+        if self.len == 8 { Ks::Bodies } else { Ks::Jobs }
     }
 }
 
@@ -756,8 +765,10 @@ mod tests {
         let id = JobId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10);
         let mut meta = ready_meta(0, Some(0x0102));
         assert_eq!(BodyKey::of(id, &meta).as_ref(), &[0, 0, 0, 0, 0, 0, 1, 2]);
+        assert_eq!(BodyKey::of(id, &meta).ks(), Ks::Bodies);
         meta.body_seq = None;
         assert_eq!(BodyKey::of(id, &meta).as_ref(), &id.to_bytes()[..]);
+        assert_eq!(BodyKey::of(id, &meta).ks(), Ks::Jobs);
         assert_eq!(Vec::from(BodyKey::of(id, &meta)), id.to_bytes().to_vec());
     }
 }

@@ -223,7 +223,7 @@ pub fn codec_values(data: &[u8]) {
 
 /// The keyspaces of a data directory, in the order [`read_records`] and [`insert_record`]
 /// number them.
-pub const KEYSPACES: [&str; 5] = ["jobs", "meta", "dedup", "queues", "info"];
+pub const KEYSPACES: [&str; 6] = ["jobs", "meta", "dedup", "queues", "info", "bodies"];
 
 /// One record: its keyspace (an index into [`KEYSPACES`]), key and value.
 pub type RawRecord = (usize, Vec<u8>, Vec<u8>);
@@ -240,7 +240,7 @@ pub fn read_records(path: &Path) -> Result<Vec<RawRecord>, StorageError> {
     let ks = open_db(path)?;
     let info = ks.db.keyspace("info", Default::default).map_err(io)?;
     let mut out = Vec::new();
-    for (i, k) in [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues, &info]
+    for (i, k) in [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues, &info, &ks.bodies]
         .into_iter()
         .enumerate()
     {
@@ -263,7 +263,7 @@ pub fn insert_record(path: &Path, record: &RawRecord) -> Result<(), StorageError
     let ks = open_db(path)?;
     let info = ks.db.keyspace("info", Default::default).map_err(io)?;
     let (i, key, value) = record;
-    let k = [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues, &info][*i % KEYSPACES.len()];
+    let k = [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues, &info, &ks.bodies][*i % KEYSPACES.len()];
     k.insert(key.as_slice(), value.as_slice()).map_err(io)?;
     ks.db.persist(fjall::PersistMode::SyncAll).map_err(io)?;
     Ok(())

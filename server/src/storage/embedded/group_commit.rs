@@ -46,7 +46,10 @@ const IDLE_SEAL_MIN_BYTES: u64 = 1024 * 1024;
 /// The keyspaces of the embedded store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Ks {
+    /// Bodies of format 1, keyed by job id.
     Jobs,
+    /// Bodies of format 2, keyed by enqueue number.
+    Bodies,
     Meta,
     Dedup,
     Queues,
@@ -82,6 +85,7 @@ impl WriteOp {
 pub(crate) struct Keyspaces {
     pub(crate) db: fjall::Database,
     pub(crate) jobs: fjall::Keyspace,
+    pub(crate) bodies: fjall::Keyspace,
     pub(crate) meta: fjall::Keyspace,
     pub(crate) dedup: fjall::Keyspace,
     pub(crate) queues: fjall::Keyspace,
@@ -95,7 +99,13 @@ impl Keyspaces {
         if bytes < IDLE_SEAL_MIN_BYTES {
             return;
         }
-        for ks in [&self.jobs, &self.meta, &self.dedup, &self.queues] {
+        for ks in [
+            &self.jobs,
+            &self.bodies,
+            &self.meta,
+            &self.dedup,
+            &self.queues,
+        ] {
             if let Err(e) = ks.rotate_memtable() {
                 tracing::warn!(error = %e, "sealing an idle memtable failed");
             }
@@ -103,9 +113,10 @@ impl Keyspaces {
         tracing::debug!(bytes, "sealed idle memtables");
     }
 
-    fn get(&self, ks: Ks) -> &fjall::Keyspace {
+    pub(crate) fn get(&self, ks: Ks) -> &fjall::Keyspace {
         match ks {
             Ks::Jobs => &self.jobs,
+            Ks::Bodies => &self.bodies,
             Ks::Meta => &self.meta,
             Ks::Dedup => &self.dedup,
             Ks::Queues => &self.queues,
@@ -824,6 +835,7 @@ mod tests {
             };
             let keyspaces = Keyspaces {
                 jobs: ks("jobs"),
+                bodies: ks("bodies"),
                 meta: ks("meta"),
                 dedup: ks("dedup"),
                 queues: ks("queues"),

@@ -302,7 +302,8 @@ impl Shared {
 
     /// Job `id`'s body, found where `meta` says it is.
     fn body(&self, id: JobId, meta: &Meta) -> Result<Option<Body>, StorageError> {
-        match self.ks()?.jobs.get(BodyKey::of(id, meta)) {
+        let key = BodyKey::of(id, meta);
+        match self.ks()?.get(key.ks()).get(key) {
             Ok(Some(v)) => Ok(Some(Body::decode(&v)?)),
             Ok(None) => Ok(None),
             Err(e) => Err(StorageError::Io(e.to_string())),
@@ -489,13 +490,15 @@ impl Shared {
                     };
                     m.worker_id = None;
                 }) {
-                    ops.push(WriteOp::delete(Ks::Jobs, BodyKey::of(id, m)));
+                    let body = BodyKey::of(id, m);
+                    ops.push(WriteOp::delete(body.ks(), body));
                     ops.push(meta_put(id, m));
                 }
             }
             Finish::Delete => {
                 if let Some(m) = st.jobs.remove(id) {
-                    ops.push(WriteOp::delete(Ks::Jobs, BodyKey::of(id, &m)));
+                    let body = BodyKey::of(id, &m);
+                    ops.push(WriteOp::delete(body.ks(), body));
                 }
                 ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
             }
@@ -546,7 +549,7 @@ impl EmbeddedStore {
             },
             idempotency_key: Some(claim.key),
         };
-        ops.push(WriteOp::put(Ks::Jobs, body_key, body.encode()));
+        ops.push(WriteOp::put(body_key.ks(), body_key, body.encode()));
         if let Some(m) = st.jobs.update(target, |m| {
             m.stage = stage_of(placement);
             m.reply_bytes = replace.reply_bytes;
@@ -606,7 +609,11 @@ impl Engine for Shared {
         // flusher's refusal and the reload (invariants 1 and 2).
         first();
         if let Some(ks) = self.keyspaces() {
-            let (state, report) = recovery::load_state(&ks, None, Some(&self.ks))?;
+            let (mut state, report) = recovery::load_state(&ks, None, Some(&self.ks))?;
+            // Never hand out an enqueue number again within one process: the disk's highest
+            // may be lower (its jobs deleted), and a reader that took a meta before the
+            // failure may still read a body by its number.
+            state.jobs.next_seq = state.jobs.next_seq.max(st.jobs.next_seq);
             *st = state;
             tracing::info!(
                 jobs = report.jobs,
@@ -780,7 +787,8 @@ impl Store for EmbeddedStore {
                             rec.encode(),
                         ));
                     }
-                    ops.push(WriteOp::put(Ks::Jobs, BodyKey::of(job.id, &meta), body));
+                    let at = BodyKey::of(job.id, &meta);
+                    ops.push(WriteOp::put(at.ks(), at, body));
                     ops.push(meta_put(job.id, &meta));
                     if let (Some(key), Some(claim)) = (key, &job.dedup) {
                         let rec = DedupRecord {

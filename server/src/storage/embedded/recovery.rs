@@ -19,8 +19,8 @@ fn io(e: impl std::fmt::Display) -> StorageError {
     StorageError::Io(e.to_string())
 }
 
-/// The key of the sentinel entry in every keyspace. No record key can equal it: job keys are 16
-/// bytes, dedup keys start with a non-empty queue name, queue keys are non-empty names without
+/// The key of the sentinel entry in every keyspace. No record key can equal it: job ids are 16
+/// bytes, enqueue numbers 8, dedup keys start with a non-empty queue name, queue keys are non-empty names without
 /// control characters.
 pub(super) const SENTINEL: &[u8] = &[0];
 
@@ -29,7 +29,7 @@ pub(super) const SENTINEL: &[u8] = &[0];
 /// queue's working set is small and short-lived, so smaller memtables (also cheaper to search
 /// on every insert) and a bounded journal fit it better.
 const MAX_JOURNAL: u64 = 192 * 1024 * 1024;
-const JOBS_MEMTABLE: u64 = 32 * 1024 * 1024;
+const BODIES_MEMTABLE: u64 = 32 * 1024 * 1024;
 const INDEX_MEMTABLE: u64 = 16 * 1024 * 1024;
 /// fjall's block cache. Its default, 32 MiB, cannot hold the index and filter blocks of a large
 /// backlog (10 million jobs: about 2 GB of tables): every point read of a job's body or meta then
@@ -61,8 +61,8 @@ fn builder(path: &Path) -> fjall::DatabaseBuilder<fjall::Database> {
 }
 
 /// How many flushed tables level 0 of a keyspace collects before fjall merges them into level
-/// 1 (fjall's default: 4). Job ids are random, so every level-0 table spans the whole key range
-/// and each merge rewrites all of level 1; at 8 the merges come half as often. fjall sizes
+/// 1 (fjall's default: 4). Job ids and idempotency keys are random, so every level-0 table of
+/// `meta` and `dedup` spans the whole key range and each merge rewrites all of level 1; at 8 the merges come half as often. fjall sizes
 /// level 1 as this many tables of 64 MiB (512 MiB here), so level 1 is compressed too
 /// ([`keyspace_options`]), or a burst of writes would leave up to twice as much uncompressed on
 /// disk. fjall slows writes from 20 level-0 runs on and stops them at 30; flushes that land
@@ -73,18 +73,19 @@ const L0_THRESHOLD: u8 = 8;
 
 /// The options a keyspace of this store is created with, the live store's and a backup's
 /// alike: its memtable bound, the level-0 threshold above, and LZ4 for data blocks from level
-/// 1 on (fjall's default starts at level 2), from level 0 on for `jobs`: its keys (enqueue
-/// numbers, `codec::BodyKey`) arrive in ascending order, so fjall moves its tables down
-/// without rewriting them, and a table left uncompressed at its flush would stay so (10 s of
-/// batches of 100 left 2.1× the disk). fjall applies them only when it creates the
-/// keyspace and keeps them with it: a data directory created by an earlier sepp keeps fjall's
-/// defaults.
+/// 1 on (fjall's default starts at level 2), from level 0 on for `bodies`: new bodies' keys
+/// (enqueue numbers, `codec::BodyKey`) arrive in ascending order, so fjall moves its tables
+/// down without rewriting them, and a table left uncompressed at its flush would stay so (10 s
+/// of batches of 100 left 2.1× the disk). `jobs` holds only format-1 bodies, which are deleted
+/// and never added: it gets an index keyspace's memtable. fjall applies these options only
+/// when it creates the keyspace and keeps them with it: a keyspace created by an earlier sepp
+/// keeps the options it was created with.
 fn keyspace_options(name: &str) -> KeyspaceCreateOptions {
     use fjall::CompressionType as C;
-    let (memtable, compression) = if name == "jobs" {
+    let (memtable, compression) = if name == "bodies" {
         (
-            JOBS_MEMTABLE,
-            fjall::config::CompressionPolicy::new([C::Lz4]),
+            BODIES_MEMTABLE,
+            fjall::config::CompressionPolicy::all(C::Lz4),
         )
     } else {
         (
@@ -129,6 +130,7 @@ pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
     let info = ks("info")?;
     let keyspaces = Keyspaces {
         jobs: ks("jobs")?,
+        bodies: ks("bodies")?,
         meta: ks("meta")?,
         dedup: ks("dedup")?,
         queues: ks("queues")?,
@@ -177,6 +179,7 @@ pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
     for keyspace in [
         &info,
         &keyspaces.jobs,
+        &keyspaces.bodies,
         &keyspaces.meta,
         &keyspaces.dedup,
         &keyspaces.queues,
@@ -263,7 +266,7 @@ pub(super) fn load_state(
 }
 
 /// The keyspaces a data directory holds, in the order a backup copies them.
-const KEYSPACES: [&str; 5] = ["info", "jobs", "meta", "dedup", "queues"];
+const KEYSPACES: [&str; 6] = ["info", "jobs", "bodies", "meta", "dedup", "queues"];
 
 /// Copies what `db` holds as of one snapshot into a new fjall database at `dir`, keyspace by
 /// keyspace, and makes it durable. The snapshot is one sequence number: every group-commit
@@ -336,11 +339,11 @@ mod tests {
         (threshold[0], compressed(0), compressed(1))
     }
 
-    /// What every keyspace of this store is created with: the `jobs` keyspace, written in key
-    /// order and moved rather than merged, compressed from level 0, the others from level 1.
+    /// What every keyspace of this store is created with: `bodies`, written in key order and
+    /// moved rather than merged, compressed from level 0, the others from level 1.
     fn assert_settings(ks: &Keyspaces, path: &Path) {
-        assert_eq!(settings(&ks.jobs), (L0_THRESHOLD, true, true), "{path:?}");
-        for k in [&ks.meta, &ks.dedup, &ks.queues] {
+        assert_eq!(settings(&ks.bodies), (L0_THRESHOLD, true, true), "{path:?}");
+        for k in [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues] {
             assert_eq!(settings(k), (L0_THRESHOLD, false, true), "{path:?}");
         }
     }

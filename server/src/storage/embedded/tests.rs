@@ -60,7 +60,7 @@ impl Backend for Embedded {
         assert!(Arc::ptr_eq(&opened, store), "not the store opened last");
         let key = last.shared.body_key(id);
         let ks = last.shared.ks().expect("keyspaces");
-        ks.jobs
+        ks.get(key.ks())
             .insert(key.as_ref(), b"not a body".to_vec())
             .expect("write");
     }
@@ -314,8 +314,8 @@ async fn a_drain_whose_body_read_fails_loses_nothing_and_returns_an_error() {
     // The second record's body turns unreadable.
     let ks = store.shared.ks().expect("keyspaces");
     let key = store.shared.body_key(dead[1]);
-    let good = ks.jobs.get(key).expect("read").expect("a body");
-    ks.jobs
+    let good = ks.get(key.ks()).get(key).expect("read").expect("a body");
+    ks.get(key.ks())
         .insert(key.as_ref(), b"not a body".to_vec())
         .expect("write");
 
@@ -336,7 +336,7 @@ async fn a_drain_whose_body_read_fails_loses_nothing_and_returns_an_error() {
     );
     assert_memory_equals_disk(&store);
 
-    ks.jobs.insert(key.as_ref(), good).expect("repair");
+    ks.get(key.ks()).insert(key.as_ref(), good).expect("repair");
     drop(ks);
     let drained = queue
         .drain_dead_letters(None, Some(3))
