@@ -238,6 +238,25 @@ type AuthFn =
 type Admin = AdminServiceClient<tonic::service::interceptor::InterceptedService<Channel, AuthFn>>;
 
 async fn connect(conn: &Conn) -> Result<Admin, Failure> {
+    let (channel, auth) = channel(conn).await?;
+    // A GetJob reply carries the job's payload, as large as the server's limits let it be:
+    // no smaller cap here than the server's own.
+    Ok(AdminServiceClient::with_interceptor(channel, auth).max_decoding_message_size(usize::MAX))
+}
+
+/// Whether the server keeps dead letters (`GetServerInfo.dead_letter_retention_enabled`, over a
+/// connection of its own); `None` when the call failed. A server that does not set the field
+/// answers false.
+async fn keeps_dead_letters(conn: &Conn) -> Option<bool> {
+    use sepp_proto::v1 as qpb;
+    let (channel, auth) = channel(conn).await.ok()?;
+    let mut q = qpb::queue_service_client::QueueServiceClient::with_interceptor(channel, auth);
+    let info = q.get_server_info(qpb::GetServerInfoRequest {}).await.ok()?;
+    Some(info.into_inner().dead_letter_retention_enabled)
+}
+
+/// A channel to `--server` and the interceptor that adds `--api-key` to every call.
+async fn channel(conn: &Conn) -> Result<(Channel, AuthFn), Failure> {
     let mut ep = Endpoint::from_shared(conn.server.clone()).map_err(|e| {
         Failure(format!(
             "--server {:?} is not a URL ({e}): use e.g. http://127.0.0.1:50051",
@@ -270,9 +289,7 @@ async fn connect(conn: &Conn) -> Result<Admin, Failure> {
         }
         Ok(req)
     });
-    // A GetJob reply carries the job's payload, as large as the server's limits let it be:
-    // no smaller cap here than the server's own.
-    Ok(AdminServiceClient::with_interceptor(channel, auth).max_decoding_message_size(usize::MAX))
+    Ok((channel, auth))
 }
 
 /// Runs one operator subcommand; returns the process exit code.
@@ -743,10 +760,20 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                     .map(|q| q.queue.as_str())
                     .collect();
                 if !gone.is_empty() {
+                    let why = match keeps_dead_letters(conn).await {
+                        Some(false) => {
+                            "this server deletes a dead letter at once \
+                             (storage.dead_letter_retention_ms = 0, the default; above 0 keeps them)"
+                        }
+                        Some(true) => "they were drained, requeued or deleted since",
+                        None => {
+                            "with storage.dead_letter_retention_ms = 0 (the default) a dead \
+                             letter is deleted at once; otherwise they were drained, requeued or \
+                             deleted since"
+                        }
+                    };
                     eprintln!(
-                        "sepp: {} {} dead-lettered jobs in the last minute and {} none: with \
-                         storage.dead_letter_retention_ms = 0 (the default) a dead letter is \
-                         deleted at once; otherwise they were drained, requeued or deleted since",
+                        "sepp: {} {} dead-lettered jobs in the last minute and {} none: {why}",
                         if gone.len() == 1 { "queue" } else { "queues" },
                         gone.join(", "),
                         if gone.len() == 1 { "keeps" } else { "keep" }
@@ -1104,12 +1131,24 @@ async fn dlq(conn: &Conn, admin: &mut Admin, command: DlqCommand) -> Result<(), 
                 // in `sepp queues`: say where dead letters go. (An empty later page is only
                 // the end of the list.)
                 if page.records.is_empty() && first_page {
-                    eprintln!(
-                        "sepp: no dead letters: with storage.dead_letter_retention_ms = 0 (the \
-                         default) a dead-lettered job is deleted at once; otherwise none are \
-                         kept now (none failed for good, or they were requeued, deleted or \
-                         expired since)"
-                    );
+                    let why = match keeps_dead_letters(conn).await {
+                        Some(false) => {
+                            "this server deletes a dead-lettered job at once \
+                             (storage.dead_letter_retention_ms = 0, the default; above 0 keeps \
+                             them)"
+                        }
+                        Some(true) => {
+                            "none are kept now: none failed for good, or they were requeued, \
+                             deleted or expired since"
+                        }
+                        None => {
+                            "with storage.dead_letter_retention_ms = 0 (the default) a \
+                             dead-lettered job is deleted at once; otherwise none are kept now \
+                             (none failed for good, or they were requeued, deleted or expired \
+                             since)"
+                        }
+                    };
+                    eprintln!("sepp: no dead letters: {why}");
                 }
                 if !page.next_page_token.is_empty() {
                     emit(format_args!(

@@ -336,8 +336,7 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
     let server = TestServer::start_with_clock(clock.clone(), |_| {}).await;
     let c = server.client().await;
     // The CLI runs on a blocking thread: the server answers it from this test's runtime.
-    let cli = |args: &'static [&'static str]| {
-        let url = server.url();
+    let cli_at = |url: String, args: &'static [&'static str]| {
         tokio::task::spawn_blocking(move || {
             let out = std::process::Command::new(common::sepp_bin())
                 .args(args)
@@ -353,6 +352,7 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
             )
         })
     };
+    let cli = |args: &'static [&'static str]| cli_at(server.url(), args);
     let queues = || cli(&["queues"]);
     // No queue yet: the header alone, and a line on stderr that says what makes one.
     let (table, err) = queues().await.unwrap();
@@ -385,17 +385,29 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
         ("0", "1")
     );
     assert!(
-        err.contains("queue mail dead-lettered jobs in the last minute and keeps none")
-            && err.contains("storage.dead_letter_retention_ms = 0 (the default)"),
+        err.contains(
+            "queue mail dead-lettered jobs in the last minute and keeps none: this server \
+             deletes a dead letter at once (storage.dead_letter_retention_ms = 0, the default"
+        ),
         "{err}"
     );
-    // `sepp dlq list` finds nothing under that default and says why.
+    // `sepp dlq list` finds nothing under that default and says why, having asked the server.
     let (table, err) = cli(&["dlq", "list"]).await.unwrap();
     assert_eq!(table.lines().count(), 1);
     assert!(
         err.starts_with(
-            "sepp: no dead letters: with storage.dead_letter_retention_ms = 0 (the default)"
+            "sepp: no dead letters: this server deletes a dead-lettered job at once \
+             (storage.dead_letter_retention_ms = 0, the default"
         ),
         "{err}"
+    );
+    // A server that keeps dead letters does not blame the retention.
+    let keeping = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
+    let (table, err) = cli_at(keeping.url(), &["dlq", "list"]).await.unwrap();
+    assert_eq!(table.lines().count(), 1);
+    assert_eq!(
+        err.trim_end(),
+        "sepp: no dead letters: none are kept now: none failed for good, or they were \
+         requeued, deleted or expired since"
     );
 }
