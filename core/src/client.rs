@@ -298,7 +298,11 @@ impl SeppClientBuilder {
 }
 
 /// `host:port` → `http://host:port`; returns the URL and whether its scheme asks for TLS.
-fn normalize_addr(addr: &str) -> Result<(String, bool), ClientError> {
+/// Every address a client takes goes through it (the server's CLI too).
+///
+/// # Errors
+/// [`ErrorCode::InvalidConfig`] for an empty address or another scheme.
+pub fn normalize_addr(addr: &str) -> Result<(String, bool), ClientError> {
     if addr.is_empty() {
         return Err(ClientError::new(
             ErrorCode::InvalidConfig,

@@ -257,7 +257,10 @@ async fn keeps_dead_letters(conn: &Conn) -> Option<bool> {
 
 /// A channel to `--server` and the interceptor that adds `--api-key` to every call.
 async fn channel(conn: &Conn) -> Result<(Channel, AuthFn), Failure> {
-    let mut ep = Endpoint::from_shared(conn.server.clone()).map_err(|e| {
+    // `host:port` is taken as the clients take it: `http://host:port`.
+    let (url, _) = sepp_rs::client::normalize_addr(&conn.server)
+        .map_err(|e| Failure(format!("--server {:?}: {e}", conn.server)))?;
+    let mut ep = Endpoint::from_shared(url).map_err(|e| {
         Failure(format!(
             "--server {:?} is not a URL ({e}): use e.g. http://127.0.0.1:50051",
             conn.server

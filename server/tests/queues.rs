@@ -401,6 +401,10 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
         ),
         "{err}"
     );
+    // `--server host:port` is taken as the clients take it, as http://host:port.
+    let bare = server.url().strip_prefix("http://").unwrap().to_string();
+    let (table, _) = cli_at(bare, &["queues"]).await.unwrap();
+    assert_eq!(cells(&table)[0], "mail");
     // A server that keeps dead letters does not blame the retention.
     let keeping = TestServer::start(|c| c.storage.dead_letter_retention_ms = 60_000).await;
     let (table, err) = cli_at(keeping.url(), &["dlq", "list"]).await.unwrap();
