@@ -81,7 +81,19 @@ async fn enqueue(
     }
 }
 
-fn reserve(queue: &str) -> pb::ReserveRequest {
+/// Reserves up to 10 jobs of `queue` without waiting, under a 300 s lease.
+async fn reserve(
+    q: &mut pb::queue_service_client::QueueServiceClient<tonic::transport::Channel>,
+    queue: &str,
+) -> Vec<pb::Job> {
+    q.reserve(reserve_request(queue))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs
+}
+
+fn reserve_request(queue: &str) -> pb::ReserveRequest {
     pb::ReserveRequest {
         queues: vec![queue.into()],
         max_jobs: Some(10),
@@ -149,12 +161,7 @@ async fn write_the_fixture() {
     let mut d = job("fx-dead", "charge", "delta");
     d.max_attempts = Some(1);
     let id = enqueue(&mut q, d.clone()).await;
-    let got = q
-        .reserve(reserve("fx-dead"))
-        .await
-        .unwrap()
-        .into_inner()
-        .jobs;
+    let got = reserve(&mut q, "fx-dead").await;
     q.nack(pb::NackRequest {
         job_id: got[0].id.clone(),
         attempt: got[0].attempt,
@@ -167,18 +174,13 @@ async fn write_the_fixture() {
     // In flight (its lease will have expired when the fixture is read).
     let e = job("fx-leased", "resize", "epsilon");
     let id = enqueue(&mut q, e.clone()).await;
-    q.reserve(reserve("fx-leased")).await.unwrap();
+    reserve(&mut q, "fx-leased").await;
     push(id, &e, "in_flight", 1);
     // Acked, keyed: the job is gone, its dedup record stays.
     let mut f = job("fx-acked", "sync", "zeta");
     f.idempotency_key = Some("key-f".into());
     let id = enqueue(&mut q, f.clone()).await;
-    let got = q
-        .reserve(reserve("fx-acked"))
-        .await
-        .unwrap()
-        .into_inner()
-        .jobs;
+    let got = reserve(&mut q, "fx-acked").await;
     q.ack(pb::AckRequest {
         job_id: got[0].id.clone(),
         attempt: got[0].attempt,
@@ -332,12 +334,7 @@ async fn every_record_reads_back(format: u32) {
         assert!(stats.paused, "{p} is still paused");
     }
     // Payloads and custom entries read back through Reserve.
-    let got = q
-        .reserve(reserve("fx-ready"))
-        .await
-        .unwrap()
-        .into_inner()
-        .jobs;
+    let got = reserve(&mut q, "fx-ready").await;
     let mut payloads: Vec<_> = got
         .iter()
         .map(|j| String::from_utf8(j.payload.clone().unwrap().data).unwrap())
@@ -379,12 +376,7 @@ async fn every_record_reads_back(format: u32) {
         .unwrap();
     }
     let theta = enqueue(&mut q, job("fx-new", "email", "theta")).await;
-    let got_theta = q
-        .reserve(reserve("fx-new"))
-        .await
-        .unwrap()
-        .into_inner()
-        .jobs;
+    let got_theta = reserve(&mut q, "fx-new").await;
     assert_eq!(got_theta.len(), 1);
     assert_eq!(got_theta[0].id, theta);
     assert_eq!(got_theta[0].payload.as_ref().unwrap().data, b"theta");

@@ -120,6 +120,15 @@ fn meta_put(id: JobId, meta: &Meta) -> WriteOp {
     WriteOp::put(Ks::Meta, id.to_bytes(), meta.encode())
 }
 
+/// Writes a body where `at` says, in the keyspace it names.
+fn body_put(at: BodyKey, body: Vec<u8>) -> WriteOp {
+    WriteOp::put(at.ks(), at, body)
+}
+
+fn body_delete(at: BodyKey) -> WriteOp {
+    WriteOp::delete(at.ks(), at)
+}
+
 fn facts(id: JobId, m: &Meta) -> JobFacts<'_> {
     JobFacts {
         id,
@@ -490,15 +499,13 @@ impl Shared {
                     };
                     m.worker_id = None;
                 }) {
-                    let body = BodyKey::of(id, m);
-                    ops.push(WriteOp::delete(body.ks(), body));
+                    ops.push(body_delete(BodyKey::of(id, m)));
                     ops.push(meta_put(id, m));
                 }
             }
             Finish::Delete => {
                 if let Some(m) = st.jobs.remove(id) {
-                    let body = BodyKey::of(id, &m);
-                    ops.push(WriteOp::delete(body.ks(), body));
+                    ops.push(body_delete(BodyKey::of(id, &m)));
                 }
                 ops.push(WriteOp::delete(Ks::Meta, id.to_bytes()));
             }
@@ -549,7 +556,7 @@ impl EmbeddedStore {
             },
             idempotency_key: Some(claim.key),
         };
-        ops.push(WriteOp::put(body_key.ks(), body_key, body.encode()));
+        ops.push(body_put(body_key, body.encode()));
         if let Some(m) = st.jobs.update(target, |m| {
             m.stage = stage_of(placement);
             m.reply_bytes = replace.reply_bytes;
@@ -787,8 +794,7 @@ impl Store for EmbeddedStore {
                             rec.encode(),
                         ));
                     }
-                    let at = BodyKey::of(job.id, &meta);
-                    ops.push(WriteOp::put(at.ks(), at, body));
+                    ops.push(body_put(BodyKey::of(job.id, &meta), body));
                     ops.push(meta_put(job.id, &meta));
                     if let (Some(key), Some(claim)) = (key, &job.dedup) {
                         let rec = DedupRecord {
