@@ -177,7 +177,10 @@ pub enum Rejection {
         queue: String,
     },
     /// The payload exceeds `max_payload_bytes`. Deterministic.
-    #[error("payload is {actual} bytes, max_payload_bytes is {limit}")]
+    #[error(
+        "payload is {actual} bytes, over the limit of {limit} bytes (the server's \
+         limits.max_payload_bytes, or the queue's own max_payload_bytes)"
+    )]
     PayloadTooLarge {
         /// Bytes allowed.
         limit: u64,

@@ -202,14 +202,15 @@ pub(crate) enum DlqCommand {
 }
 
 #[derive(Args, Debug)]
+// One of the two is required, so that a bare `sepp dlq requeue QUEUE` names both ways out.
+#[command(group(clap::ArgGroup::new("which").required(true).args(["all", "ids"])))]
 pub(crate) struct Selection {
     /// The queue.
     queue: String,
     /// Every dead letter of the queue (in batches of 1000).
     #[arg(long, conflicts_with = "ids")]
     all: bool,
-    /// These job ids.
-    #[arg(required_unless_present = "all")]
+    /// These job ids (or --all).
     ids: Vec<String>,
 }
 

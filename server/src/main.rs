@@ -90,6 +90,17 @@ fn main() -> ExitCode {
             return match sepp_server::load_config(cli.config.as_deref(), env) {
                 Ok(l) => match l.config.to_toml() {
                     Ok(t) => {
+                        // Where the values came from, on stderr so that stdout stays TOML.
+                        match &l.path {
+                            Some(p) => eprintln!("sepp: config file: {}", p.display()),
+                            None => eprintln!(
+                                "sepp: no config file (no --config, no SEPP_CONFIG, no \
+                                 ./sepp.toml): the defaults and the environment"
+                            ),
+                        }
+                        for (key, var) in &l.env_overrides {
+                            eprintln!("sepp: {key} set by {var}");
+                        }
                         // What a server started with this config would warn about, so that
                         // the check shows it before a start does.
                         for w in l.warnings() {

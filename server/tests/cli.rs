@@ -156,9 +156,16 @@ fn config_check_prints_the_warnings_a_start_would_log_and_exits_0() {
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("max_enqueue_batch = 7"), "{out}");
+    // First where the values came from: the file, then each variable that set a key.
+    let (file, rest) = err.split_once('\n').unwrap_or_default();
+    assert!(
+        file.starts_with("sepp: config file: /") && file.ends_with("/bad.toml"),
+        "{err}"
+    );
     assert_eq!(
-        err,
-        "sepp: warning: config sections not implemented by this server are ignored: cluster\n\
+        rest,
+        "sepp: server.listen_addr set by SEPP_SERVER__LISTEN_ADDR\n\
+         sepp: warning: config sections not implemented by this server are ignored: cluster\n\
          sepp: warning: config keys not implemented by this server are ignored: metrics.foo, tracing.bar\n"
     );
 }
@@ -180,7 +187,9 @@ fn a_sepp_variable_sepp_does_not_read_is_warned_about_with_the_nearest_name() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("persist_mode = \"sync_all\""));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "sepp: warning: environment variable SEPP_STORAGE_PERSIST_MODE is not one sepp reads \
+        "sepp: no config file (no --config, no SEPP_CONFIG, no ./sepp.toml): the defaults and \
+         the environment\n\
+         sepp: warning: environment variable SEPP_STORAGE_PERSIST_MODE is not one sepp reads \
          and is ignored; did you mean SEPP_STORAGE__PERSIST_MODE?\n"
     );
 

@@ -185,6 +185,12 @@ async fn every_operator_subcommand_against_a_real_server() {
     let (code, _, err) = cli.run(&["dlq", "requeue", "mail", &dead]);
     assert_eq!(code, 1);
     assert!(err.contains("not dead letters"), "{err}");
+    // Neither ids nor --all: the usage error names both (clap's exit code 2).
+    for verb in ["requeue", "delete"] {
+        let (code, _, err) = cli.run(&["dlq", verb, "mail"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("--all") && err.contains("IDS"), "{err}");
+    }
 
     // Dead-letter two, then delete --all.
     for _ in 0..2 {
@@ -424,7 +430,7 @@ async fn enqueue_from_a_jsonl_file_creates_each_keyed_line_once_and_key_forget_f
     assert!(err.contains("2 of 7 lines were not enqueued"), "{err}");
     // Piped: one plain progress line per batch, the last one complete.
     assert!(
-        err.contains("7/7 lines: 4 new, 1 already there, 2 skipped"),
+        err.contains("7/7 lines: 4 jobs created, 1 already enqueued (same key), 2 skipped"),
         "{err}"
     );
     assert_eq!(queue_row(&cli, "orders")["ready"], 4);
@@ -543,7 +549,10 @@ async fn enqueue_from_a_jsonl_file_creates_each_keyed_line_once_and_key_forget_f
         (3.into(), 3.into()),
         "{err}"
     );
-    assert!(err.contains("3 lines: 3 new, 0 already there"), "{err}");
+    assert!(
+        err.contains("3 lines: 3 jobs created, 0 already enqueued (same key)"),
+        "{err}"
+    );
     assert_eq!(queue_row(&cli, "piped")["ready"], 3);
     let (sum, _) = piped(input);
     assert_eq!(

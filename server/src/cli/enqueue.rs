@@ -149,10 +149,13 @@ impl Progress {
         match &self.bar {
             Some(b) => {
                 b.set_position(t.lines);
-                b.set_message(format!("{} new, {} already there", t.created, t.existing));
+                b.set_message(format!(
+                    "{} jobs created, {} already enqueued",
+                    t.created, t.existing
+                ));
             }
             None => eprintln!(
-                "{}{} lines: {} new, {} already there, {} skipped, {} rejected",
+                "{}{} lines: {} jobs created, {} already enqueued (same key), {} skipped, {} rejected",
                 t.lines,
                 self.total.map(|n| format!("/{n}")).unwrap_or_default(),
                 t.created,
