@@ -3,7 +3,9 @@
 # it on a fresh server and data directory, the order alternating per round (AB, BA, ...).
 # Reports, per point, jobs/s and p99 (from sepp-bench), and the server's CPU per job, whole
 # process and fjall's worker threads alone, read from /proc per thread over the measured
-# window, and the data directory's size (MiB, `du`) after the point, the server stopped; then,
+# window, the data directory's size (MiB, `du`) after the point, the server stopped, and the
+# bytes the server wrote to storage per job over the window (`write_bytes` of /proc/PID/io:
+# the journal, flushes and compactions); then,
 # per workload, the medians and the median (min-max) of the per-round ratios B/A.
 #   bench/ab-builds.sh OLD_BIN NEW_BIN            (absolute or relative paths to `sepp` binaries)
 # Env: ROUNDS (5), DURATION (10 s per point, after an unmeasured 1 s run), CONNS (32),
@@ -42,9 +44,11 @@ point() {
   "$BENCH" --target "$addr" --workloads "$w" --connections "$CONNS" --duration 1 --warmup 0 \
     --no-json "${EXTRA[@]}" >/dev/null 2>&1
   threads "$SRV_PID" >"$d/before"
+  wb0=$(awk '/^write_bytes/ {print $2}' /proc/"$SRV_PID"/io)
   out=$("$BENCH" --target "$addr" --workloads "$w" --connections "$CONNS" --duration "$DURATION" \
     --warmup 0 --no-json "${EXTRA[@]}" 2>&1 | grep '^external  ')
   threads "$SRV_PID" >"$d/after"
+  wb1=$(awk '/^write_bytes/ {print $2}' /proc/"$SRV_PID"/io)
   kill -TERM "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
   disk=$(du -sm "$d/data" 2>/dev/null | cut -f1)
   disk=${disk:-nan}
@@ -52,8 +56,9 @@ point() {
   p99=$(awk '{print $9}' <<<"$out")
   tick=$(getconf CLK_TCK)
   join "$d/before" "$d/after" | awk -v r="$rate" -v D="$DURATION" -v p="$p99" -v hz="$tick" -v dk="$disk" \
+    -v wb="$((wb1 - wb0))" \
     '$2 == $4 { dt = $5 - $3; all += dt; if ($2 ~ /fjall/) fj += dt }
-     END { n = r * D; printf "%s %s %.2f %.2f %s\n", r, p, all * 1e6 / hz / n, fj * 1e6 / hz / n, dk }'
+     END { n = r * D; printf "%s %s %.2f %.2f %s %.0f\n", r, p, all * 1e6 / hz / n, fj * 1e6 / hz / n, dk, wb / n }'
   rm -rf "$d"
 }
 
@@ -83,7 +88,8 @@ for w in dict.fromkeys(k[0] for k in d):
         q = [p["B"][i] / p["A"][i] for p in rounds if p["A"][i]]
         return f"{statistics.median(q):.2f} ({min(q):.2f}-{max(q):.2f})" if q else "-"
     print(f"{w}, {len(rounds)} rounds, A -> B, medians; B/A per round: median (min-max)")
-    names = ["jobs/s", "p99 ms", "server CPU us/job", "fjall threads us/job", "disk MiB"]
+    names = ["jobs/s", "p99 ms", "server CPU us/job", "fjall threads us/job", "disk MiB",
+             "bytes written/job"][:len(rounds[0]["A"])]
     for i, name in enumerate(names):
         print(f"  {name:22} {med(i, 'A'):>10.2f} -> {med(i, 'B'):>10.2f}   {ratio(i)}")
 EOF
