@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 const TEN_YEARS_MS: u64 = 3650 * 86_400_000;
 
 /// The format this build writes (`FORMAT_VERSION` in the embedded store's codec).
-const CURRENT_FORMAT: u32 = 2;
+const CURRENT_FORMAT: u32 = 3;
 
 fn fixture_dir(format: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/embedded-v{format}"))
@@ -269,11 +269,18 @@ async fn a_format_2_directory_opens_and_every_record_reads_back() {
     every_record_reads_back(2).await;
 }
 
+#[tokio::test]
+async fn a_format_3_directory_opens_and_every_record_reads_back() {
+    every_record_reads_back(3).await;
+}
+
 /// Opens a copy of fixture `format` in a server of this build and checks every record the
 /// manifest lists, bodies included; then acks the ready jobs and enqueues one more (read back),
 /// and checks on disk where the bodies are: format 1's in `jobs` under their ids, minus the
 /// acked ones, every newer one in `bodies` under its enqueue number, and the directory marked
-/// with this build's format.
+/// with this build's format. Likewise for dedup records: forgetting a fixture key deletes its
+/// record where it is, a new one goes to `dedup_log` under its job's number, and after a
+/// restart each key answers as before it.
 async fn every_record_reads_back(format: u32) {
     let m = manifest(format);
     assert_eq!(m.format_version, format);
@@ -375,7 +382,20 @@ async fn every_record_reads_back(format: u32) {
         .await
         .unwrap();
     }
-    let theta = enqueue(&mut q, job("fx-new", "email", "theta")).await;
+    // Forgetting a fixture key deletes its record (format 2's in `dedup`, format 3's in
+    // `dedup_log`).
+    let forgot = adm
+        .forget_idempotency_key(admin::ForgetIdempotencyKeyRequest {
+            queue: "fx-ready".into(),
+            idempotency_key: "key-a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(forgot.forgotten, "key-a was forgotten");
+    let mut theta = job("fx-new", "email", "theta");
+    theta.idempotency_key = Some("key-theta".into());
+    let theta = enqueue(&mut q, theta).await;
     let got_theta = reserve(&mut q, "fx-new").await;
     assert_eq!(got_theta.len(), 1);
     assert_eq!(got_theta[0].id, theta);
@@ -424,6 +444,50 @@ async fn every_record_reads_back(format: u32) {
     };
     assert_eq!(under_ids.len(), old, "bodies under job ids");
     assert_eq!(under_numbers.len(), new, "bodies under enqueue numbers");
+
+    // Dedup records: key-f's from the fixture (key-a's is forgotten) and key-theta's.
+    let mut by_key = Vec::new();
+    for kv in ks("dedup").iter() {
+        let (k, _) = kv.into_inner().unwrap();
+        if k.len() != 1 {
+            by_key.push(String::from_utf8(k.to_vec()).unwrap());
+        }
+    }
+    let logged = keys("dedup_log", 8);
+    if format < 3 {
+        assert_eq!(
+            by_key,
+            ["fx-acked\0key-f"],
+            "format {format}'s records stay keyed"
+        );
+        assert_eq!(logged.len(), 1, "key-theta's record under its number");
+    } else {
+        assert!(by_key.is_empty(), "{by_key:?}");
+        assert_eq!(logged.len(), 2, "key-f's and key-theta's records");
+    }
+    drop(db);
+
+    // After a restart every key answers as it did: forgotten stays forgotten.
+    let server = TestServer::start_in(dir, config).await;
+    let mut adm = AdminServiceClient::connect(server.url()).await.unwrap();
+    let f = &m.jobs.iter().find(|j| j.payload == "zeta").unwrap().id;
+    for (queue, key, expected) in [
+        ("fx-acked", "key-f", Some(f.as_str())),
+        ("fx-ready", "key-a", None),
+        ("fx-new", "key-theta", Some(theta.as_str())),
+    ] {
+        let found = adm
+            .lookup_idempotency_key(admin::LookupIdempotencyKeyRequest {
+                queue: queue.into(),
+                idempotency_key: key.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let got = found.found.then_some(found.job_id.as_str());
+        assert_eq!(got, expected, "{key} after a restart");
+    }
+    server.stop().await;
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! On-disk record formats of the embedded store (format version 2; see [`FORMAT_VERSION`]).
+//! On-disk record formats of the embedded store (format version 3; see [`FORMAT_VERSION`]).
 //!
 //! Keyspaces and their records:
 //!
@@ -7,7 +7,8 @@
 //! | `bodies` | the job's enqueue number, [`Meta::body_seq`] (8 bytes, big endian) | [`Body`]: what never changes after enqueue |
 //! | `jobs` | job id (16 bytes, big endian) | [`Body`] of a job written by format 1 |
 //! | `meta` | job id | [`Meta`]: queue, order, attempt and stage; rewritten on each transition |
-//! | `dedup` | queue, NUL, idempotency key | [`DedupRecord`] |
+//! | `dedup_log` | the enqueue number of the job the record names (8 bytes, big endian) | [`record_key`] and [`DedupRecord`] ([`DedupRecord::encode_logged`]) |
+//! | `dedup` | queue, NUL, idempotency key | [`DedupRecord`] written by format 2 or earlier |
 //! | `queues` | queue name | [`QueueRecord`] (pause flag) |
 //! | `info` | `format_version` | u32, little endian |
 //!
@@ -32,7 +33,12 @@ use std::collections::BTreeMap;
 ///   2, which an older build refuses to open. A keyspace of its own, not new keys in `jobs`,
 ///   so that an upgraded directory's new bodies get this build's options (fjall keeps a
 ///   keyspace's options from its creation).
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// - 3: a new dedup record is stored in the `dedup_log` keyspace under the enqueue number of the
+///   job it names, with its queue and key in the value, so that new records too arrive in
+///   ascending key order (the records are looked up in memory, never on disk by key). Records
+///   written by format 2 stay in `dedup` under their keys ([`DedupAt::Keyed`]) until they
+///   expire, are forgotten or are replaced.
+pub(crate) const FORMAT_VERSION: u32 = 3;
 const RECORD_V1: u8 = 1;
 
 /// A job's immutable part.
@@ -579,6 +585,68 @@ impl DedupRecord {
     }
 }
 
+/// A dedup record of the `dedup_log` keyspace: the record with its [`record_key`], stored under
+/// the enqueue number of the job it names ([`DedupAt::Log`]).
+impl DedupRecord {
+    pub(crate) fn encode_logged(&self, key: &[u8]) -> Vec<u8> {
+        let mut w = W::new(45 + key.len());
+        w.bytes(key);
+        w.0.extend_from_slice(&self.job_id.to_bytes());
+        w.i64(self.created_at);
+        w.i64(self.expires_at);
+        if let Some(f) = self.fingerprint {
+            w.u64(f.get());
+        }
+        w.0
+    }
+
+    /// The record key and the record of an [`DedupRecord::encode_logged`] value.
+    pub(crate) fn decode_logged(buf: &[u8]) -> Result<(&[u8], Self), StorageError> {
+        let mut r = R::new(buf, "dedup log record")?;
+        let key = r.bytes()?;
+        let mut id = [0u8; 16];
+        id.copy_from_slice(r.take(16)?);
+        let created_at = r.i64()?;
+        let expires_at = r.i64()?;
+        let fingerprint = if r.buf.is_empty() {
+            None
+        } else {
+            Fingerprint::new(r.u64()?)
+        };
+        Ok((
+            key,
+            DedupRecord {
+                job_id: JobId::from_bytes(id),
+                created_at,
+                expires_at,
+                fingerprint,
+            },
+        ))
+    }
+}
+
+/// Where a dedup record is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum DedupAt {
+    /// In `dedup_log`, under this number (8 bytes, big endian): the enqueue number of the job
+    /// the record names. Written by format 3.
+    Log(u64),
+    /// In `dedup` under its [`record_key`]: written by format 2 or earlier.
+    Keyed,
+}
+
+impl DedupAt {
+    /// The delete of the record at this place; `key` is its record key.
+    pub(crate) fn delete(self, key: &[u8]) -> super::group_commit::WriteOp {
+        match self {
+            DedupAt::Log(n) => {
+                super::group_commit::WriteOp::delete(Ks::DedupLog, n.to_be_bytes().to_vec())
+            }
+            DedupAt::Keyed => super::group_commit::WriteOp::delete(Ks::Dedup, key.to_vec()),
+        }
+    }
+}
+
 impl QueueRecord {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut w = W::new(2);
@@ -592,6 +660,15 @@ impl QueueRecord {
             paused: r.u8()? != 0,
         })
     }
+}
+
+/// Decodes an 8-byte enqueue number key (`bodies`, `dedup_log`).
+pub(crate) fn decode_seq(key: &[u8]) -> Result<u64, StorageError> {
+    let arr: [u8; 8] = key.try_into().map_err(|_| StorageError::Corrupt {
+        what: "enqueue number key",
+        detail: format!("{} bytes", key.len()),
+    })?;
+    Ok(u64::from_be_bytes(arr))
 }
 
 /// Decodes a 16-byte job id key.
@@ -718,8 +795,26 @@ mod tests {
             "a record without a fingerprint is as before"
         );
         assert_eq!(DedupRecord::decode(&d.encode()).unwrap(), d);
-        d.fingerprint = Fingerprint::new(0xfeed);
-        assert_eq!(DedupRecord::decode(&d.encode()).unwrap(), d);
+        let key = record_key("q", "k\0x");
+        for fingerprint in [None, Fingerprint::new(0xfeed)] {
+            d.fingerprint = fingerprint;
+            assert_eq!(DedupRecord::decode(&d.encode()).unwrap(), d);
+            let logged = d.encode_logged(&key);
+            assert_eq!(
+                DedupRecord::decode_logged(&logged).unwrap(),
+                (key.as_slice(), d)
+            );
+            // Cut anywhere, it is refused, not misread (the fingerprint is the optional tail).
+            let whole = if fingerprint.is_some() { 8 } else { 0 };
+            for cut in 0..logged.len() - whole {
+                assert!(
+                    DedupRecord::decode_logged(&logged[..cut]).is_err(),
+                    "cut at {cut}"
+                );
+            }
+        }
+        assert_eq!(decode_seq(&7u64.to_be_bytes()).unwrap(), 7);
+        assert!(decode_seq(&[0; 16]).is_err());
     }
 
     /// A ready job's meta with the two trailing fields given.

@@ -4,9 +4,10 @@
 //!
 //! Records are keyed by [`super::codec::record_key`] (queue, NUL, key). Each remembers
 //! the group-commit batch that wrote it, so a hit on a record that is not yet durable waits for
-//! that batch before answering.
+//! that batch before answering, and where it is on disk ([`DedupAt`]), so that its delete
+//! needs no lookup.
 
-use super::codec::record_queue;
+use super::codec::{DedupAt, record_queue};
 use crate::domain::{Fingerprint, JobId, UnixMs, reached};
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
@@ -20,9 +21,11 @@ pub(crate) struct DedupEntry {
     pub(crate) expires_at: UnixMs,
     /// The group-commit batch that wrote the record (0: recovered from disk, durable).
     pub(crate) batch: u64,
-    /// What defined the job (`key_conflict = "reject"`); 8 bytes, in the entry's padding
-    /// (the entry is 48 bytes with or without it: `JobId` aligns it to 16).
+    /// What defined the job (`key_conflict = "reject"`); 8 bytes, in what would otherwise be
+    /// padding (`JobId` aligns the entry to 16).
     pub(crate) fingerprint: Option<Fingerprint>,
+    /// Where the record is on disk.
+    pub(crate) at: DedupAt,
 }
 
 /// A record's place in the expiry order: its expiry, then the low 64 bits of its job's id,
@@ -95,8 +98,13 @@ impl DedupIndex {
         true
     }
 
-    /// Removes up to `budget` records expired at `now`; returns their keys (to delete on disk).
-    pub(crate) fn purge_expired(&mut self, now: UnixMs, budget: usize) -> Vec<Arc<[u8]>> {
+    /// Removes up to `budget` records expired at `now`; returns their keys and places (to
+    /// delete on disk).
+    pub(crate) fn purge_expired(
+        &mut self,
+        now: UnixMs,
+        budget: usize,
+    ) -> Vec<(Arc<[u8]>, DedupAt)> {
         let mut purged = Vec::new();
         while purged.len() < budget {
             let Some((exp, _, key)) = self.by_expiry.first().cloned() else {
@@ -105,8 +113,9 @@ impl DedupIndex {
             if !reached(exp, now) {
                 break;
             }
+            let at = self.map.get(&key).map_or(DedupAt::Keyed, |e| e.at);
             self.remove(&key);
-            purged.push(key);
+            purged.push((key, at));
         }
         purged
     }
@@ -163,12 +172,15 @@ mod tests {
             expires_at,
             batch: 0,
             fingerprint: None,
+            at: DedupAt::Log(1),
         }
     }
 
+    /// 48 bytes without `at`: it costs 16 per record (about 2 % of a keyed job's 830 bytes of
+    /// RSS in "Memory and the dedup window", docs/benchmarks.md).
     #[test]
-    fn the_fingerprint_fits_in_the_entry_padding() {
-        assert_eq!(std::mem::size_of::<DedupEntry>(), 48);
+    fn the_entry_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<DedupEntry>(), 64);
     }
 
     #[test]

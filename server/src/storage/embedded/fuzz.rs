@@ -60,6 +60,13 @@ pub fn codec_bytes(data: &[u8]) {
             if let Ok(d) = DedupRecord::decode(buf) {
                 assert_eq!(DedupRecord::decode(&d.encode()).expect("decodes"), d);
             }
+            if let Ok((key, d)) = DedupRecord::decode_logged(buf) {
+                let again = d.encode_logged(key);
+                assert_eq!(
+                    DedupRecord::decode_logged(&again).expect("decodes"),
+                    (key, d)
+                );
+            }
         }
         3 => {
             if let Ok(q) = QueueRecord::decode(buf) {
@@ -213,6 +220,11 @@ pub fn codec_values(data: &[u8]) {
                 fingerprint: crate::domain::Fingerprint::new(s.u64()),
             };
             assert_eq!(DedupRecord::decode(&d.encode()).expect("decodes"), d);
+            let key = s.u64().to_le_bytes();
+            assert_eq!(
+                DedupRecord::decode_logged(&d.encode_logged(&key)).expect("decodes"),
+                (key.as_slice(), d)
+            );
         }
         _ => {
             let q = QueueRecord { paused: s.bool() };
@@ -223,7 +235,15 @@ pub fn codec_values(data: &[u8]) {
 
 /// The keyspaces of a data directory, in the order [`read_records`] and [`insert_record`]
 /// number them.
-pub const KEYSPACES: [&str; 6] = ["jobs", "meta", "dedup", "queues", "info", "bodies"];
+pub const KEYSPACES: [&str; 7] = [
+    "jobs",
+    "meta",
+    "dedup",
+    "queues",
+    "info",
+    "bodies",
+    "dedup_log",
+];
 
 /// One record: its keyspace (an index into [`KEYSPACES`]), key and value.
 pub type RawRecord = (usize, Vec<u8>, Vec<u8>);
@@ -240,9 +260,17 @@ pub fn read_records(path: &Path) -> Result<Vec<RawRecord>, StorageError> {
     let ks = open_db(path)?;
     let info = ks.db.keyspace("info", Default::default).map_err(io)?;
     let mut out = Vec::new();
-    for (i, k) in [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues, &info, &ks.bodies]
-        .into_iter()
-        .enumerate()
+    for (i, k) in [
+        &ks.jobs,
+        &ks.meta,
+        &ks.dedup,
+        &ks.queues,
+        &info,
+        &ks.bodies,
+        &ks.dedup_log,
+    ]
+    .into_iter()
+    .enumerate()
     {
         for guard in k.iter() {
             let (key, value) = guard.into_inner().map_err(io)?;
@@ -263,7 +291,15 @@ pub fn insert_record(path: &Path, record: &RawRecord) -> Result<(), StorageError
     let ks = open_db(path)?;
     let info = ks.db.keyspace("info", Default::default).map_err(io)?;
     let (i, key, value) = record;
-    let k = [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues, &info, &ks.bodies][*i % KEYSPACES.len()];
+    let k = [
+        &ks.jobs,
+        &ks.meta,
+        &ks.dedup,
+        &ks.queues,
+        &info,
+        &ks.bodies,
+        &ks.dedup_log,
+    ][*i % KEYSPACES.len()];
     k.insert(key.as_slice(), value.as_slice()).map_err(io)?;
     ks.db.persist(fjall::PersistMode::SyncAll).map_err(io)?;
     Ok(())

@@ -51,7 +51,10 @@ pub(crate) enum Ks {
     /// Bodies of format 2, keyed by enqueue number.
     Bodies,
     Meta,
+    /// Dedup records of format 2 and earlier, keyed by queue and idempotency key.
     Dedup,
+    /// Dedup records of format 3, keyed by their job's enqueue number.
+    DedupLog,
     Queues,
 }
 
@@ -88,6 +91,7 @@ pub(crate) struct Keyspaces {
     pub(crate) bodies: fjall::Keyspace,
     pub(crate) meta: fjall::Keyspace,
     pub(crate) dedup: fjall::Keyspace,
+    pub(crate) dedup_log: fjall::Keyspace,
     pub(crate) queues: fjall::Keyspace,
 }
 
@@ -104,6 +108,7 @@ impl Keyspaces {
             &self.bodies,
             &self.meta,
             &self.dedup,
+            &self.dedup_log,
             &self.queues,
         ] {
             if let Err(e) = ks.rotate_memtable() {
@@ -119,6 +124,7 @@ impl Keyspaces {
             Ks::Bodies => &self.bodies,
             Ks::Meta => &self.meta,
             Ks::Dedup => &self.dedup,
+            Ks::DedupLog => &self.dedup_log,
             Ks::Queues => &self.queues,
         }
     }
@@ -838,6 +844,7 @@ mod tests {
                 bodies: ks("bodies"),
                 meta: ks("meta"),
                 dedup: ks("dedup"),
+                dedup_log: ks("dedup_log"),
                 queues: ks("queues"),
                 db: db.clone(),
             };

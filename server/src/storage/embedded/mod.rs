@@ -43,7 +43,7 @@ pub(crate) mod job_index;
 mod recovery;
 mod space;
 
-use self::codec::{Body, BodyKey, DedupRecord, Meta, QueueRecord, Stage, record_key};
+use self::codec::{Body, BodyKey, DedupAt, DedupRecord, Meta, QueueRecord, Stage, record_key};
 use self::dedup_index::{DedupEntry, DedupIndex};
 use self::group_commit::{Engine, GroupCommit, Keyspaces, Ks, SpaceMark, WriteOp};
 use self::job_index::{JobIndex, SharedKeyspaces};
@@ -803,13 +803,22 @@ impl Store for EmbeddedStore {
                             expires_at: claim.expires_at,
                             fingerprint: claim.fingerprint,
                         };
-                        ops.push(WriteOp::put(Ks::Dedup, key.clone(), rec.encode()));
-                        created.push((key, rec));
+                        // An expired record of the key that the sweeper has not purged yet
+                        // is replaced: its place on disk goes in the same batch.
+                        if let Some(old) = st.dedup.get(&key) {
+                            ops.push(old.at.delete(&key));
+                        }
+                        ops.push(WriteOp::put(
+                            Ks::DedupLog,
+                            seq.to_be_bytes().to_vec(),
+                            rec.encode_logged(&key),
+                        ));
+                        created.push((key, rec, seq));
                     }
                     st.jobs.insert(job.id, meta);
                 }
                 let batch = sh.append(&mut st, ops);
-                for (key, rec) in created {
+                for (key, rec, seq) in created {
                     st.dedup.insert(
                         &key,
                         DedupEntry {
@@ -818,6 +827,7 @@ impl Store for EmbeddedStore {
                             expires_at: rec.expires_at,
                             batch,
                             fingerprint: rec.fingerprint,
+                            at: DedupAt::Log(seq),
                         },
                     );
                 }
@@ -1018,8 +1028,8 @@ impl Store for EmbeddedStore {
             let purged = st.dedup.purge_expired(now, left);
             left -= purged.len();
             report.dedup_purged = purged.len() as u64;
-            for key in purged {
-                ops.push(WriteOp::delete(Ks::Dedup, key.to_vec()));
+            for (key, at) in purged {
+                ops.push(at.delete(&key));
             }
             // Dead letters past their retention: what stays is the rule's answer.
             while left > 0 {
@@ -1251,7 +1261,7 @@ impl Store for EmbeddedStore {
                 return Ok(None);
             };
             st.dedup.remove(&k);
-            let batch = sh.append(&mut st, vec![WriteOp::delete(Ks::Dedup, k)]);
+            let batch = sh.append(&mut st, vec![e.at.delete(&k)]);
             let rec = KeyRecord {
                 job_id: e.job_id,
                 created_at: e.created_at,

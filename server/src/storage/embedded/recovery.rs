@@ -4,7 +4,7 @@
 //! fjall replays its journal on open, so every batch that was made durable before a crash is
 //! there; a batch that was not is absent as a whole (write batches are atomic).
 
-use super::codec::{self, DedupRecord, FORMAT_VERSION, Meta, QueueRecord};
+use super::codec::{self, DedupAt, DedupRecord, FORMAT_VERSION, Meta, QueueRecord};
 use super::dedup_index::{DedupEntry, DedupIndex};
 use super::group_commit::Keyspaces;
 use super::job_index::{JobIndex, SharedKeyspaces};
@@ -87,6 +87,11 @@ fn keyspace_options(name: &str) -> KeyspaceCreateOptions {
             BODIES_MEMTABLE,
             fjall::config::CompressionPolicy::all(C::Lz4),
         )
+    } else if name == "dedup_log" {
+        (
+            INDEX_MEMTABLE,
+            fjall::config::CompressionPolicy::all(C::Lz4),
+        )
     } else {
         (
             INDEX_MEMTABLE,
@@ -133,6 +138,7 @@ pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
         bodies: ks("bodies")?,
         meta: ks("meta")?,
         dedup: ks("dedup")?,
+        dedup_log: ks("dedup_log")?,
         queues: ks("queues")?,
         db: db.clone(),
     };
@@ -182,6 +188,7 @@ pub(super) fn open_db(path: &Path) -> Result<Keyspaces, StorageError> {
         &keyspaces.bodies,
         &keyspaces.meta,
         &keyspaces.dedup,
+        &keyspaces.dedup_log,
         &keyspaces.queues,
     ] {
         if !keyspace.contains_key(SENTINEL).map_err(io)? {
@@ -229,33 +236,61 @@ pub(super) fn load_state(
 
     let mut dedup = DedupIndex::default();
     let mut report = RecoveryReport::default();
-    let mut expired = Vec::new();
-    for guard in keyspaces.dedup.iter() {
-        let (k, v) = guard.into_inner().map_err(io)?;
-        if &*k == SENTINEL {
-            continue;
-        }
-        let rec = DedupRecord::decode(&v)?;
+    // Records to delete on the way (at start only): expired ones, and a record that a later
+    // one of the same key replaced (an upgraded directory's format-2 record is deleted in the
+    // batch that writes its replacement, so this is only a safeguard).
+    let mut stale: Vec<(DedupAt, Vec<u8>)> = Vec::new();
+    let mut expired = 0;
+    let mut load = |at: DedupAt, key: &[u8], rec: DedupRecord| {
         if purge_expired_by.is_some_and(|now| reached(rec.expires_at, now)) {
-            expired.push(k);
-            continue;
+            expired += 1;
+            stale.push((at, key.to_vec()));
+            return;
+        }
+        if let Some(old) = dedup.get(key) {
+            stale.push((old.at, key.to_vec()));
         }
         dedup.insert(
-            &k,
+            key,
             DedupEntry {
                 job_id: rec.job_id,
                 created_at: rec.created_at,
                 expires_at: rec.expires_at,
                 batch: 0,
                 fingerprint: rec.fingerprint,
+                at,
             },
         );
+    };
+    // Format 2's records first, then format 3's in the order they were written: a later
+    // record of a key replaces an earlier one.
+    for guard in keyspaces.dedup.iter() {
+        let (k, v) = guard.into_inner().map_err(io)?;
+        if &*k == SENTINEL {
+            continue;
+        }
+        load(DedupAt::Keyed, &k, DedupRecord::decode(&v)?);
     }
-    if !expired.is_empty() {
-        report.dedup_expired = expired.len();
+    for guard in keyspaces.dedup_log.iter() {
+        let (k, v) = guard.into_inner().map_err(io)?;
+        if &*k == SENTINEL {
+            continue;
+        }
+        let n = codec::decode_seq(&k)?;
+        // A record can outlive its job, and its number must never be handed out again while
+        // it is stored (a new record under it would overwrite it).
+        jobs.next_seq = jobs.next_seq.max(n + 1);
+        let (key, rec) = DedupRecord::decode_logged(&v)?;
+        load(DedupAt::Log(n), key, rec);
+    }
+    if purge_expired_by.is_some() && !stale.is_empty() {
+        report.dedup_expired = expired;
         let mut b = db.batch();
-        for k in expired {
-            b.remove(&keyspaces.dedup, k);
+        for (at, key) in stale {
+            match at {
+                DedupAt::Log(n) => b.remove(&keyspaces.dedup_log, n.to_be_bytes()),
+                DedupAt::Keyed => b.remove(&keyspaces.dedup, key),
+            }
         }
         b.commit().map_err(io)?;
         db.persist(PersistMode::SyncAll).map_err(io)?;
@@ -266,7 +301,15 @@ pub(super) fn load_state(
 }
 
 /// The keyspaces a data directory holds, in the order a backup copies them.
-const KEYSPACES: [&str; 6] = ["info", "jobs", "bodies", "meta", "dedup", "queues"];
+const KEYSPACES: [&str; 7] = [
+    "info",
+    "jobs",
+    "bodies",
+    "meta",
+    "dedup",
+    "dedup_log",
+    "queues",
+];
 
 /// Copies what `db` holds as of one snapshot into a new fjall database at `dir`, keyspace by
 /// keyspace, and makes it durable. The snapshot is one sequence number: every group-commit
@@ -339,10 +382,15 @@ mod tests {
         (threshold[0], compressed(0), compressed(1))
     }
 
-    /// What every keyspace of this store is created with: `bodies`, written in key order and
-    /// moved rather than merged, compressed from level 0, the others from level 1.
+    /// What every keyspace of this store is created with: `bodies` and `dedup_log`, written in
+    /// key order and moved rather than merged, compressed from level 0, the others from level 1.
     fn assert_settings(ks: &Keyspaces, path: &Path) {
         assert_eq!(settings(&ks.bodies), (L0_THRESHOLD, true, true), "{path:?}");
+        assert_eq!(
+            settings(&ks.dedup_log),
+            (L0_THRESHOLD, true, true),
+            "{path:?}"
+        );
         for k in [&ks.jobs, &ks.meta, &ks.dedup, &ks.queues] {
             assert_eq!(settings(k), (L0_THRESHOLD, false, true), "{path:?}");
         }

@@ -90,7 +90,7 @@ fn snapshot(
     st: &State,
 ) -> (
     Vec<(JobId, Meta)>,
-    Vec<(Vec<u8>, JobId, UnixMs, UnixMs)>,
+    Vec<(Vec<u8>, JobId, UnixMs, UnixMs, DedupAt)>,
     Vec<(String, bool)>,
 ) {
     let mut jobs: Vec<_> = st.jobs.iter();
@@ -98,7 +98,7 @@ fn snapshot(
     let mut keys: Vec<_> = st
         .dedup
         .iter()
-        .map(|(k, e)| (k.to_vec(), e.job_id, e.created_at, e.expires_at))
+        .map(|(k, e)| (k.to_vec(), e.job_id, e.created_at, e.expires_at, e.at))
         .collect();
     keys.sort();
     let mut paused: Vec<_> = st
@@ -395,6 +395,126 @@ async fn ready_and_scheduled_jobs_are_paged_out_once_durable() {
     let store = open(dir.path(), T0);
     assert_eq!(snapshot(&store.shared.lock()), before, "after a restart");
     assert_eq!(store.shared.lock().jobs.held_len(), 2);
+    store.close().await.expect("close");
+}
+
+/// The dedup records on disk (format 3): the place of each, `dedup_log` numbers as keys.
+fn logged_records(store: &EmbeddedStore) -> Vec<(u64, Vec<u8>, JobId)> {
+    let ks = store.shared.ks().expect("keyspaces");
+    let mut out = Vec::new();
+    for kv in ks.dedup_log.iter() {
+        let (k, v) = kv.into_inner().expect("read");
+        if &*k == recovery::SENTINEL {
+            continue;
+        }
+        let (key, rec) = DedupRecord::decode_logged(&v).expect("decode");
+        out.push((
+            codec::decode_seq(&k).expect("number"),
+            key.to_vec(),
+            rec.job_id,
+        ));
+    }
+    let legacy = ks
+        .dedup
+        .iter()
+        .map(|kv| kv.key().expect("read"))
+        .filter(|k| &**k != recovery::SENTINEL)
+        .count();
+    assert_eq!(legacy, 0, "nothing is written to format 2's keyspace");
+    out
+}
+
+/// A dedup record lives in `dedup_log` under its job's enqueue number. A key enqueued again
+/// after its window (before the sweeper purged the old record) has one record, the new one;
+/// forgetting and purging delete the record where it is; memory equals disk all along, and a
+/// restart brings back exactly what is stored.
+#[tokio::test]
+async fn dedup_records_are_written_replaced_and_deleted_under_their_numbers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(open(dir.path(), T0));
+    let queue = queue_over(store.clone(), clock.clone(), 0);
+    let id = |out: Vec<crate::queue::model::JobOutcome>| {
+        out.into_iter().next().unwrap().expect("accepted").job_id
+    };
+    let first = id(queue
+        .enqueue_batch(vec![keyed("a"), keyed("b")])
+        .await
+        .expect("enqueue"));
+    let on_disk = logged_records(&store);
+    assert_eq!(on_disk.len(), 2);
+    assert_eq!(
+        (on_disk[0].1.as_slice(), on_disk[0].2),
+        (record_key("q", "a").as_slice(), first)
+    );
+    assert!(on_disk[0].0 < on_disk[1].0, "numbers in enqueue order");
+    assert_memory_equals_disk(&store);
+
+    // Past the window (the default, 24 h), before any sweep: "a" makes a new job, whose record
+    // replaces the old one on disk.
+    clock.advance(86_400_001);
+    let again = id(queue
+        .enqueue_batch(vec![keyed("a")])
+        .await
+        .expect("enqueue"));
+    assert_ne!(again, first);
+    let on_disk = logged_records(&store);
+    let a: Vec<_> = on_disk
+        .iter()
+        .filter(|r| r.1 == record_key("q", "a"))
+        .collect();
+    assert_eq!(a.len(), 1, "one record of a: {on_disk:?}");
+    assert_eq!(a[0].2, again);
+    assert_memory_equals_disk(&store);
+
+    // Forgotten: gone from disk.
+    assert!(
+        queue
+            .forget_idempotency_key("q", "a")
+            .await
+            .expect("forget")
+            .is_some()
+    );
+    assert!(
+        logged_records(&store)
+            .iter()
+            .all(|r| r.1 != record_key("q", "a"))
+    );
+    assert_memory_equals_disk(&store);
+
+    // "b" expired: the sweep deletes its record.
+    let report = queue.sweep(1_000).await.expect("sweep");
+    assert_eq!(report.done.dedup_purged, 1);
+    // The sweep does not wait for its batch; a later write's batch is committed after it.
+    let unkeyed = EnqueueInput {
+        idempotency_key: None,
+        ..keyed("")
+    };
+    queue.enqueue_batch(vec![unkeyed]).await.expect("enqueue");
+    assert_eq!(logged_records(&store), vec![], "every record deleted");
+    assert_memory_equals_disk(&store);
+
+    // "c" is kept through a restart; its number is not handed out again.
+    let c = id(queue
+        .enqueue_batch(vec![keyed("c")])
+        .await
+        .expect("enqueue"));
+    let before = logged_records(&store);
+    store.close().await.expect("close");
+    drop(queue);
+    drop(store);
+    let store = Arc::new(open(dir.path(), crate::queue::clock::Clock::now(&*clock)));
+    assert_eq!(logged_records(&store), before);
+    assert_eq!(
+        store
+            .shared
+            .lock()
+            .dedup
+            .get(&record_key("q", "c"))
+            .map(|e| e.job_id),
+        Some(c)
+    );
+    assert!(store.shared.lock().jobs.next_seq > before[0].0);
     store.close().await.expect("close");
 }
 
