@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 ///   job it names, with its queue and key in the value, so that new records too arrive in
 ///   ascending key order (the records are looked up in memory, never on disk by key). Records
 ///   written by format 2 stay in `dedup` under their keys ([`DedupAt::Keyed`]) until they
-///   expire, are forgotten or are replaced.
+///   expire, are forgotten or are replaced (as do those of format 1).
 pub(crate) const FORMAT_VERSION: u32 = 3;
 const RECORD_V1: u8 = 1;
 
@@ -176,8 +176,9 @@ pub(crate) struct QueueRecord {
     pub(crate) paused: bool,
 }
 
-/// The key of a dedup record in the `dedup` keyspace: the queue name, a NUL byte, then the
-/// idempotency key's bytes. Queue names cannot contain control characters, so the NUL
+/// The key of a dedup record: in the in-memory index, in the `dedup` keyspace (format 2 and
+/// earlier), and in the value of a `dedup_log` record (format 3): the queue name, a NUL byte,
+/// then the idempotency key's bytes. Queue names cannot contain control characters, so the NUL
 /// separates the two unambiguously and the same key on two queues never collides; keys are
 /// compared byte for byte (no trimming, case folding or Unicode normalisation).
 pub(crate) fn record_key(queue: &str, key: &str) -> Vec<u8> {
@@ -613,6 +614,9 @@ impl DedupRecord {
         } else {
             Fingerprint::new(r.u64()?)
         };
+        if !r.buf.is_empty() {
+            return Err(r.err(format!("{} bytes after the record", r.buf.len())));
+        }
         Ok((
             key,
             DedupRecord {
@@ -662,7 +666,7 @@ impl QueueRecord {
     }
 }
 
-/// Decodes an 8-byte enqueue number key (`bodies`, `dedup_log`).
+/// Decodes an 8-byte enqueue number key (the keys of `dedup_log`; `bodies` has the same form).
 pub(crate) fn decode_seq(key: &[u8]) -> Result<u64, StorageError> {
     let arr: [u8; 8] = key.try_into().map_err(|_| StorageError::Corrupt {
         what: "enqueue number key",
@@ -804,14 +808,18 @@ mod tests {
                 DedupRecord::decode_logged(&logged).unwrap(),
                 (key.as_slice(), d)
             );
-            // Cut anywhere, it is refused, not misread (the fingerprint is the optional tail).
-            let whole = if fingerprint.is_some() { 8 } else { 0 };
-            for cut in 0..logged.len() - whole {
+            // Cut anywhere, it is refused, not misread, except just before the optional
+            // fingerprint, where it is a whole record without one; a longer value is refused.
+            let without = logged.len() - if fingerprint.is_some() { 8 } else { 0 };
+            for cut in (0..logged.len()).filter(|c| *c != without) {
                 assert!(
                     DedupRecord::decode_logged(&logged[..cut]).is_err(),
                     "cut at {cut}"
                 );
             }
+            let mut longer = logged.clone();
+            longer.extend_from_slice(&[0; 9]);
+            assert!(DedupRecord::decode_logged(&longer).is_err());
         }
         assert_eq!(decode_seq(&7u64.to_be_bytes()).unwrap(), 7);
         assert!(decode_seq(&[0; 16]).is_err());

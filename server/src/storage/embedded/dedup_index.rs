@@ -1,6 +1,7 @@
 //! The dedup index of the embedded store: idempotency key → original job, held in memory so a
-//! hit is answered without touching the disk, mirrored in the `dedup` keyspace so it survives
-//! restarts. Rebuilt from that keyspace at start-up.
+//! hit is answered without touching the disk, mirrored on disk so it survives restarts (in
+//! `dedup_log`, or in `dedup` for records of format 2 and earlier; see [`DedupAt`]). Rebuilt from
+//! those keyspaces at start-up.
 //!
 //! Records are keyed by [`super::codec::record_key`] (queue, NUL, key). Each remembers
 //! the group-commit batch that wrote it, so a hit on a record that is not yet durable waits for
@@ -113,7 +114,11 @@ impl DedupIndex {
             if !reached(exp, now) {
                 break;
             }
-            let at = self.map.get(&key).map_or(DedupAt::Keyed, |e| e.at);
+            // Every key of the expiry set is in the map (insert and remove keep them paired).
+            let Some(at) = self.map.get(&key).map(|e| e.at) else {
+                self.by_expiry.pop_first();
+                continue;
+            };
             self.remove(&key);
             purged.push((key, at));
         }

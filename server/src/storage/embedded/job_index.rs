@@ -410,7 +410,7 @@ impl JobIndex {
         // A body keeps the number it was stored under when its job gets a new `seq`, which is
         // always a later one; counted anyway, so that no new body can land on a live one.
         let last = meta.seq.max(meta.body_seq.unwrap_or(0));
-        self.next_seq = self.next_seq.max(last + 1);
+        self.next_seq = self.next_seq.max(last.saturating_add(1));
         self.place(id, &meta);
         self.live += 1;
         meta

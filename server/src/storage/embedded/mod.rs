@@ -3,8 +3,8 @@
 //! Layout: an in-memory index of the jobs (`job_index`: the ordered keys of every job, and the
 //! small `codec::Meta` record of the jobs the hot path needs, the others' paged out to disk)
 //! and of the dedup records (`dedup_index`), mirrored on disk in fjall keyspaces (`codec` lists
-//! them); payloads live only on disk. Recovery (`recovery`) rebuilds the index from the `meta`
-//! and `dedup` keyspaces.
+//! them); payloads live only on disk. Recovery (`recovery`) rebuilds the index from the `meta`,
+//! `dedup` and `dedup_log` keyspaces.
 //!
 //! Why fjall: see `docs/storage-engine.md` (an LSM journal turns our small appends into
 //! sequential writes, and one journal fsync covers a whole batch across keyspaces).

@@ -1,5 +1,5 @@
 //! Opening the data directory: format check, then the in-memory index rebuilt from the `meta`,
-//! `dedup` and `queues` keyspaces. Payloads (`jobs`) are not read.
+//! `queues`, `dedup` and `dedup_log` keyspaces. Payloads (`jobs`, `bodies`) are not read.
 //!
 //! fjall replays its journal on open, so every batch that was made durable before a crash is
 //! there; a batch that was not is absent as a whole (write batches are atomic).
@@ -73,10 +73,10 @@ const L0_THRESHOLD: u8 = 8;
 
 /// The options a keyspace of this store is created with, the live store's and a backup's
 /// alike: its memtable bound, the level-0 threshold above, and LZ4 for data blocks from level
-/// 1 on (fjall's default starts at level 2), from level 0 on for `bodies`: new bodies' keys
-/// (enqueue numbers, `codec::BodyKey`) arrive in ascending order, so fjall moves its tables
-/// down without rewriting them, and a table left uncompressed at its flush would stay so (10 s
-/// of batches of 100 left 2.1× the disk). `jobs` holds only format-1 bodies, which are deleted
+/// 1 on (fjall's default starts at level 2), from level 0 on for `bodies` and `dedup_log`: their
+/// new keys (enqueue numbers, `codec::BodyKey` and `codec::DedupAt`) arrive in ascending order,
+/// so fjall moves their tables down without rewriting them, and a table left uncompressed at its
+/// flush would stay so (10 s of batches of 100 left 2.1× the disk). `jobs` holds only format-1 bodies, which are deleted
 /// and never added: it gets an index keyspace's memtable. fjall applies these options only
 /// when it creates the keyspace and keeps them with it: a keyspace created by an earlier sepp
 /// keeps the options it was created with.
@@ -242,13 +242,15 @@ pub(super) fn load_state(
     let mut stale: Vec<(DedupAt, Vec<u8>)> = Vec::new();
     let mut expired = 0;
     let mut load = |at: DedupAt, key: &[u8], rec: DedupRecord| {
+        // A later record of the key replaces an earlier one, whether or not it is expired.
+        if let Some(old) = dedup.get(key).copied() {
+            dedup.remove(key);
+            stale.push((old.at, key.to_vec()));
+        }
         if purge_expired_by.is_some_and(|now| reached(rec.expires_at, now)) {
             expired += 1;
             stale.push((at, key.to_vec()));
             return;
-        }
-        if let Some(old) = dedup.get(key) {
-            stale.push((old.at, key.to_vec()));
         }
         dedup.insert(
             key,
@@ -278,7 +280,14 @@ pub(super) fn load_state(
         }
         let n = codec::decode_seq(&k)?;
         // A record can outlive its job, and its number must never be handed out again while
-        // it is stored (a new record under it would overwrite it).
+        // it is stored (a new record under it would overwrite it). Numbers count enqueues
+        // from 0; one near 2^64 could only be damage, and counting on from it would wrap.
+        if n >= 1 << 62 {
+            return Err(StorageError::Corrupt {
+                what: "dedup log key",
+                detail: format!("enqueue number {n} is out of range"),
+            });
+        }
         jobs.next_seq = jobs.next_seq.max(n + 1);
         let (key, rec) = DedupRecord::decode_logged(&v)?;
         load(DedupAt::Log(n), key, rec);

@@ -118,6 +118,14 @@ fn assert_memory_equals_disk(store: &EmbeddedStore) {
     let ks = sh.keyspaces().expect("keyspaces");
     let (disk, _) = recovery::load_state(&ks, None, None).expect("load");
     assert_eq!(snapshot(&st), snapshot(&disk), "memory differs from disk");
+    // Recovery keeps one record per key; the disk must not hold a second one either.
+    let raw = [&ks.dedup, &ks.dedup_log]
+        .into_iter()
+        .flat_map(|k| k.iter())
+        .map(|kv| kv.key().expect("read"))
+        .filter(|k| &**k != recovery::SENTINEL)
+        .count();
+    assert_eq!(raw, st.dedup.len(), "dedup records on disk");
 }
 
 fn queue_over(store: Arc<dyn Store>, clock: Arc<ManualClock>, retention_ms: u64) -> Queue {
@@ -414,14 +422,17 @@ fn logged_records(store: &EmbeddedStore) -> Vec<(u64, Vec<u8>, JobId)> {
             rec.job_id,
         ));
     }
-    let legacy = ks
-        .dedup
-        .iter()
-        .map(|kv| kv.key().expect("read"))
-        .filter(|k| &**k != recovery::SENTINEL)
-        .count();
-    assert_eq!(legacy, 0, "nothing is written to format 2's keyspace");
     out
+}
+
+/// The keys of the dedup records in format 2's keyspace, `dedup`.
+fn keyed_records(store: &EmbeddedStore) -> Vec<Vec<u8>> {
+    let ks = store.shared.ks().expect("keyspaces");
+    ks.dedup
+        .iter()
+        .map(|kv| kv.key().expect("read").to_vec())
+        .filter(|k| k != recovery::SENTINEL)
+        .collect()
 }
 
 /// A dedup record lives in `dedup_log` under its job's enqueue number. A key enqueued again
@@ -443,6 +454,11 @@ async fn dedup_records_are_written_replaced_and_deleted_under_their_numbers() {
         .expect("enqueue"));
     let on_disk = logged_records(&store);
     assert_eq!(on_disk.len(), 2);
+    assert_eq!(
+        keyed_records(&store),
+        Vec::<Vec<u8>>::new(),
+        "nothing in format 2's keyspace"
+    );
     assert_eq!(
         (on_disk[0].1.as_slice(), on_disk[0].2),
         (record_key("q", "a").as_slice(), first)
@@ -515,6 +531,119 @@ async fn dedup_records_are_written_replaced_and_deleted_under_their_numbers() {
         Some(c)
     );
     assert!(store.shared.lock().jobs.next_seq > before[0].0);
+    store.close().await.expect("close");
+}
+
+/// A dedup record outlives its job, so its number is never handed out again, even when no
+/// stored job has a number as high: here the job's meta is removed from disk by hand (as if
+/// the job had ended long ago) and the next keyed enqueue after a restart must not land on it.
+#[tokio::test]
+async fn a_stored_dedup_record_keeps_its_number_from_new_jobs_after_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(open(dir.path(), T0));
+    let queue = queue_over(store.clone(), clock.clone(), 0);
+    let out = queue
+        .enqueue_batch(vec![keyed("k")])
+        .await
+        .expect("enqueue");
+    let first = out[0].as_ref().expect("accepted").job_id;
+    {
+        let ks = store.shared.ks().expect("keyspaces");
+        ks.meta.remove(first.to_bytes()).expect("remove");
+        ks.db.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    store.close().await.expect("close");
+    drop(queue);
+    drop(store);
+
+    let store = Arc::new(open(dir.path(), T0));
+    assert_eq!(store.shared.lock().jobs.len(), 0, "the job is gone");
+    let queue = queue_over(store.clone(), clock.clone(), 0);
+    let out = queue
+        .enqueue_batch(vec![keyed("k2")])
+        .await
+        .expect("enqueue");
+    let second = out[0].as_ref().expect("accepted").job_id;
+    let on_disk = logged_records(&store);
+    assert_eq!(on_disk.len(), 2, "both records: {on_disk:?}");
+    assert_ne!(on_disk[0].0, on_disk[1].0);
+    store.close().await.expect("close");
+    drop(queue);
+    drop(store);
+
+    let store = open(dir.path(), T0);
+    let job_of = |k: &str| {
+        let st = store.shared.lock();
+        st.dedup.get(&record_key("q", k)).map(|e| e.job_id)
+    };
+    assert_eq!(job_of("k"), Some(first));
+    assert_eq!(job_of("k2"), Some(second));
+    store.close().await.expect("close");
+}
+
+/// A record of format 2, in `dedup` under its key (planted by hand, as an upgraded directory
+/// holds them), is deleted there when its key is enqueued again after its window and when the
+/// sweeper purges it; the new record goes to `dedup_log`.
+#[tokio::test]
+async fn a_format_2_dedup_record_is_replaced_and_purged_where_it_is() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = open(dir.path(), T0);
+        let ks = store.shared.ks().expect("keyspaces");
+        for key in ["old", "old2"] {
+            let rec = DedupRecord {
+                job_id: JobId::new_v4(),
+                created_at: T0,
+                expires_at: T0 + 1_000,
+                fingerprint: None,
+            };
+            ks.dedup
+                .insert(record_key("q", key), rec.encode())
+                .expect("insert");
+        }
+        ks.db.persist(fjall::PersistMode::SyncAll).expect("persist");
+        drop(ks);
+        store.close().await.expect("close");
+    }
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(open(dir.path(), T0));
+    assert_eq!(
+        store
+            .shared
+            .lock()
+            .dedup
+            .get(&record_key("q", "old"))
+            .map(|e| e.at),
+        Some(DedupAt::Keyed)
+    );
+    let queue = queue_over(store.clone(), clock.clone(), 0);
+    clock.advance(1_000);
+    let out = queue
+        .enqueue_batch(vec![keyed("old")])
+        .await
+        .expect("enqueue");
+    let new = out[0].as_ref().expect("accepted").job_id;
+    assert!(!out[0].as_ref().expect("accepted").deduplicated);
+    assert_eq!(keyed_records(&store), vec![record_key("q", "old2")]);
+    let logged = logged_records(&store);
+    assert_eq!(logged.len(), 1);
+    assert_eq!(
+        (logged[0].1.clone(), logged[0].2),
+        (record_key("q", "old"), new)
+    );
+    assert_memory_equals_disk(&store);
+
+    let report = queue.sweep(1_000).await.expect("sweep");
+    assert_eq!(report.done.dedup_purged, 1, "old2");
+    // The sweep does not wait for its batch; a later write's batch is committed after it.
+    let unkeyed = EnqueueInput {
+        idempotency_key: None,
+        ..keyed("")
+    };
+    queue.enqueue_batch(vec![unkeyed]).await.expect("enqueue");
+    assert_eq!(keyed_records(&store), Vec::<Vec<u8>>::new());
+    assert_memory_equals_disk(&store);
     store.close().await.expect("close");
 }
 
