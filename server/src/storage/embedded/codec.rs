@@ -557,47 +557,20 @@ impl Meta {
 impl DedupRecord {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut w = W::new(41);
-        w.0.extend_from_slice(&self.job_id.to_bytes());
-        w.i64(self.created_at);
-        w.i64(self.expires_at);
-        if let Some(f) = self.fingerprint {
-            w.u64(f.get());
-        }
+        self.put(&mut w);
         w.0
     }
 
     pub(crate) fn decode(buf: &[u8]) -> Result<Self, StorageError> {
-        let mut r = R::new(buf, "dedup record")?;
-        let mut id = [0u8; 16];
-        id.copy_from_slice(r.take(16)?);
-        let created_at = r.i64()?;
-        let expires_at = r.i64()?;
-        let fingerprint = if r.buf.is_empty() {
-            None
-        } else {
-            Fingerprint::new(r.u64()?)
-        };
-        Ok(DedupRecord {
-            job_id: JobId::from_bytes(id),
-            created_at,
-            expires_at,
-            fingerprint,
-        })
+        Self::read(&mut R::new(buf, "dedup record")?)
     }
-}
 
-/// A dedup record of the `dedup_log` keyspace: the record with its [`record_key`], stored under
-/// the enqueue number of the job it names ([`DedupAt::Log`]).
-impl DedupRecord {
+    /// A dedup record of the `dedup_log` keyspace: its [`record_key`], then the record; stored
+    /// under the enqueue number of the job it names ([`DedupAt::Log`]).
     pub(crate) fn encode_logged(&self, key: &[u8]) -> Vec<u8> {
         let mut w = W::new(45 + key.len());
         w.bytes(key);
-        w.0.extend_from_slice(&self.job_id.to_bytes());
-        w.i64(self.created_at);
-        w.i64(self.expires_at);
-        if let Some(f) = self.fingerprint {
-            w.u64(f.get());
-        }
+        self.put(&mut w);
         w.0
     }
 
@@ -605,6 +578,22 @@ impl DedupRecord {
     pub(crate) fn decode_logged(buf: &[u8]) -> Result<(&[u8], Self), StorageError> {
         let mut r = R::new(buf, "dedup log record")?;
         let key = r.bytes()?;
+        Ok((key, Self::read(&mut r)?))
+    }
+
+    /// The record's fields, the fingerprint last and only when set (a record without it is as
+    /// records were before fingerprints).
+    fn put(&self, w: &mut W) {
+        w.0.extend_from_slice(&self.job_id.to_bytes());
+        w.i64(self.created_at);
+        w.i64(self.expires_at);
+        if let Some(f) = self.fingerprint {
+            w.u64(f.get());
+        }
+    }
+
+    /// Reads what [`DedupRecord::put`] wrote, to the end of the value.
+    fn read(r: &mut R<'_>) -> Result<Self, StorageError> {
         let mut id = [0u8; 16];
         id.copy_from_slice(r.take(16)?);
         let created_at = r.i64()?;
@@ -617,15 +606,12 @@ impl DedupRecord {
         if !r.buf.is_empty() {
             return Err(r.err(format!("{} bytes after the record", r.buf.len())));
         }
-        Ok((
-            key,
-            DedupRecord {
-                job_id: JobId::from_bytes(id),
-                created_at,
-                expires_at,
-                fingerprint,
-            },
-        ))
+        Ok(DedupRecord {
+            job_id: JobId::from_bytes(id),
+            created_at,
+            expires_at,
+            fingerprint,
+        })
     }
 }
 

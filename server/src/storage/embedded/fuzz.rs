@@ -3,6 +3,7 @@
 //! directory, to put arbitrary bytes in one of them.
 
 use super::codec::{Body, DedupRecord, Meta, QueueRecord, Stage, decode_id, split_record_key};
+use super::group_commit::Keyspaces;
 use super::recovery::{SENTINEL, open_db};
 use crate::domain::{DeadLetterCause, JobId, Payload, TraceContext, Value};
 use crate::storage::StorageError;
@@ -252,6 +253,19 @@ fn io(e: impl std::fmt::Display) -> StorageError {
     StorageError::Io(e.to_string())
 }
 
+/// The keyspaces in the order of [`KEYSPACES`].
+fn in_order<'a>(ks: &'a Keyspaces, info: &'a fjall::Keyspace) -> [&'a fjall::Keyspace; 7] {
+    [
+        &ks.jobs,
+        &ks.meta,
+        &ks.dedup,
+        &ks.queues,
+        info,
+        &ks.bodies,
+        &ks.dedup_log,
+    ]
+}
+
 /// Every record of the (closed) data directory at `path`, sentinels left out.
 ///
 /// # Errors
@@ -260,18 +274,7 @@ pub fn read_records(path: &Path) -> Result<Vec<RawRecord>, StorageError> {
     let ks = open_db(path)?;
     let info = ks.db.keyspace("info", Default::default).map_err(io)?;
     let mut out = Vec::new();
-    for (i, k) in [
-        &ks.jobs,
-        &ks.meta,
-        &ks.dedup,
-        &ks.queues,
-        &info,
-        &ks.bodies,
-        &ks.dedup_log,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, k) in in_order(&ks, &info).into_iter().enumerate() {
         for guard in k.iter() {
             let (key, value) = guard.into_inner().map_err(io)?;
             if &*key != SENTINEL {
@@ -291,15 +294,7 @@ pub fn insert_record(path: &Path, record: &RawRecord) -> Result<(), StorageError
     let ks = open_db(path)?;
     let info = ks.db.keyspace("info", Default::default).map_err(io)?;
     let (i, key, value) = record;
-    let k = [
-        &ks.jobs,
-        &ks.meta,
-        &ks.dedup,
-        &ks.queues,
-        &info,
-        &ks.bodies,
-        &ks.dedup_log,
-    ][*i % KEYSPACES.len()];
+    let k = in_order(&ks, &info)[*i % KEYSPACES.len()];
     k.insert(key.as_slice(), value.as_slice()).map_err(io)?;
     ks.db.persist(fjall::PersistMode::SyncAll).map_err(io)?;
     Ok(())
