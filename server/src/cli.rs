@@ -202,16 +202,29 @@ pub(crate) enum DlqCommand {
 }
 
 #[derive(Args, Debug)]
-// One of the two is required, so that a bare `sepp dlq requeue QUEUE` names both ways out.
-#[command(group(clap::ArgGroup::new("which").required(true).args(["all", "ids"])))]
 pub(crate) struct Selection {
     /// The queue.
     queue: String,
     /// Every dead letter of the queue (in batches of 1000).
     #[arg(long, conflicts_with = "ids")]
     all: bool,
-    /// These job ids (or --all).
+    /// These job ids (or --all). Neither is refused with a message naming both ([`Selection::check`]).
     ids: Vec<String>,
+}
+
+impl Selection {
+    /// Ids or `--all`: a bare `sepp dlq requeue QUEUE` names both ways out (clap's own message
+    /// for a required group put the ids before the queue in its usage line).
+    fn check(&self, verb: &str) -> Result<(), Failure> {
+        if self.all || !self.ids.is_empty() {
+            return Ok(());
+        }
+        Err(Failure(format!(
+            "which dead letters? give their job ids (sepp dlq {verb} {q} ID...), or --all for \
+             every dead letter of {q} (sepp dlq {verb} {q} --all); `sepp dlq list {q}` lists them",
+            q = self.queue
+        )))
+    }
 }
 
 /// A failure to report: what went wrong and what to do.
@@ -1163,6 +1176,7 @@ async fn dlq(conn: &Conn, admin: &mut Admin, command: DlqCommand) -> Result<(), 
             }
         }
         DlqCommand::Requeue(sel) => {
+            sel.check("requeue")?;
             let mut ids = Vec::new();
             loop {
                 let got = admin
@@ -1181,6 +1195,7 @@ async fn dlq(conn: &Conn, admin: &mut Admin, command: DlqCommand) -> Result<(), 
             report_ids(conn, "requeued", &sel, &ids)?;
         }
         DlqCommand::Delete(sel) => {
+            sel.check("delete")?;
             let mut ids = Vec::new();
             loop {
                 let got = admin

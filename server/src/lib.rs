@@ -182,6 +182,7 @@ pub async fn serve_with(
         clock.now(),
     )?);
     let store = open_store(&config, clock.now()).await?;
+    warn_of_dead_letters_to_delete(&config, &*store).await;
     let stopping = CancellationToken::new();
     let metrics = Arc::new(metrics::Metrics::new(
         config.metrics.enabled,
@@ -338,6 +339,27 @@ pub async fn serve_with(
     store.close().await?;
     tracing::info!("storage flushed; stopped");
     Ok(Stopped { store })
+}
+
+/// With `storage.dead_letter_retention_ms = 0`, dead letters that an earlier start kept (with
+/// retention on) are deleted by the first sweep: say so, and how many, before it happens. A
+/// start that merely forgot the setting would otherwise lose them without a word.
+async fn warn_of_dead_letters_to_delete(config: &Config, store: &dyn Store) {
+    if config.storage.dead_letter_retention_ms > 0 {
+        return;
+    }
+    let Ok(gauges) = store.gauges().await else {
+        return;
+    };
+    let dead: u64 = gauges.queues.iter().map(|q| q.stats.dead_lettered).sum();
+    if dead > 0 {
+        tracing::warn!(
+            dead_letters = dead,
+            "storage.dead_letter_retention_ms is 0 (the default): the first sweep deletes the \
+             {dead} dead letters stored, in the next seconds; to keep dead letters, set it above \
+             0 on every start (in sepp.toml, or SEPP_STORAGE__DEAD_LETTER_RETENTION_MS)"
+        );
+    }
 }
 
 /// Opens the storage backend `config.storage.backend` names, and logs what it found.

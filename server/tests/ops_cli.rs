@@ -185,11 +185,14 @@ async fn every_operator_subcommand_against_a_real_server() {
     let (code, _, err) = cli.run(&["dlq", "requeue", "mail", &dead]);
     assert_eq!(code, 1);
     assert!(err.contains("not dead letters"), "{err}");
-    // Neither ids nor --all: the usage error names both (clap's exit code 2).
+    // Neither ids nor --all: refused, naming both ways and the queue.
     for verb in ["requeue", "delete"] {
         let (code, _, err) = cli.run(&["dlq", verb, "mail"]);
-        assert_eq!(code, 2, "{err}");
-        assert!(err.contains("--all") && err.contains("IDS"), "{err}");
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(&format!("sepp dlq {verb} mail ID...")) && err.contains("--all"),
+            "{err}"
+        );
     }
 
     // Dead-letter two, then delete --all.
@@ -558,5 +561,62 @@ async fn enqueue_from_a_jsonl_file_creates_each_keyed_line_once_and_key_forget_f
     assert_eq!(
         (sum["created"].clone(), sum["already_enqueued"].clone()),
         (0.into(), 3.into())
+    );
+}
+
+/// A start with `dead_letter_retention_ms = 0` over dead letters that an earlier start kept
+/// warns, with their number, before its first sweep deletes them.
+#[tokio::test]
+async fn a_start_without_retention_warns_before_deleting_kept_dead_letters() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let toml = format!(
+        "[server]\ndb_path = \"{}\"\n[storage]\ndead_letter_retention_ms = 600000\n",
+        data.display()
+    );
+    {
+        let mut server = ServerProcess::start(dir.path(), &toml);
+        let c = SeppClient::builder(server.url()).connect().await.unwrap();
+        c.enqueue(EnqueueRequest::new("mail", "send").unwrap())
+            .await
+            .unwrap();
+        let j = c
+            .reserve(ReserveOptions::new(["mail"], Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .remove(0);
+        c.nack(&j.id, j.attempt, NackRetry::DeadLetter, None)
+            .await
+            .unwrap();
+        server.kill9();
+    }
+    // Started again without the setting (the default, 0): no config file this time.
+    let _ = std::fs::remove_file(dir.path().join("sepp.toml"));
+    let mut child = Command::new(sepp_bin())
+        .current_dir(dir.path())
+        .env_remove("SEPP_CONFIG")
+        .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+        .env("SEPP_SERVER__DB_PATH", &data)
+        .env("SEPP_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(line.starts_with("sepp listening on "), "{line:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = err
+        .lines()
+        .find(|l| l.contains("dead_letter_retention_ms is 0"))
+        .unwrap_or_else(|| panic!("no warning in {err}"));
+    assert!(
+        warning.contains("deletes the 1 dead letters stored") && warning.contains("WARN"),
+        "{warning}"
     );
 }
