@@ -164,8 +164,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // builder's `tcp_nodelay` is ignored by `serve_with_incoming*` (tonic's docs say so): before
     // this, Nagle's algorithm met the client's delayed ACKs and every batch of 100 waited about
     // 40 ms (the ceiling's p50 of 44 ms in docs/benchmarks.md until 2026-12-06).
-    let incoming =
-        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(QueueServiceServer::new(Ceiling))
         .serve_with_incoming_shutdown(incoming, async {
