@@ -75,24 +75,15 @@ fn a_client_flag_without_a_subcommand_is_refused_instead_of_starting_a_server() 
 
 #[test]
 fn sepp_server_in_the_environment_does_not_stop_a_server_from_starting() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(sepp_bin())
-        .current_dir(dir.path())
+    let mut cmd = Command::new(sepp_bin());
+    cmd.current_dir(dir.path())
         .env_remove("SEPP_CONFIG")
         .env("SEPP_SERVER", "http://127.0.0.1:21082")
         .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
         .env("SEPP_SERVER__DB_PATH", dir.path().join("data"))
-        .env("SEPP_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+        .env("SEPP_LOG", "warn");
+    let (line, _) = common::start_up_log(cmd);
     assert!(line.starts_with("sepp listening on 127.0.0.1:"), "{line:?}");
 }
 
@@ -194,25 +185,13 @@ fn a_sepp_variable_sepp_does_not_read_is_warned_about_with_the_nearest_name() {
     );
 
     // At start, the same as a log line.
-    use std::io::BufRead;
-    let mut child = sepp()
-        .current_dir(dir.path())
+    let mut cmd = sepp();
+    cmd.current_dir(dir.path())
         .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
         .env("SEPP_SERVER__DB_PATH", dir.path().join("data"))
         .env("SEPP_LOG", "warn")
-        .env("SEPP_STORAGE_PERSIST_MODE", "buffer")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    assert!(line.starts_with("sepp listening on "), "{line:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+        .env("SEPP_STORAGE_PERSIST_MODE", "buffer");
+    let (_, err) = common::start_up_log(cmd);
     let warning = err
         .lines()
         .find(|l| l.contains("environment variable not read by sepp is ignored"))

@@ -285,14 +285,7 @@ async fn every_operator_subcommand_against_a_real_server() {
     let (code, _, err) = cli.run(&["queue", "delete", "bulk"]);
     assert_eq!(code, 1);
     assert!(err.contains("does not exist"), "{err}");
-    c.enqueue(EnqueueRequest::new("gone", "t").unwrap())
-        .await
-        .unwrap();
-    let j = c
-        .reserve(ReserveOptions::new(["gone"], Duration::from_secs(30)))
-        .await
-        .unwrap()
-        .remove(0);
+    let j = common::enqueue_and_lease(&c, "gone").await;
     c.ack(&j.id, j.attempt).await.unwrap();
     assert_eq!(
         cli.ok(&["queue", "delete", "gone"]).trim(),
@@ -568,7 +561,6 @@ async fn enqueue_from_a_jsonl_file_creates_each_keyed_line_once_and_key_forget_f
 /// warns, with their number, before its first sweep deletes them.
 #[tokio::test]
 async fn a_start_without_retention_warns_before_deleting_kept_dead_letters() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let toml = format!(
@@ -578,14 +570,7 @@ async fn a_start_without_retention_warns_before_deleting_kept_dead_letters() {
     {
         let mut server = ServerProcess::start(dir.path(), &toml);
         let c = SeppClient::builder(server.url()).connect().await.unwrap();
-        c.enqueue(EnqueueRequest::new("mail", "send").unwrap())
-            .await
-            .unwrap();
-        let j = c
-            .reserve(ReserveOptions::new(["mail"], Duration::from_secs(30)))
-            .await
-            .unwrap()
-            .remove(0);
+        let j = common::enqueue_and_lease(&c, "mail").await;
         c.nack(&j.id, j.attempt, NackRetry::DeadLetter, None)
             .await
             .unwrap();
@@ -593,24 +578,13 @@ async fn a_start_without_retention_warns_before_deleting_kept_dead_letters() {
     }
     // Started again without the setting (the default, 0): no config file this time.
     let _ = std::fs::remove_file(dir.path().join("sepp.toml"));
-    let mut child = Command::new(sepp_bin())
-        .current_dir(dir.path())
+    let mut cmd = Command::new(sepp_bin());
+    cmd.current_dir(dir.path())
         .env_remove("SEPP_CONFIG")
         .env("SEPP_SERVER__LISTEN_ADDR", "127.0.0.1:0")
         .env("SEPP_SERVER__DB_PATH", &data)
-        .env("SEPP_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    assert!(line.starts_with("sepp listening on "), "{line:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+        .env("SEPP_LOG", "warn");
+    let (_, err) = common::start_up_log(cmd);
     let warning = err
         .lines()
         .find(|l| l.contains("dead_letter_retention_ms is 0"))

@@ -31,17 +31,6 @@ async fn drain(c: &SeppClient, queue: &str) {
     }
 }
 
-/// Enqueues a job of type `send` on `queue` and leases it (30 s).
-async fn enqueue_and_lease(c: &SeppClient, queue: &str) -> sepp_rs::Job {
-    c.enqueue(EnqueueRequest::new(queue, "send").unwrap())
-        .await
-        .unwrap();
-    c.reserve(ReserveOptions::new([queue], Duration::from_secs(30)))
-        .await
-        .unwrap()
-        .remove(0)
-}
-
 fn too_many(reason: Option<Reason>, queue: &str) {
     match reason {
         Some(Reason::TooManyQueues(x)) => {
@@ -197,7 +186,7 @@ async fn delete_queue_removes_an_empty_queue_and_refuses_one_with_jobs_naming_th
         )
         .await
         .unwrap();
-    let j = enqueue_and_lease(&c, "mail").await;
+    let j = common::enqueue_and_lease(&c, "mail").await;
     let e = admin.delete_queue(delete("mail")).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert!(
@@ -361,7 +350,7 @@ async fn sepp_queues_says_where_the_dead_letters_of_the_last_minute_went() {
         err.starts_with("sepp: no queues yet: a queue exists from its first enqueued job"),
         "{err}"
     );
-    let j = enqueue_and_lease(&c, "mail").await;
+    let j = common::enqueue_and_lease(&c, "mail").await;
     c.nack(&j.id, j.attempt, NackRetry::DeadLetter, Some("bad".into()))
         .await
         .unwrap();

@@ -22,6 +22,42 @@ pub fn sepp_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_sepp"))
 }
 
+/// Runs `cmd` (a `sepp` server on a free port: `SEPP_SERVER__LISTEN_ADDR=127.0.0.1:0`) until it
+/// prints its `sepp listening on` line, stops it, and returns what it logged to standard error
+/// before that (the warnings of its start), with the line.
+#[allow(dead_code)] // not every test binary that includes `common` uses it
+pub fn start_up_log(mut cmd: std::process::Command) -> (String, String) {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(line.starts_with("sepp listening on "), "{line:?}");
+    (line, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Enqueues a job of type `send` on `queue` and leases it (30 s).
+#[allow(dead_code)] // not every test binary that includes `common` uses it
+pub async fn enqueue_and_lease(c: &sepp_rs::SeppClient, queue: &str) -> sepp_rs::Job {
+    c.enqueue(sepp_rs::EnqueueRequest::new(queue, "send").unwrap())
+        .await
+        .unwrap();
+    c.reserve(sepp_rs::ReserveOptions::new(
+        [queue],
+        std::time::Duration::from_secs(30),
+    ))
+    .await
+    .unwrap()
+    .remove(0)
+}
+
 /// Starts this build's binary.
 pub struct ServerProcess;
 
