@@ -54,17 +54,19 @@ fn key(prefix: &str, n: usize, len: usize) -> String {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-async fn fill(url: &str, records: usize, key_bytes: usize) -> Result<(), BoxError> {
+/// Fills the queue with `records` fresh keys; returns every call's latency.
+async fn fill(url: &str, records: usize, key_bytes: usize) -> Result<Vec<Duration>, BoxError> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let client = SeppClient::connect(url.to_string()).await?;
         let next = next.clone();
         tasks.push(tokio::spawn(async move {
+            let mut took = Vec::new();
             loop {
                 let start = next.fetch_add(250, Ordering::Relaxed);
                 if start >= records {
-                    return Ok::<(), BoxError>(());
+                    return Ok::<Vec<Duration>, BoxError>(took);
                 }
                 let requests = (start..(start + 250).min(records))
                     .map(|n| {
@@ -74,7 +76,10 @@ async fn fill(url: &str, records: usize, key_bytes: usize) -> Result<(), BoxErro
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                for r in client.enqueue_batch(requests).await? {
+                let t = Instant::now();
+                let results = client.enqueue_batch(requests).await?;
+                took.push(t.elapsed());
+                for r in results {
                     if r?.deduplicated {
                         return Err("a fresh key was answered deduplicated".into());
                     }
@@ -82,19 +87,23 @@ async fn fill(url: &str, records: usize, key_bytes: usize) -> Result<(), BoxErro
             }
         }));
     }
+    let mut took = Vec::new();
     for t in tasks {
-        t.await??;
+        took.extend(t.await??);
     }
-    Ok(())
+    took.sort();
+    Ok(took)
 }
 
-async fn drain_queue(url: &str, queue: &'static str, records: usize) -> Result<(), BoxError> {
+/// Reserves and acks `records` jobs of `queue`; returns the slowest ack.
+async fn drain_queue(url: &str, queue: &'static str, records: usize) -> Result<Duration, BoxError> {
     let acked = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let client = SeppClient::connect(url.to_string()).await?;
         let acked = acked.clone();
         tasks.push(tokio::spawn(async move {
+            let mut slowest = Duration::ZERO;
             while acked.load(Ordering::Relaxed) < records {
                 let jobs = client
                     .reserve(
@@ -104,17 +113,20 @@ async fn drain_queue(url: &str, queue: &'static str, records: usize) -> Result<(
                     )
                     .await?;
                 for j in &jobs {
+                    let t = Instant::now();
                     client.ack(&j.id, j.attempt).await?;
+                    slowest = slowest.max(t.elapsed());
                 }
                 acked.fetch_add(jobs.len(), Ordering::Relaxed);
             }
-            Ok::<(), BoxError>(())
+            Ok::<Duration, BoxError>(slowest)
         }));
     }
+    let mut slowest = Duration::ZERO;
     for t in tasks {
-        t.await??;
+        slowest = slowest.max(t.await??);
     }
-    Ok(())
+    Ok(slowest)
 }
 
 /// Keyed enqueues on 8 connections, each paced at one per 4 ms, until `stop`; every latency goes
@@ -192,23 +204,33 @@ async fn run() -> Result<(), BoxError> {
     println!("start: RSS {:.0} MiB, disk {:.0} MiB", rss(), dir_mib(dir));
 
     let t0 = Instant::now();
-    fill(url, records, key_bytes).await?;
+    let calls = fill(url, records, key_bytes).await?;
     let filled = t0.elapsed();
+    let at = |q: f64| {
+        calls
+            .get(((calls.len() as f64 * q) as usize).min(calls.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
     println!(
-        "filled in {:.1} s: RSS {:.0} MiB, disk {:.0} MiB",
+        "filled in {:.1} s: RSS {:.0} MiB, disk {:.0} MiB; {} EnqueueBatch calls of 250: p50 {:.1} ms, p99 {:.1} ms, slowest {:.1} ms",
         filled.as_secs_f64(),
         rss(),
-        dir_mib(dir)
+        dir_mib(dir),
+        calls.len(),
+        at(0.5),
+        at(0.99),
+        calls.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0)
     );
-    drain_queue(url, QUEUE, records).await?;
+    let slowest_ack = drain_queue(url, QUEUE, records).await?;
     let stats = client.get_queue_stats(QUEUE).await?;
     println!(
-        "drained at {:.1} s: RSS {:.0} MiB, disk {:.0} MiB, dedup records {}, ready {}",
+        "drained at {:.1} s: RSS {:.0} MiB, disk {:.0} MiB, dedup records {}, ready {}; slowest ack {:.1} ms",
         t0.elapsed().as_secs_f64(),
         rss(),
         dir_mib(dir),
         stats.dedup_records,
-        stats.ready
+        stats.ready,
+        slowest_ack.as_secs_f64() * 1000.0
     );
     let live_rss = rss();
 

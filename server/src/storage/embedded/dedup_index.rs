@@ -10,8 +10,10 @@
 
 use super::codec::{DedupAt, record_queue};
 use crate::domain::{Fingerprint, JobId, UnixMs, reached};
-use std::collections::hash_map::Entry;
+use indexmap::IndexMap;
+use indexmap::map::Entry;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// One live (or expired, not yet swept) record.
@@ -39,26 +41,62 @@ fn expiry_key(e: &DedupEntry, key: Arc<[u8]>) -> ExpiryKey {
     (e.expires_at, e.job_id.0 as u64, key)
 }
 
-/// Keys and their expiry order. The key bytes are shared between the map and the expiry set.
-#[derive(Debug, Default)]
+/// How many maps the records are spread over ([`DedupIndex`]).
+const SHARDS: usize = 64;
+
+/// One shard of the records: an [`IndexMap`], whose records sit in one vector, each with its
+/// hash, while its hash table holds only their positions. Growing the table rehashes positions
+/// from the stored hashes, where a `HashMap` re-ran SipHash over every key (one cache miss
+/// each, through the key's pointer) and moved every 80-byte record. A removal moves the last
+/// record into the hole (`swap_remove`); nothing here needs an order.
+type Shard = IndexMap<Arc<[u8]>, DedupEntry>;
+
+/// Keys and their expiry order. The key bytes are shared between the maps and the expiry set.
+///
+/// The records are spread over [`SHARDS`] maps by a hash of the key, so that a map grows (and
+/// copies its records, under the store's lock) a sixty-fourth of the records at a time: with
+/// one map of millions of records, each doubling held every transition for hundreds of
+/// milliseconds. Within a shard the keys are hashed with SipHash (keys are chosen by
+/// clients); the shard is chosen by foldhash, randomly seeded: keys picked to crowd one shard
+/// would only bring back one map's growth.
+#[derive(Debug)]
 pub(crate) struct DedupIndex {
-    map: HashMap<Arc<[u8]>, DedupEntry>,
+    shards: Box<[Shard]>,
+    pick: foldhash::fast::RandomState,
+    len: usize,
     by_expiry: BTreeSet<ExpiryKey>,
     per_queue: HashMap<Box<str>, u64, super::job_index::NameHasher>,
 }
 
+impl Default for DedupIndex {
+    fn default() -> Self {
+        DedupIndex {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            pick: foldhash::fast::RandomState::default(),
+            len: 0,
+            by_expiry: BTreeSet::new(),
+            per_queue: HashMap::default(),
+        }
+    }
+}
+
 impl DedupIndex {
+    fn shard(&self, key: &[u8]) -> usize {
+        (self.pick.hash_one(key) as usize) % SHARDS
+    }
+
     /// The record of `key`, live or expired but not purged yet (whether it still
     /// deduplicates is the queue layer's decision).
     pub(crate) fn get(&self, key: &[u8]) -> Option<&DedupEntry> {
-        self.map.get(key)
+        self.shards[self.shard(key)].get(key)
     }
 
     /// Writes (or replaces an expired) record.
     pub(crate) fn insert(&mut self, key: &[u8], entry: DedupEntry) {
         // One lookup in the map; the queue's count changes only for a new key (a replaced
         // record is of the same queue), and its name is copied only for a queue's first record.
-        let key = match self.map.entry(Arc::from(key)) {
+        let shard = self.shard(key);
+        let key = match self.shards[shard].entry(Arc::from(key)) {
             Entry::Occupied(mut o) => {
                 let old = o.insert(entry);
                 let key = o.key().clone();
@@ -68,6 +106,7 @@ impl DedupIndex {
             Entry::Vacant(v) => {
                 let key = v.key().clone();
                 v.insert(entry);
+                self.len += 1;
                 if let Some(q) = record_queue(&key) {
                     match self.per_queue.get_mut(q) {
                         Some(n) => *n += 1,
@@ -84,9 +123,11 @@ impl DedupIndex {
 
     /// Removes a record; returns whether there was one.
     pub(crate) fn remove(&mut self, key: &[u8]) -> bool {
-        let Some((k, e)) = self.map.remove_entry(key) else {
+        let shard = self.shard(key);
+        let Some((k, e)) = self.shards[shard].swap_remove_entry(key) else {
             return false;
         };
+        self.len -= 1;
         self.by_expiry.remove(&expiry_key(&e, k.clone()));
         if let Some(q) = record_queue(&k)
             && let Some(n) = self.per_queue.get_mut(q)
@@ -115,7 +156,7 @@ impl DedupIndex {
                 break;
             }
             // Every key of the expiry set is in the map (insert and remove keep them paired).
-            let Some(at) = self.map.get(&key).map(|e| e.at) else {
+            let Some(at) = self.get(&key).map(|e| e.at) else {
                 self.by_expiry.pop_first();
                 continue;
             };
@@ -128,8 +169,10 @@ impl DedupIndex {
     /// Shrinks the map once most of it has been purged, so that memory comes back. Called when
     /// a sweep has caught up, not per pass: rehashing a large table holds the store's lock.
     pub(crate) fn shrink_if_sparse(&mut self) {
-        if self.map.capacity() > 1024 && self.map.capacity() > self.map.len() * 4 {
-            self.map.shrink_to_fit();
+        for shard in self.shards.iter_mut() {
+            if shard.capacity() > 1024 && shard.capacity() > shard.len() * 4 {
+                shard.shrink_to_fit();
+            }
         }
     }
 
@@ -140,7 +183,7 @@ impl DedupIndex {
 
     /// The record that expires next, if any.
     pub(crate) fn next_expiring(&self) -> Option<&DedupEntry> {
-        self.by_expiry.first().and_then(|(_, _, k)| self.map.get(k))
+        self.by_expiry.first().and_then(|(_, _, k)| self.get(k))
     }
 
     /// Queues with records, and how many each has.
@@ -155,13 +198,13 @@ impl DedupIndex {
 
     /// Records of all queues.
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
     /// Every record, in no order (tests compare memory with disk).
     #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Arc<[u8]>, &DedupEntry)> {
-        self.map.iter()
+        self.shards.iter().flat_map(|s| s.iter())
     }
 }
 
@@ -244,6 +287,38 @@ mod tests {
         assert_eq!(idx.len(), 0);
         assert_eq!(idx.next_expiry(), None);
         assert_eq!(idx.count_for_queue("q"), 0);
+    }
+
+    #[test]
+    fn records_spread_over_the_shards_are_counted_found_and_removed_once() {
+        let mut idx = DedupIndex::default();
+        let keys: Vec<Vec<u8>> = (0..5_000)
+            .map(|i| record_key(if i % 2 == 0 { "a" } else { "b" }, &format!("k{i}")))
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            idx.insert(k, entry(1_000 + i as i64));
+        }
+        assert!(
+            idx.shards.iter().all(|s| !s.is_empty()),
+            "5,000 keys reach every shard"
+        );
+        assert_eq!(idx.len(), 5_000);
+        assert_eq!(idx.iter().count(), 5_000);
+        for k in keys.iter().step_by(2) {
+            assert!(idx.remove(k));
+            assert!(!idx.remove(k), "a removed record is gone");
+        }
+        assert_eq!(idx.len(), 2_500);
+        assert_eq!(idx.iter().count(), 2_500);
+        assert_eq!(idx.count_for_queue("a"), 0);
+        assert_eq!(idx.count_for_queue("b"), 2_500);
+        // A removal moves another record into its place: every survivor is still found.
+        for (i, k) in keys.iter().enumerate().skip(1).step_by(2) {
+            assert_eq!(idx.get(k).map(|e| e.expires_at), Some(1_000 + i as i64));
+        }
+        idx.shrink_if_sparse();
+        assert_eq!(idx.purge_expired(i64::MAX, usize::MAX).len(), 2_500);
+        assert_eq!(idx.len(), 0);
     }
 
     #[test]
