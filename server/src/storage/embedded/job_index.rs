@@ -73,6 +73,68 @@ impl Hasher for JobIdHasher {
 
 type JobMap<V> = HashMap<JobId, V, BuildHasherDefault<JobIdHasher>>;
 
+/// How many maps [`ShardedJobMap`] spreads its jobs over.
+const SHARDS: usize = 64;
+
+/// A [`JobMap`] spread over [`SHARDS`] maps by the high bits of the job id (the maps hash the
+/// low bits), so that growing it copies a sixty-fourth of the jobs at a time. A single map of
+/// a million held jobs (tombstones of keyed jobs, kept for their dedup window) stopped every
+/// transition for about a second each time it doubled, under the store's lock.
+struct ShardedJobMap<V> {
+    shards: Box<[JobMap<V>]>,
+}
+
+impl<V> Default for ShardedJobMap<V> {
+    fn default() -> Self {
+        ShardedJobMap {
+            shards: (0..SHARDS).map(|_| JobMap::default()).collect(),
+        }
+    }
+}
+
+impl<V> ShardedJobMap<V> {
+    fn shard(&self, id: &JobId) -> &JobMap<V> {
+        &self.shards[((id.0 >> 64) as usize) % SHARDS]
+    }
+    fn shard_mut(&mut self, id: &JobId) -> &mut JobMap<V> {
+        &mut self.shards[((id.0 >> 64) as usize) % SHARDS]
+    }
+    fn get(&self, id: &JobId) -> Option<&V> {
+        self.shard(id).get(id)
+    }
+    fn get_mut(&mut self, id: &JobId) -> Option<&mut V> {
+        self.shard_mut(id).get_mut(id)
+    }
+    #[cfg(test)]
+    fn contains_key(&self, id: &JobId) -> bool {
+        self.shard(id).contains_key(id)
+    }
+    fn insert(&mut self, id: JobId, v: V) -> Option<V> {
+        self.shard_mut(&id).insert(id, v)
+    }
+    fn remove(&mut self, id: &JobId) -> Option<V> {
+        self.shard_mut(id).remove(id)
+    }
+    fn entry(&mut self, id: JobId) -> std::collections::hash_map::Entry<'_, JobId, V> {
+        self.shard_mut(&id).entry(id)
+    }
+    fn len(&self) -> usize {
+        self.shards.iter().map(HashMap::len).sum()
+    }
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = (&JobId, &V)> {
+        self.shards.iter().flat_map(|s| s.iter())
+    }
+    /// Shrinks each shard that is at most a quarter full.
+    fn shrink_if_sparse(&mut self) {
+        for s in self.shards.iter_mut() {
+            if s.capacity() > 1024 && s.capacity() > s.len() * 4 {
+                s.shrink_to_fit();
+            }
+        }
+    }
+}
+
 /// The hasher of the maps keyed by queue and job type names: foldhash, seeded at random per
 /// process. SipHash cost several times as much on the enqueue path, where each job looks its
 /// queue and type up; these maps hold at most `limits.max_queues` queues (and the job types
@@ -130,7 +192,7 @@ const JOB_TYPES_PRUNE_AT: usize = 256;
 #[derive(Default)]
 pub(crate) struct JobIndex {
     /// The jobs whose state is in memory (see the module docs).
-    held: JobMap<Held>,
+    held: ShardedJobMap<Held>,
     /// Paged-out metas read during the current lock hold, so that a transition that reads a
     /// job before changing it reads the disk once. Emptied by [`JobIndex::seal`]; always equal
     /// to the disk, because every change takes its job out of here first.
@@ -534,9 +596,7 @@ impl JobIndex {
     /// Shrinks the maps after a large purge so that memory comes back. Called once a sweep has
     /// caught up, not per removal: rehashing a large table holds the store's lock.
     pub(crate) fn shrink_if_sparse(&mut self) {
-        if self.held.capacity() > 1024 && self.held.capacity() > self.held.len() * 4 {
-            self.held.shrink_to_fit();
-        }
+        self.held.shrink_if_sparse();
     }
 
     /// Jobs (any stage).
