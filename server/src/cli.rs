@@ -361,6 +361,15 @@ fn print_json(v: &Value) {
 
 /// Writes one line (or block) to standard output. A reader that went away (`sepp jobs Q | head`)
 /// ends the command quietly, as it ends other Unix tools, where `println!` would panic.
+/// `n` and the noun in its number: "1 job", "2 jobs", "0 jobs".
+pub(crate) fn counted(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 fn emit(text: impl std::fmt::Display) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -1034,7 +1043,7 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
             done(
                 conn,
                 json!({"queue": queue, "purged": total}),
-                format!("purged {total} jobs from {queue}"),
+                format!("purged {} from {queue}", counted(total, "job", "jobs")),
             );
         }
         Op::Queue {
@@ -1222,7 +1231,11 @@ fn report_ids(conn: &Conn, verb: &str, sel: &Selection, ids: &[String]) -> Resul
     done(
         conn,
         json!({ verb: ids, "not_dead_letters": missing }),
-        format!("{verb} {} dead letters of {}", ids.len(), sel.queue),
+        format!(
+            "{verb} {} of {}",
+            counted(ids.len() as u64, "dead letter", "dead letters"),
+            sel.queue
+        ),
     );
     if !missing.is_empty() {
         return Err(Failure(format!(

@@ -493,7 +493,7 @@ async fn enqueue_from_a_jsonl_file_creates_each_keyed_line_once_and_key_forget_f
         "order",
     ];
     let out = cli.ok(&c_args);
-    assert!(out.contains("1 jobs created"), "{out}");
+    assert!(out.contains("1 line: 1 job created"), "{out}");
     let mut big = c_args.to_vec();
     big.extend(["--batch-size", "3"]);
     let (code, _, err) = cli.run(&big);

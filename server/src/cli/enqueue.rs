@@ -11,7 +11,7 @@
 //! terminal, one plain line per batch otherwise. `--from -` reads standard input; it, like any
 //! other pipe, is read once, as it comes, so its progress has no total.
 
-use super::{Conn, Failure, Output};
+use super::{Conn, Failure, Output, counted};
 use indicatif::{ProgressBar, ProgressStyle};
 use sepp_rs::client::TlsOptions;
 use sepp_rs::{EnqueueRequest, SeppClient};
@@ -150,15 +150,21 @@ impl Progress {
             Some(b) => {
                 b.set_position(t.lines);
                 b.set_message(format!(
-                    "{} jobs created, {} already enqueued",
-                    t.created, t.existing
+                    "{} created, {} already enqueued",
+                    counted(t.created, "job", "jobs"),
+                    t.existing
                 ));
             }
             None => eprintln!(
-                "{}{} lines: {} jobs created, {} already enqueued (same key), {} skipped, {} rejected",
+                "{}{} {}: {} created, {} already enqueued (same key), {} skipped, {} rejected",
                 t.lines,
                 self.total.map(|n| format!("/{n}")).unwrap_or_default(),
-                t.created,
+                if self.total.unwrap_or(t.lines) == 1 {
+                    "line"
+                } else {
+                    "lines"
+                },
+                counted(t.created, "job", "jobs"),
                 t.existing,
                 t.skipped,
                 t.rejected
@@ -327,8 +333,12 @@ pub(crate) async fn run(conn: &Conn, args: EnqueueArgs) -> Result<(), Failure> {
         super::print_json(&summary);
     } else {
         super::emit(format_args!(
-            "{} lines: {} jobs created, {} already enqueued (same key), {} skipped, {} rejected",
-            t.lines, t.created, t.existing, t.skipped, t.rejected
+            "{}: {} created, {} already enqueued (same key), {} skipped, {} rejected",
+            counted(t.lines, "line", "lines"),
+            counted(t.created, "job", "jobs"),
+            t.existing,
+            t.skipped,
+            t.rejected
         ));
     }
     if t.skipped + t.rejected > 0 {
