@@ -252,6 +252,22 @@ async def test_wrong_call_argument_types_raise_type_error_naming_them(
             call()
 
 
+async def test_a_single_name_where_a_list_is_expected_says_how_to_write_one(
+    client: sepp.SeppClient,
+) -> None:
+    # A str is a sequence of one-letter names to Python; the message says what to write.
+    with pytest.raises(TypeError) as caught:
+        client.reserve("emails", lease_duration=LEASE)  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "queues must be a list of str, not a str: for one, write ['emails']"
+    )
+    with pytest.raises(TypeError) as caught:
+        client.reserve(["emails", 3], lease_duration=LEASE)  # type: ignore[list-item]
+    assert str(caught.value) == "queues must be a list of str, not list"
+    with pytest.raises(TypeError, match=r"job_ids.*write \['a'\]"):
+        await client.delete_dead_letters("a")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
     [

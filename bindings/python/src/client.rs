@@ -3,7 +3,10 @@
 use crate::call::{ToPython, callback_coroutine, coroutine};
 use crate::error::{Failure, Invalid};
 use crate::job::LeaseExpiry;
-use crate::request::{EnqueueRequest, NackRetry, RetryPolicy, TlsOptions, opt_u32_arg, u32_arg};
+use crate::request::{
+    EnqueueRequest, NackRetry, RetryPolicy, TlsOptions, names_arg, opt_names_arg, opt_u32_arg,
+    u32_arg,
+};
 use crate::time::{duration_arg, opt_duration_arg};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -236,7 +239,7 @@ impl SeppClient {
     fn reserve<'py>(
         &self,
         py: Python<'py>,
-        queues: Vec<String>,
+        queues: &Bound<'py, PyAny>,
         lease_duration: &Bound<'py, PyAny>,
         wait_timeout: Option<&Bound<'py, PyAny>>,
         max_jobs: Option<&Bound<'py, PyAny>>,
@@ -244,7 +247,7 @@ impl SeppClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
         let mut options = ReserveOptions::new(
-            queues,
+            names_arg(queues, "queues")?,
             duration_arg(lease_duration, "lease_duration", Invalid::Argument)?,
         );
         options.wait_timeout = opt_duration_arg(wait_timeout, "wait_timeout", Invalid::Argument)?;
@@ -275,7 +278,7 @@ impl SeppClient {
         py: Python<'py>,
         job_id: String,
         attempt: &Bound<'py, PyAny>,
-        queues: Vec<String>,
+        queues: &Bound<'py, PyAny>,
         lease_duration: &Bound<'py, PyAny>,
         max_jobs: Option<&Bound<'py, PyAny>>,
         worker_id: Option<String>,
@@ -283,7 +286,7 @@ impl SeppClient {
         let client = self.core()?;
         let attempt = u32_arg(attempt, "attempt", Invalid::Argument)?;
         let mut next = ReserveOptions::new(
-            queues,
+            names_arg(queues, "queues")?,
             duration_arg(lease_duration, "lease_duration", Invalid::Argument)?,
         );
         next.max_jobs = opt_u32_arg(max_jobs, "max_jobs", Invalid::Argument)?;
@@ -410,12 +413,12 @@ impl SeppClient {
     fn requeue_dead_letters<'py>(
         &self,
         py: Python<'py>,
-        job_ids: Option<Vec<String>>,
+        job_ids: Option<&Bound<'py, PyAny>>,
         queue: Option<String>,
         max: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
-        let selector = dead_letter_selector(py, job_ids, queue, max)?;
+        let selector = dead_letter_selector(py, opt_names_arg(job_ids, "job_ids")?, queue, max)?;
         coroutine(py, async move {
             client
                 .requeue_dead_letters(&selector)
@@ -428,12 +431,12 @@ impl SeppClient {
     fn delete_dead_letters<'py>(
         &self,
         py: Python<'py>,
-        job_ids: Option<Vec<String>>,
+        job_ids: Option<&Bound<'py, PyAny>>,
         queue: Option<String>,
         max: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
-        let selector = dead_letter_selector(py, job_ids, queue, max)?;
+        let selector = dead_letter_selector(py, opt_names_arg(job_ids, "job_ids")?, queue, max)?;
         coroutine(py, async move {
             client
                 .delete_dead_letters(&selector)

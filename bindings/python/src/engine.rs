@@ -11,7 +11,7 @@ use crate::client::SeppClient;
 use crate::error::{Failure, Invalid, warn_deprecated};
 use crate::job::Job;
 use crate::repr::repr;
-use crate::request::u32_arg;
+use crate::request::{names_arg, opt_names_arg, u32_arg};
 use crate::time::{duration_arg, opt_datetime_to_py};
 use futures_util::FutureExt;
 use pyo3::exceptions::PyRuntimeError;
@@ -34,18 +34,18 @@ impl EngineOptions {
     #[pyo3(signature = (queues, *, lease_duration=None, max_in_flight=None, auto_extend=None, wait_timeout=None, max_backoff=None, worker_id=None, job_types=None, handler_timeout=None, shutdown_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        queues: Vec<String>,
+        queues: &Bound<'_, PyAny>,
         lease_duration: Option<&Bound<'_, PyAny>>,
         max_in_flight: Option<&Bound<'_, PyAny>>,
         auto_extend: Option<bool>,
         wait_timeout: Option<&Bound<'_, PyAny>>,
         max_backoff: Option<&Bound<'_, PyAny>>,
         worker_id: Option<String>,
-        job_types: Option<Vec<String>>,
+        job_types: Option<&Bound<'_, PyAny>>,
         handler_timeout: Option<&Bound<'_, PyAny>>,
         shutdown_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let mut inner = engine::EngineOptions::new(queues);
+        let mut inner = engine::EngineOptions::new(names_arg(queues, "queues")?);
         let duration = |obj: Option<&Bound<'_, PyAny>>, name: &str, default: Duration| match obj {
             Some(o) if !o.is_none() => duration_arg(o, name, Invalid::Argument),
             _ => Ok(default),
@@ -59,7 +59,7 @@ impl EngineOptions {
             Some(o) if !o.is_none() => Some(duration_arg(o, "handler_timeout", Invalid::Argument)?),
             _ => None,
         };
-        inner.job_types = job_types;
+        inner.job_types = opt_names_arg(job_types, "job_types")?;
         if let Some(n) = max_in_flight.filter(|o| !o.is_none()) {
             inner.max_in_flight = u32_arg(n, "max_in_flight", Invalid::Argument)? as usize;
         }

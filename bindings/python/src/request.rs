@@ -668,3 +668,33 @@ impl TlsOptions {
         )
     }
 }
+
+/// Reads the list of names `name` (`queues`, `job_types`, `job_ids`): any sequence of `str`,
+/// but not a `str` itself, which pyo3 would refuse with "Can't extract `str` to `Vec`" (naming
+/// the argument only in a note). The message names the argument and, for a `str`, how to write
+/// a list of one.
+pub(crate) fn names_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<String>> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a list of str, not a str: for one, write [{}]",
+            s.repr().map(|r| r.to_string()).unwrap_or_default()
+        )));
+    }
+    obj.extract::<Vec<String>>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name} must be a list of str, not {}",
+            type_name(obj)
+        ))
+    })
+}
+
+/// [`names_arg`] for an optional argument: `None` when omitted or `None`.
+pub(crate) fn opt_names_arg(
+    obj: Option<&Bound<'_, PyAny>>,
+    name: &str,
+) -> PyResult<Option<Vec<String>>> {
+    match obj {
+        Some(o) if !o.is_none() => names_arg(o, name).map(Some),
+        _ => Ok(None),
+    }
+}
