@@ -1009,6 +1009,7 @@ impl Config {
                 let path = e.path().to_string();
                 let message = expected_in_key_terms(e.path(), e.inner().message(), &table)
                     .or_else(|| variant_in_key_terms(e.path(), e.inner().message(), &table))
+                    .or_else(|| unknown_key_in_key_terms(e.inner().message()))
                     .unwrap_or_else(|| e.inner().message().to_string());
                 ConfigError(format!("config key {path}: {message}"))
             })
@@ -1350,6 +1351,35 @@ fn variants_in(message: &str, given: &str) -> Option<Vec<String>> {
         .map(str::to_string)
         .collect();
     (!names.is_empty()).then_some(names)
+}
+
+/// Serde's message for a key its section does not have (``unknown field `persist_mod`, expected
+/// one of `persist_mode`, ...``) restated with the nearest key when one is close (a typo):
+/// ``unknown key `persist_mod`: did you mean `persist_mode`? This section's keys: ...``. `None`
+/// for any other message.
+fn unknown_key_in_key_terms(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (given, _) = rest.split_once('`')?;
+    let allowed = rest.strip_prefix(&format!("{given}`, expected "))?;
+    let allowed = allowed.strip_prefix("one of ").unwrap_or(allowed);
+    let names: Vec<&str> = allowed.split('`').skip(1).step_by(2).collect();
+    let listed = names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The threshold clap uses for its own suggestions of mistyped arguments.
+    let nearest = names
+        .iter()
+        .map(|n| (strsim::jaro(given, n), *n))
+        .filter(|(score, _)| *score > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    Some(match nearest {
+        Some((_, n)) => {
+            format!("unknown key `{given}`: did you mean `{n}`? This section's keys: {listed}")
+        }
+        None => format!("unknown key `{given}`. This section's keys: {listed}"),
+    })
 }
 
 /// Serde's message for a wrong value of an enum key (`persist_mode`, `backend`, `format`,
@@ -1789,6 +1819,24 @@ mod tests {
         ] {
             assert_eq!(load(text).unwrap_err(), want, "{text}");
         }
+    }
+
+    #[test]
+    fn a_mistyped_key_is_refused_naming_the_nearest_key() {
+        let e = load("[storage]\npersist_mod = \"sync_all\"\n").unwrap_err();
+        assert!(
+            e.starts_with(
+                "config key storage.persist_mod: unknown key `persist_mod`: did you mean \
+                 `persist_mode`? This section's keys: `persist_mode`, `dead_letter_retention_ms`"
+            ),
+            "{e}"
+        );
+        let e = load("[server]\nzzz = 1\n").unwrap_err();
+        assert!(
+            e.starts_with("config key server.zzz: unknown key `zzz`. This section's keys: `"),
+            "{e}"
+        );
+        assert!(!e.contains("did you mean"), "{e}");
     }
 
     #[test]

@@ -230,10 +230,10 @@ fn a_client_ca_without_tls_is_refused_by_the_config() {
 /// One name per setting: the `[server.tls]` table of an early proposal is not a second
 /// spelling of `server.tls_client_ca_path` (docs/security.md).
 #[test]
-fn a_server_tls_table_is_refused_as_an_unknown_field() {
+fn a_server_tls_table_is_refused_as_an_unknown_key() {
     let text = "[server.tls]\nclient_ca_file = \"/tmp/ca.pem\"\n";
     let e = sepp_server::config::Config::from_toml_with_env(text, &[])
         .and_then(|l| l.config.validate())
         .unwrap_err();
-    assert!(e.to_string().contains("unknown field `tls`"), "{e}");
+    assert!(e.to_string().contains("unknown key `tls`"), "{e}");
 }
