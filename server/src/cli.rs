@@ -208,7 +208,7 @@ pub(crate) struct Selection {
     /// Every dead letter of the queue (in batches of 1000).
     #[arg(long, conflicts_with = "ids")]
     all: bool,
-    /// These job ids (or --all). Neither is refused with a message naming both ([`Selection::check`]).
+    /// These job ids (or --all; one of the two is needed).
     ids: Vec<String>,
 }
 
@@ -218,6 +218,14 @@ impl Selection {
     fn check(&self, verb: &str) -> Result<(), Failure> {
         if self.all || !self.ids.is_empty() {
             return Ok(());
+        }
+        if uuid::Uuid::try_parse(&self.queue).is_ok() {
+            // `sepp dlq requeue ID`: the id was read as the queue.
+            return Err(Failure(format!(
+                "{q} looks like a job id, not a queue: the queue comes first (sepp dlq {verb} \
+                 QUEUE {q}); `sepp dlq list` shows each dead letter's queue",
+                q = self.queue
+            )));
         }
         Err(Failure(format!(
             "which dead letters? give their job ids (sepp dlq {verb} {q} ID...), or --all for \

@@ -193,6 +193,15 @@ async fn every_operator_subcommand_against_a_real_server() {
             err.contains(&format!("sepp dlq {verb} mail ID...")) && err.contains("--all"),
             "{err}"
         );
+        // An id alone was read as the queue: said so, with the order of the two.
+        let (code, _, err) = cli.run(&["dlq", verb, &dead]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(&format!(
+                "{dead} looks like a job id, not a queue: the queue comes first (sepp dlq {verb} QUEUE {dead})"
+            )),
+            "{err}"
+        );
     }
 
     // Dead-letter two, then delete --all.
