@@ -268,9 +268,17 @@ impl SeppClientBuilder {
         self.check()?;
         let ep = self.endpoint()?;
         let channel = ep.connect().await.map_err(|e| {
+            let chain = error_chain(&e);
+            // rustls's words for a reply that is not TLS: an https:// address of a server that
+            // serves plain text.
+            let hint = if chain.contains("InvalidContentType") {
+                " (the server answered without TLS: for a plain-text server, use http://)"
+            } else {
+                ""
+            };
             ClientError::new(
                 ErrorCode::Transport,
-                format!("cannot connect to {}: {}", self.addr, error_chain(&e)),
+                format!("cannot connect to {}: {chain}{hint}", self.addr),
             )
         })?;
         let client = self.finish(channel)?;

@@ -218,6 +218,23 @@ async fn a_client_certificate_without_its_key_is_an_invalid_config() {
     assert!(e.to_string().contains("client_key_pem"), "{e}");
 }
 
+#[tokio::test]
+async fn an_https_address_of_a_plain_text_server_says_so() {
+    let server = sepp_server::testing::TestServer::start(|_| {}).await;
+    let r = sepp_rs::SeppClient::builder(format!("https://127.0.0.1:{}", server.addr.port()))
+        .connect()
+        .await;
+    let Err(e) = r else {
+        panic!("a TLS handshake with a plain-text server fails");
+    };
+    assert_eq!(e.code(), sepp_rs::ErrorCode::Transport);
+    assert!(
+        e.to_string()
+            .contains("the server answered without TLS: for a plain-text server, use http://"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_client_ca_without_tls_is_refused_by_the_config() {
     let text = "[server]\ntls_client_ca_path = \"/tmp/ca.pem\"\n";
