@@ -181,7 +181,7 @@ pub fn validate_job(
         dedup::claim(key, policy.dedup_window_ms, now, fingerprint)
     });
     let mut job = NewJob {
-        id: JobId::new_v4(),
+        id: JobId::ordered(now),
         queue: Arc::from(input.queue),
         job_type: input.job_type,
         payload: input.payload,

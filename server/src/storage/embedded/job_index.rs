@@ -50,7 +50,7 @@ struct Held {
 /// The batch tag of a change not appended yet.
 const UNSEALED: u64 = u64::MAX;
 
-/// Hashes a [`JobId`] by its low 64 bits. Ids are random UUIDs chosen by the server, never by
+/// Hashes a [`JobId`] by its low 64 bits, which are random ([`JobId::ordered`]): chosen by the server, never by
 /// clients, so they are already uniformly spread and cannot be picked to collide; SipHash would
 /// only cost time on the hottest map of the server.
 #[derive(Default)]
