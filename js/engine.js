@@ -72,6 +72,10 @@ export class Engine {
     return this.#native.inFlight;
   }
 
+  stopNotice() {
+    return this.#native.stopNotice();
+  }
+
   /** @param {number} timeoutMs */
   waitIdle(timeoutMs) {
     return call(() => this.#native.waitIdle(timeoutMs));

@@ -74,6 +74,11 @@ export declare class Engine {
   shutdown(): void
   /** Whether `shutdown` was called. */
   get isShutDown(): boolean
+  /**
+   * What a worker tells its user as a stop begins with jobs still held: how many, how long
+   * the stop may wait for them, and what becomes of the rest; `null` when none is held.
+   */
+  stopNotice(): string | null
   /** Jobs held (handed out, or reserved and waiting to be), not yet settled. */
   get inFlight(): number
   /**

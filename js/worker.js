@@ -289,6 +289,8 @@ export class Worker {
       }
     } finally {
       releaseSignals();
+      const notice = engine.stopNotice();
+      if (notice !== null) console.error(notice);
       // Running handlers get the engine's shutdownTimeoutMs; the engine nacks the rest, and
       // their `done()` resolves, so every `#runOne` ends (an aborted handler is not awaited).
       await engine.drain();
@@ -342,7 +344,9 @@ export class Worker {
         (async () => handler(job, context))().then(
           () => SUCCESS,
           (err) => {
-            if (!(err instanceof HandlerError)) this.#reportError(err, job);
+            // A handler that throws after the engine let go of its job (most often the
+            // AbortError of its own signal) reports nothing: the job's end is already decided.
+            if (!(err instanceof HandlerError) && !controller.signal.aborted) this.#reportError(err, job);
             return outcomeOf(err);
           },
         ),

@@ -618,6 +618,33 @@ impl Engine {
         self.inner.stopping.is_cancelled()
     }
 
+    /// What a worker tells its user as a stop begins while jobs are still held: how many, how
+    /// long the stop may wait for their handlers, and what becomes of the rest. `None` when no
+    /// job is held (the stop is immediate). The same words from every language's worker: Rust
+    /// logs them with `tracing`, Python with `logging` (a warning), Node on standard error.
+    pub fn stop_notice(&self) -> Option<String> {
+        let held = self.in_flight();
+        if held == 0 {
+            return None;
+        }
+        let (jobs, them) = if held == 1 {
+            ("1 running job".to_string(), "it is")
+        } else {
+            (format!("{held} running jobs"), "they are")
+        };
+        let wait = self.inner.opts.shutdown_timeout;
+        let wait = if wait.subsec_millis() == 0 {
+            format!("{} s", wait.as_secs())
+        } else {
+            format!("{} ms", wait.as_millis())
+        };
+        Some(format!(
+            "sepp worker stopping: waiting up to {wait} (shutdown_timeout) for {jobs} to \
+             finish; if not done by then, {them} given back to the queue (nacked, counting the \
+             attempt)"
+        ))
+    }
+
     /// Jobs held (handed out or waiting to be), not yet settled.
     pub fn in_flight(&self) -> usize {
         self.inner

@@ -298,6 +298,9 @@ impl Worker {
         }
         // Every job still held ends here (settled, or nacked by the drain), and each task
         // returns once its job has ended.
+        if let Some(notice) = engine.stop_notice() {
+            tracing::info!("{notice}");
+        }
         engine.drain().await;
         while tasks.join_next().await.is_some() {}
         Ok(engine.report())

@@ -627,6 +627,48 @@ async fn an_engine_dropped_with_jobs_held_gives_them_back() {
     );
 }
 
+#[tokio::test]
+async fn the_stop_notice_says_how_many_jobs_are_held_and_how_long_the_stop_may_wait() {
+    use sepp_rs::engine::{Engine, EngineOptions, Outcome};
+    let (_server, c) = setup().await;
+    for _ in 0..2 {
+        c.enqueue(EnqueueRequest::new("notice", "t").unwrap())
+            .await
+            .unwrap();
+    }
+    let mut opts = EngineOptions::new(["notice"]);
+    opts.shutdown_timeout = Duration::from_millis(1500);
+    let engine = Engine::start(c.clone(), opts).unwrap();
+    assert_eq!(engine.stop_notice(), None, "nothing held yet");
+    let first = engine.next().await.unwrap();
+    let second = engine.next().await.unwrap();
+    assert_eq!(
+        engine.stop_notice().as_deref(),
+        Some(
+            "sepp worker stopping: waiting up to 1500 ms (shutdown_timeout) for 2 running jobs \
+             to finish; if not done by then, they are given back to the queue (nacked, \
+             counting the attempt)"
+        )
+    );
+    engine
+        .settle(&first.job.id, first.job.attempt, Outcome::Success)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.stop_notice().as_deref(),
+        Some(
+            "sepp worker stopping: waiting up to 1500 ms (shutdown_timeout) for 1 running job \
+             to finish; if not done by then, it is given back to the queue (nacked, counting \
+             the attempt)"
+        )
+    );
+    engine
+        .settle(&second.job.id, second.job.attempt, Outcome::Success)
+        .await
+        .unwrap();
+    assert_eq!(engine.stop_notice(), None);
+}
+
 /// A server, a relay in front of it that the test can freeze, and an engine through the relay
 /// holding the one job of queue `silent`: a short lease (2 s), extended by the engine, and one
 /// slot (so that, with the job in hand, its poller is not reserving).

@@ -286,12 +286,21 @@ describe("the engine's policy", T, () => {
     const queue = freshQueue("timeout");
     const { jobId } = await client.enqueue({ queue, jobType: "t", maxAttempts: 1 });
     const aborted = deferred();
-    const worker = new Worker(client, { queues: [queue], handlerTimeoutMs: 300 }).handle("t", async (_job, { signal }) => {
+    /** @type {unknown[]} */
+    const reported = [];
+    const onError = (/** @type {unknown} */ err) => {
+      reported.push(err);
+    };
+    const worker = new Worker(client, { queues: [queue], handlerTimeoutMs: 300, onError }).handle("t", async (_job, { signal }) => {
       await once(signal, "abort");
       aborted.resolve(signal.reason);
+      // What a handler that passes its signal on (fetch, timers/promises) ends with.
+      signal.throwIfAborted();
     });
     const report = await runUntil(worker, jobWhen(jobId, (info) => info.state === "deadLettered"));
     assert.match((await aborted.promise).message, /handler_timeout/);
+    // The AbortError thrown after the engine let go of the job is not a handler failure.
+    assert.deepEqual(reported, []);
     assert.deepEqual(report, { acked: 0, nacked: 1, leaseLost: 0, abandoned: 0 });
     const info = await client.getJob(jobId);
     assert.equal(info.lastReason, "the handler ran past handler_timeout (300 ms)");
@@ -350,13 +359,30 @@ describe("shutdown", T, () => {
         started[1].resolve();
         await new Promise(() => {});
       });
-    const run = worker.run();
-    await within(Promise.all(started.map((d) => d.promise)), 10_000, "both handlers");
-    const t0 = Date.now();
-    await worker.stop();
-    const report = await run;
-    const took = Date.now() - t0;
+    const lines = /** @type {string[]} */ ([]);
+    const original = console.error;
+    console.error = (...args) => {
+      lines.push(args.map(String).join(" "));
+    };
+    let took = 0;
+    /** @type {import("sepp").WorkerReport} */
+    let report;
+    try {
+      const run = worker.run();
+      await within(Promise.all(started.map((d) => d.promise)), 10_000, "both handlers");
+      const t0 = Date.now();
+      await worker.stop();
+      report = await run;
+      took = Date.now() - t0;
+    } finally {
+      console.error = original;
+    }
 
+    // One notice as the stop began (the core's words, as in Rust and Python); the polite
+    // handler's rethrown AbortError is not logged as a handler failure.
+    assert.deepEqual(lines, [
+      "sepp worker stopping: waiting up to 200 ms (shutdown_timeout) for 2 running jobs to finish; if not done by then, they are given back to the queue (nacked, counting the attempt)",
+    ]);
     assert.ok(took >= 190 && took < 3_000, `stop took ${took} ms`);
     assert.deepEqual(report, { acked: 0, nacked: 0, leaseLost: 0, abandoned: 2 });
     assert.ok(reason instanceof DOMException);

@@ -367,7 +367,7 @@ async def test_stop_lets_a_running_handler_finish(client: sepp.SeppClient, queue
 
 
 async def test_a_handler_past_the_shutdown_timeout_is_cancelled_and_its_job_nacked(
-    client: sepp.SeppClient, queue: str
+    client: sepp.SeppClient, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     ack = await client.enqueue(EnqueueRequest(queue, "endless"))
     started = asyncio.Event()
@@ -397,6 +397,19 @@ async def test_a_handler_past_the_shutdown_timeout_is_cancelled_and_its_job_nack
     assert time.monotonic() - stopping < 5
     assert cancelled
     assert report == WorkerReport(abandoned=1)
+    # The stop said, once, what it was waiting for (the core's words, as in Rust and Node).
+    warned = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "sepp.worker" and r.levelname == "WARNING"
+    ]
+    notice = (
+        "sepp worker stopping: waiting up to 300 ms (shutdown_timeout) for 1 running job to"
+        " finish; if not done by then, it is given back to the queue (nacked, counting the"
+        " attempt)"
+    )
+    assert warned.count(notice) == 1, warned
+    assert warned.index(notice) == 0, warned
     info = await client.get_job(ack.job_id)
     assert (info.state, info.attempt) == ("READY", 1)
     assert info.last_reason == "worker shut down before the job finished"

@@ -418,6 +418,13 @@ impl Engine {
         self.core.is_shut_down()
     }
 
+    /// What a worker tells its user as a stop begins with jobs still held: how many, how long
+    /// the stop may wait for them, and what becomes of the rest; `null` when none is held.
+    #[napi]
+    pub fn stop_notice(&self) -> Option<String> {
+        self.core.stop_notice()
+    }
+
     /// Jobs held (handed out, or reserved and waiting to be), not yet settled.
     #[napi(getter)]
     pub fn in_flight(&self) -> u32 {

@@ -422,6 +422,11 @@ impl Engine {
         self.inner.in_flight()
     }
 
+    /// What a worker tells its user as a stop begins with jobs still held; `None` when none is.
+    fn stop_notice(&self) -> Option<String> {
+        self.inner.stop_notice()
+    }
+
     fn wait_idle<'py>(
         &self,
         py: Python<'py>,

@@ -1618,6 +1618,11 @@ class Engine:
     def in_flight(self) -> int:
         """Jobs held (handed out, or reserved and waiting for `next`), not yet settled."""
 
+    def stop_notice(self) -> Optional[str]:
+        """What a worker tells its user as a stop begins with jobs still held: how many, how
+        long the stop may wait for their handlers (`shutdown_timeout`), and what becomes of
+        the rest. `None` when no job is held."""
+
     async def wait_idle(self, timeout: timedelta) -> bool:
         """Waits until no job is held, or `timeout` passes.
 

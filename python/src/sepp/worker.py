@@ -518,6 +518,9 @@ class _Run:
             if not pending.cancelled() and pending.exception() is None:
                 for lease in pending.result():
                     self.start(lease)
+        notice = self.engine.stop_notice()
+        if notice is not None:
+            _log.warning("%s", notice)
         await self.engine.drain()
         if self.tasks:
             await asyncio.wait(set(self.tasks))
