@@ -392,27 +392,37 @@ fn emit(text: impl std::fmt::Display) {
 
 /// Prints `rows` under `header` in aligned columns.
 fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for line in table_lines(header, rows) {
+        emit(&line);
+    }
+}
+
+/// The lines of a table: each column as wide as its widest cell on a terminal (an emoji or a
+/// CJK character takes two columns, a combining mark none), two spaces between columns.
+fn table_lines(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    use unicode_width::UnicodeWidthStr;
+    let mut widths: Vec<usize> = header.iter().map(|h| h.width()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
+            *w = (*w).max(c.width());
         }
     }
     let line = |cells: Vec<&str>| {
         let mut s = String::new();
         for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  "));
+            s.push_str(c);
+            if i + 1 < cells.len() {
+                s.extend(std::iter::repeat_n(' ', w.saturating_sub(c.width()) + 2));
             }
         }
-        emit(s.trim_end());
+        s.trim_end().to_string()
     };
-    line(header.to_vec());
-    for r in rows {
-        line(r.iter().map(String::as_str).collect());
-    }
+    std::iter::once(line(header.to_vec()))
+        .chain(
+            rows.iter()
+                .map(|r| line(r.iter().map(String::as_str).collect())),
+        )
+        .collect()
 }
 
 /// A timestamp as RFC 3339 UTC with milliseconds.
@@ -761,7 +771,7 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                             r[1].to_string(),
                             r[2].to_string(),
                             r[3].to_string(),
-                            if q.paused { "paused" } else { "" }.to_string(),
+                            if q.paused { "yes" } else { "no" }.to_string(),
                         ]
                     })
                     .collect();
@@ -1264,6 +1274,24 @@ fn report_ids(conn: &Conn, verb: &str, sel: &Selection, ids: &[String]) -> Resul
 mod tests {
     use super::*;
     use sepp_proto::v1 as v1pb;
+
+    #[test]
+    fn table_columns_line_up_on_a_terminal_with_wide_and_combining_characters() {
+        let rows = vec![
+            vec!["mail".to_string(), "1".into(), "no".into()],
+            vec!["📬-inbox".to_string(), "22".into(), "yes".into()],
+            vec!["cafe\u{301}".to_string(), "333".into(), "no".into()],
+        ];
+        assert_eq!(
+            table_lines(&["QUEUE", "READY", "PAUSED"], &rows),
+            [
+                "QUEUE     READY  PAUSED",
+                "mail      1      no",
+                "📬-inbox  22     yes",
+                "cafe\u{301}      333    no",
+            ]
+        );
+    }
 
     fn carrying(data: &[u8]) -> pb::JobInfo {
         pb::JobInfo {

@@ -64,7 +64,10 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => with_server_setting_tip(e).exit(),
+    };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -258,6 +261,56 @@ fn client_flag_in_server_mode(m: &clap::ArgMatches) -> Option<String> {
         "{flag} is an option of the client subcommands (queues, jobs, enqueue, backup, ...); \
          without a subcommand sepp runs a server, which has no use for it"
     ))
+}
+
+/// What a flag sepp does not have is most likely meant as, with how to say it: `sepp --port
+/// 50052` (the server's listen address, a config key) and the like; with a client subcommand,
+/// an address flag means the server to talk to (`--server`). `None` for every other flag.
+fn server_setting_for(flag: &str, subcommand: bool) -> Option<&'static str> {
+    let name = flag.trim_start_matches('-');
+    let name = name.split_once('=').map_or(name, |(n, _)| n);
+    Some(match name {
+        "port" | "p" | "listen" | "listen-addr" | "listen_addr" | "addr" | "address" | "bind"
+        | "host" => {
+            if subcommand {
+                "the server to talk to is --server URL (or SEPP_SERVER), e.g. --server \
+                 http://127.0.0.1:50052"
+            } else {
+                "the server's address is the config key server.listen_addr: \
+                 SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50052 sepp, or listen_addr under [server] \
+                 in sepp.toml"
+            }
+        }
+        "data" | "data-dir" | "dir" | "db" | "db-path" | "db_path" | "path" if !subcommand => {
+            "the data directory is the config key server.db_path: SEPP_SERVER__DB_PATH=./data \
+             sepp, or db_path under [server] in sepp.toml"
+        }
+        _ => return None,
+    })
+}
+
+/// Adds a tip to clap's "unexpected argument" error when the flag names a server setting,
+/// which sepp takes from its config file and `SEPP_*` variables, not from flags.
+fn with_server_setting_tip(mut e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let cmd = Cli::command();
+    let subcommand = std::env::args()
+        .skip(1)
+        .any(|a| cmd.get_subcommands().any(|s| s.get_name() == a));
+    let tip = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(flag)) => server_setting_for(flag, subcommand),
+        _ => None,
+    };
+    if let Some(tip) = tip {
+        e.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![tip.into()]),
+        );
+    }
+    e
 }
 
 /// Installs the SIGTERM and SIGINT handlers now (before the readiness line is printed, so a

@@ -74,6 +74,36 @@ fn a_client_flag_without_a_subcommand_is_refused_instead_of_starting_a_server() 
 }
 
 #[test]
+fn a_server_flag_sepp_does_not_have_gets_the_config_key_to_use() {
+    let (code, out, err) = run(&["--port", "50052"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "a server started: {out}");
+    assert!(
+        err.contains("unexpected argument '--port'")
+            && err.contains("tip: the server's address is the config key server.listen_addr")
+            && err.contains("SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50052 sepp"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--data-dir=/tmp/x"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("tip: the data directory is the config key server.db_path"),
+        "{err}"
+    );
+    // With a client subcommand, an address flag means the server to talk to.
+    let (code, _, err) = run(&["queues", "--port", "50052"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("tip: the server to talk to is --server URL (or SEPP_SERVER)"),
+        "{err}"
+    );
+    // Other unknown flags keep clap's own message.
+    let (code, _, err) = run(&["--frobnicate"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("config key"), "{err}");
+}
+
+#[test]
 fn sepp_server_in_the_environment_does_not_stop_a_server_from_starting() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(sepp_bin());
