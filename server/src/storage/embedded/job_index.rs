@@ -50,9 +50,12 @@ struct Held {
 /// The batch tag of a change not appended yet.
 const UNSEALED: u64 = u64::MAX;
 
-/// Hashes a [`JobId`] by its low 64 bits, which are random ([`JobId::ordered`]): chosen by the server, never by
-/// clients, so they are already uniformly spread and cannot be picked to collide; SipHash would
-/// only cost time on the hottest map of the server.
+/// Hashes a [`JobId`] by its low 64 bits, which are random ([`JobId::ordered`]: the high half
+/// is a creation stamp): chosen by the server, never by clients, so they are already uniformly
+/// spread and cannot be picked to collide; SipHash would only cost time on the hottest map of
+/// the server. One multiplication by an odd constant spreads them over the top bits too:
+/// hashbrown takes its 7-bit tags from there, where the low half holds the UUID's fixed
+/// variant bits, and the low bits (the bucket) stay those of the id's low bits alone.
 #[derive(Default)]
 pub(crate) struct JobIdHasher(u64);
 
@@ -67,7 +70,7 @@ impl Hasher for JobIdHasher {
         }
     }
     fn write_u128(&mut self, v: u128) {
-        self.0 = v as u64;
+        self.0 = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }
 
@@ -76,8 +79,11 @@ type JobMap<V> = HashMap<JobId, V, BuildHasherDefault<JobIdHasher>>;
 /// How many maps [`ShardedJobMap`] spreads its jobs over.
 const SHARDS: usize = 64;
 
-/// A [`JobMap`] spread over [`SHARDS`] maps by the high bits of the job id (the maps hash the
-/// low bits), so that growing it copies a sixty-fourth of the jobs at a time. A single map of
+/// A [`JobMap`] spread over [`SHARDS`] maps by bits 32-37 of the job id: random bits
+/// ([`JobId::ordered`]) that the maps' buckets do not depend on (those are the hash's low bits,
+/// which come from the id's low bits alone), so that growing it copies a sixty-fourth of the
+/// jobs at a time. Not the high half: that is a creation stamp, whose low bits are a counter
+/// that stays 0 while jobs come less often than one per millisecond. A single map of
 /// a million held jobs (tombstones of keyed jobs, kept for their dedup window) stopped every
 /// transition for about a second each time it doubled, under the store's lock.
 struct ShardedJobMap<V> {
@@ -93,11 +99,14 @@ impl<V> Default for ShardedJobMap<V> {
 }
 
 impl<V> ShardedJobMap<V> {
+    fn shard_of(id: &JobId) -> usize {
+        ((id.0 >> 32) as usize) % SHARDS
+    }
     fn shard(&self, id: &JobId) -> &JobMap<V> {
-        &self.shards[((id.0 >> 64) as usize) % SHARDS]
+        &self.shards[Self::shard_of(id)]
     }
     fn shard_mut(&mut self, id: &JobId) -> &mut JobMap<V> {
-        &mut self.shards[((id.0 >> 64) as usize) % SHARDS]
+        &mut self.shards[Self::shard_of(id)]
     }
     fn get(&self, id: &JobId) -> Option<&V> {
         self.shard(id).get(id)
@@ -748,4 +757,32 @@ fn queue_entry<'a>(
         queues.insert(name.clone(), QueueIndex::default());
     }
     queues.get_mut(&**name).expect("just inserted")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_made_at_a_low_rate_still_spread_over_every_shard() {
+        // One id per 10 ms, in a future no other call has reached: the stamp's counter (the
+        // high half's low 12 bits) stays 0, which is why shards are not picked from there.
+        let ids: Vec<JobId> = (0..6400)
+            .map(|i| JobId::ordered(4_000_000_000_000 + i * 10))
+            .collect();
+        assert!(ids.iter().all(|id| (id.0 >> 64) & 0xfff == 0));
+        let mut counts = [0usize; SHARDS];
+        for id in &ids {
+            counts[ShardedJobMap::<()>::shard_of(id)] += 1;
+        }
+        // 100 each on average; a uniform spread stays well inside 50-150.
+        assert!(counts.iter().all(|&n| (50..=150).contains(&n)), "{counts:?}");
+        // And a map of them holds and finds each.
+        let mut map = ShardedJobMap::default();
+        for (i, id) in ids.iter().enumerate() {
+            map.insert(*id, i);
+        }
+        assert_eq!(map.len(), ids.len());
+        assert!(ids.iter().enumerate().all(|(i, id)| map.get(id) == Some(&i)));
+    }
 }
