@@ -776,13 +776,20 @@ mod tests {
             counts[ShardedJobMap::<()>::shard_of(id)] += 1;
         }
         // 100 each on average; a uniform spread stays well inside 50-150.
-        assert!(counts.iter().all(|&n| (50..=150).contains(&n)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&n| (50..=150).contains(&n)),
+            "{counts:?}"
+        );
         // And a map of them holds and finds each.
         let mut map = ShardedJobMap::default();
         for (i, id) in ids.iter().enumerate() {
             map.insert(*id, i);
         }
         assert_eq!(map.len(), ids.len());
-        assert!(ids.iter().enumerate().all(|(i, id)| map.get(id) == Some(&i)));
+        assert!(
+            ids.iter()
+                .enumerate()
+                .all(|(i, id)| map.get(id) == Some(&i))
+        );
     }
 }
