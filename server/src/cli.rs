@@ -19,7 +19,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 /// How a server is reached (every operator subcommand).
 #[derive(Args, Clone, Debug)]
 pub(crate) struct Conn {
-    /// The server's gRPC address.
+    /// The server's gRPC address. Without it (and without SEPP_SERVER), the config file's
+    /// server.listen_addr when it sets one, else http://127.0.0.1:50051.
     #[arg(
         long,
         global = true,
@@ -28,6 +29,9 @@ pub(crate) struct Conn {
         value_name = "URL"
     )]
     server: String,
+    /// Where `server` came from when the config gave it (for the messages).
+    #[arg(skip)]
+    server_from: Option<String>,
     /// An API key (sent as `authorization: Bearer KEY`), when the server has `[auth] api_keys`.
     #[arg(
         long,
@@ -254,6 +258,51 @@ impl From<tonic::Status> for Failure {
     }
 }
 
+impl Conn {
+    /// Takes the server's address from the config when neither `--server` nor `SEPP_SERVER`
+    /// gave one: a client subcommand run beside the server's `sepp.toml` (or with its
+    /// `--config`, `SEPP_CONFIG` or `SEPP_SERVER__LISTEN_ADDR`) talks to that server. A listen
+    /// address on every interface (0.0.0.0, ::) is reached on loopback; a server with a TLS
+    /// certificate through https://. Nothing changes when the config keeps the default address
+    /// or cannot be read (the connection's own error then says where it tried).
+    pub(crate) fn server_from_config(&mut self, loaded: Option<&crate::config::Loaded>) {
+        let Some(loaded) = loaded else { return };
+        let server = &loaded.config.server;
+        let default = crate::config::Config::default().server.listen_addr;
+        if server.listen_addr == default {
+            return;
+        }
+        let mut addr = server.listen_addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr.ip() {
+                std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let scheme = if server.tls_cert_path.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        self.server = format!("{scheme}://{addr}");
+        let from = match (&loaded.path, std::env::var_os("SEPP_SERVER__LISTEN_ADDR")) {
+            (_, Some(_)) => "SEPP_SERVER__LISTEN_ADDR".to_string(),
+            (Some(p), None) => format!("server.listen_addr of {}", p.display()),
+            (None, None) => "server.listen_addr".to_string(),
+        };
+        self.server_from = Some(from);
+    }
+
+    /// How the messages name the address tried: `--server`'s value, and where it came from
+    /// when the config gave it.
+    fn server_named(&self) -> String {
+        match &self.server_from {
+            Some(from) => format!("{} (from {from})", self.server),
+            None => self.server.clone(),
+        }
+    }
+}
+
 /// Adds the API key to every call.
 type AuthFn =
     Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
@@ -298,7 +347,7 @@ async fn channel(conn: &Conn) -> Result<(Channel, AuthFn), Failure> {
     let channel = ep.connect().await.map_err(|e| {
         Failure(format!(
             "cannot connect to {} ({e}): is the server running there? (--server / SEPP_SERVER)",
-            conn.server
+            conn.server_named()
         ))
     })?;
     let header = match &conn.api_key {
@@ -1257,9 +1306,13 @@ fn report_ids(conn: &Conn, verb: &str, sel: &Selection, ids: &[String]) -> Resul
     );
     if !missing.is_empty() {
         return Err(Failure(format!(
-            "{} of the ids given are not dead letters (already {verb}, another state, or \
-             unknown): {}",
+            "{} of the ids given {} (already {verb}, another state, or unknown): {}",
             missing.len(),
+            if missing.len() == 1 {
+                "is not a dead letter"
+            } else {
+                "are not dead letters"
+            },
             missing
                 .iter()
                 .map(|s| s.as_str())

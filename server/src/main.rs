@@ -126,7 +126,14 @@ fn main() -> ExitCode {
                 }
             };
         }
-        Some(Command::Op(op)) => return cli::run(cli.conn, op),
+        Some(Command::Op(op)) => {
+            let mut conn = cli.conn;
+            if matches.value_source("server") == Some(ValueSource::DefaultValue) {
+                let loaded = sepp_server::config::Config::load(cli.config.as_deref(), env).ok();
+                conn.server_from_config(loaded.as_ref());
+            }
+            return cli::run(conn, op);
+        }
         None => {}
     }
 
@@ -264,7 +271,7 @@ fn client_flag_in_server_mode(m: &clap::ArgMatches) -> Option<String> {
 }
 
 /// What a flag sepp does not have is most likely meant as, with how to say it: `sepp --port
-/// 50052` (the server's listen address, a config key) and the like; with a client subcommand,
+/// 50061` (the server's listen address, a config key) and the like; with a client subcommand,
 /// an address flag means the server to talk to (`--server`). `None` for every other flag.
 fn server_setting_for(flag: &str, subcommand: bool) -> Option<&'static str> {
     let name = flag.trim_start_matches('-');
@@ -274,10 +281,10 @@ fn server_setting_for(flag: &str, subcommand: bool) -> Option<&'static str> {
         | "host" => {
             if subcommand {
                 "the server to talk to is --server URL (or SEPP_SERVER), e.g. --server \
-                 http://127.0.0.1:50052"
+                 http://127.0.0.1:50061"
             } else {
                 "the server's address is the config key server.listen_addr: \
-                 SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50052 sepp, or listen_addr under [server] \
+                 SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50061 sepp, or listen_addr under [server] \
                  in sepp.toml"
             }
         }

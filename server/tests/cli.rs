@@ -81,7 +81,7 @@ fn a_server_flag_sepp_does_not_have_gets_the_config_key_to_use() {
     assert!(
         err.contains("unexpected argument '--port'")
             && err.contains("tip: the server's address is the config key server.listen_addr")
-            && err.contains("SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50052 sepp"),
+            && err.contains("SEPP_SERVER__LISTEN_ADDR=127.0.0.1:50061 sepp"),
         "{err}"
     );
     let (code, _, err) = run(&["--data-dir=/tmp/x"], None);
@@ -101,6 +101,85 @@ fn a_server_flag_sepp_does_not_have_gets_the_config_key_to_use() {
     let (code, _, err) = run(&["--frobnicate"], None);
     assert_eq!(code, 2, "{err}");
     assert!(!err.contains("config key"), "{err}");
+}
+
+#[test]
+fn client_subcommands_beside_the_servers_config_talk_to_its_listen_addr() {
+    let server_dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[server]\ndb_path = \"{}\"\n",
+        server_dir.path().join("data").display()
+    );
+    let server = ServerProcess::start(server_dir.path(), &toml);
+    // An operator's directory whose sepp.toml says where the server listens (on every
+    // interface: the subcommands reach it on loopback).
+    let ops = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ops.path().join("sepp.toml"),
+        format!(
+            "[server]\nlisten_addr = \"0.0.0.0:{}\"\n",
+            server.addr.port()
+        ),
+    )
+    .unwrap();
+    let out = sepp()
+        .args(["pause", "beside-config"])
+        .current_dir(ops.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "paused beside-config"
+    );
+    // The queue was paused on that server.
+    let out = sepp()
+        .args(["queues", "-o", "json", "--server", &server.url()])
+        .output()
+        .unwrap();
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        json.contains("\"beside-config\"") && json.contains("\"paused\": true"),
+        "{json}"
+    );
+    // --server and SEPP_SERVER still win over the config.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", free.local_addr().unwrap());
+    drop(free);
+    let out = sepp()
+        .args(["queues"])
+        .current_dir(ops.path())
+        .env("SEPP_SERVER", &dead)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot connect to {dead} (transport error)")),
+        "{err}"
+    );
+    // A config naming a server that is not there says where the address came from.
+    std::fs::write(
+        ops.path().join("sepp.toml"),
+        format!(
+            "[server]\nlisten_addr = \"{}\"\n",
+            dead.trim_start_matches("http://")
+        ),
+    )
+    .unwrap();
+    let out = sepp()
+        .args(["queues"])
+        .current_dir(ops.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "cannot connect to {dead} (from server.listen_addr of sepp.toml)"
+        )),
+        "{err}"
+    );
 }
 
 #[test]

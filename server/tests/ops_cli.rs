@@ -188,7 +188,10 @@ async fn every_operator_subcommand_against_a_real_server() {
     // Requeueing it again: not a dead letter any more, said so, exit 1.
     let (code, _, err) = cli.run(&["dlq", "requeue", "mail", &dead]);
     assert_eq!(code, 1);
-    assert!(err.contains("not dead letters"), "{err}");
+    assert!(
+        err.contains("1 of the ids given is not a dead letter (already requeued"),
+        "{err}"
+    );
     // Neither ids nor --all: refused, naming both ways and the queue.
     for verb in ["requeue", "delete"] {
         let (code, _, err) = cli.run(&["dlq", verb, "mail"]);
