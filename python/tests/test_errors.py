@@ -268,6 +268,44 @@ async def test_a_single_name_where_a_list_is_expected_says_how_to_write_one(
         await client.delete_dead_letters("a")  # type: ignore[arg-type]
 
 
+async def test_an_argument_of_the_wrong_class_is_named_with_the_class_to_pass(
+    client: sepp.SeppClient,
+) -> None:
+    cases: list[tuple[Callable[[], object], str]] = [
+        (
+            lambda: EnqueueRequest("q", "t", payload="hello"),  # type: ignore[arg-type]
+            "payload must be a sepp.Payload, not str",
+        ),
+        (
+            lambda: EnqueueRequest("q", "t", trace_context={}),  # type: ignore[arg-type]
+            "trace_context must be a sepp.TraceContext, not dict",
+        ),
+        (
+            lambda: client.enqueue("q"),  # type: ignore[arg-type]
+            "request must be a sepp.EnqueueRequest, not str",
+        ),
+        (
+            lambda: client.enqueue_batch(EnqueueRequest("q", "t")),  # type: ignore[arg-type]
+            "requests must be a list of sepp.EnqueueRequest, not EnqueueRequest",
+        ),
+        (
+            lambda: client.enqueue_atomic([EnqueueRequest("q", "t"), {"queue": "q"}]),  # type: ignore[list-item]
+            "requests[1] must be a sepp.EnqueueRequest, not dict",
+        ),
+        (
+            lambda: client.nack("j", 1, retry=5),  # type: ignore[arg-type]
+            "retry must be a sepp.NackRetry, not int",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError) as caught:
+            call()
+        assert str(caught.value) == message
+    with pytest.raises(TypeError) as caught:
+        await sepp.SeppClient.connect("http://127.0.0.1:1", tls="yes")  # type: ignore[arg-type]
+    assert str(caught.value) == "tls must be a sepp.TlsOptions, not str"
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
     [

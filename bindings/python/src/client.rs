@@ -4,8 +4,8 @@ use crate::call::{ToPython, callback_coroutine, coroutine};
 use crate::error::{Failure, Invalid};
 use crate::job::LeaseExpiry;
 use crate::request::{
-    EnqueueRequest, NackRetry, RetryPolicy, TlsOptions, names_arg, opt_names_arg, opt_u32_arg,
-    u32_arg,
+    EnqueueRequest, NackRetry, RetryPolicy, TlsOptions, class_arg, class_list_arg, names_arg,
+    opt_class_arg, opt_names_arg, opt_u32_arg, u32_arg,
 };
 use crate::time::{duration_arg, opt_duration_arg};
 use pyo3::exceptions::PyRuntimeError;
@@ -116,7 +116,7 @@ impl SeppClient {
         py: Python<'py>,
         url: String,
         api_key: Option<String>,
-        tls: Option<PyRef<'py, TlsOptions>>,
+        tls: Option<&Bound<'py, PyAny>>,
         rpc_timeout: MaybeGiven<'py>,
         retry_policy: MaybeGiven<'py>,
         coalesce: Option<bool>,
@@ -136,8 +136,8 @@ impl SeppClient {
         if let Some(key) = api_key {
             builder = builder.api_key(key);
         }
-        if let Some(tls) = tls {
-            builder = builder.tls(tls.inner.clone());
+        if let Some(tls) = opt_class_arg::<TlsOptions>(tls, "tls")? {
+            builder = builder.tls(tls.borrow().inner.clone());
         }
         if let MaybeGiven::Given(t) = rpc_timeout {
             builder =
@@ -148,7 +148,12 @@ impl SeppClient {
             builder = if p.is_none() {
                 builder.no_retries()
             } else {
-                builder.retry_policy(p.extract::<PyRef<'py, RetryPolicy>>()?.inner.clone())
+                builder.retry_policy(
+                    class_arg::<RetryPolicy>(&p, "retry_policy")?
+                        .borrow()
+                        .inner
+                        .clone(),
+                )
             };
         }
         coroutine(py, async move {
@@ -173,8 +178,10 @@ impl SeppClient {
     fn enqueue<'py>(
         &self,
         py: Python<'py>,
-        request: PyRef<'py, EnqueueRequest>,
+        request: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let request = class_arg::<EnqueueRequest>(request, "request")?;
+        let request = request.borrow();
         let client = self.core()?;
         let current = current_trace_context(py);
         let request = with_trace(request.prepared(), current.as_ref());
@@ -199,13 +206,14 @@ impl SeppClient {
     fn enqueue_batch<'py>(
         &self,
         py: Python<'py>,
-        requests: Vec<PyRef<'py, EnqueueRequest>>,
+        requests: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let requests = class_list_arg::<EnqueueRequest>(requests, "requests")?;
         let client = self.core()?;
         let current = current_trace_context(py);
         let requests: Vec<_> = requests
             .iter()
-            .map(|r| with_trace(r.prepared(), current.as_ref()))
+            .map(|r| with_trace(r.borrow().prepared(), current.as_ref()))
             .collect();
         coroutine(py, async move {
             client
@@ -218,13 +226,14 @@ impl SeppClient {
     fn enqueue_atomic<'py>(
         &self,
         py: Python<'py>,
-        requests: Vec<PyRef<'py, EnqueueRequest>>,
+        requests: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let requests = class_list_arg::<EnqueueRequest>(requests, "requests")?;
         let client = self.core()?;
         let current = current_trace_context(py);
         let requests: Vec<_> = requests
             .iter()
-            .map(|r| with_trace(r.prepared(), current.as_ref()))
+            .map(|r| with_trace(r.borrow().prepared(), current.as_ref()))
             .collect();
         coroutine(py, async move {
             match client.enqueue_atomic_prepared(requests).await {
@@ -305,12 +314,14 @@ impl SeppClient {
         py: Python<'py>,
         job_id: String,
         attempt: &Bound<'py, PyAny>,
-        retry: Option<PyRef<'py, NackRetry>>,
+        retry: Option<&Bound<'py, PyAny>>,
         reason: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
         let attempt = u32_arg(attempt, "attempt", Invalid::Argument)?;
-        let retry = retry.map(|r| r.inner).unwrap_or_default();
+        let retry = opt_class_arg::<NackRetry>(retry, "retry")?
+            .map(|r| r.borrow().inner)
+            .unwrap_or_default();
         coroutine(py, async move {
             client
                 .nack(&job_id, attempt, retry, reason)

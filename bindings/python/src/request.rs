@@ -276,14 +276,16 @@ impl EnqueueRequest {
         py: Python<'_>,
         queue: &Bound<'_, PyAny>,
         job_type: &Bound<'_, PyAny>,
-        payload: Option<Bound<'_, Payload>>,
+        payload: Option<&Bound<'_, PyAny>>,
         idempotency_key: Option<&Bound<'_, PyAny>>,
         priority: Option<&Bound<'_, PyAny>>,
         max_attempts: Option<&Bound<'_, PyAny>>,
         custom: Option<&Bound<'_, PyAny>>,
-        trace_context: Option<PyRef<'_, TraceContext>>,
+        trace_context: Option<&Bound<'_, PyAny>>,
         scheduled_at: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let payload = opt_class_arg::<Payload>(payload, "payload")?;
+        let trace_context = opt_class_arg::<TraceContext>(trace_context, "trace_context")?;
         let queue = str_value(queue, "queue")?;
         let job_type = str_value(job_type, "job_type")?;
         let idempotency_key = match idempotency_key.filter(|k| !k.is_none()) {
@@ -313,9 +315,12 @@ impl EnqueueRequest {
             priority,
             max_attempts,
             custom,
-            trace_context: trace_context.map(|t| sepp_rs::TraceContext {
-                traceparent: t.traceparent.clone(),
-                tracestate: t.tracestate.clone(),
+            trace_context: trace_context.map(|t| {
+                let t = t.borrow();
+                sepp_rs::TraceContext {
+                    traceparent: t.traceparent.clone(),
+                    tracestate: t.tracestate.clone(),
+                }
             }),
             scheduled_at,
         };
@@ -686,6 +691,66 @@ pub(crate) fn names_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<Stri
             type_name(obj)
         ))
     })
+}
+
+/// Reads argument `name` as an instance of the class `T` (`sepp.T`). pyo3's own message for a
+/// wrong type ("'str' object is not an instance of 'Payload'") names neither the argument nor
+/// what to pass.
+///
+/// # Errors
+/// `TypeError`: `payload must be a sepp.Payload, not str`.
+pub(crate) fn class_arg<'py, T: pyo3::PyClass>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<Bound<'py, T>> {
+    match obj.cast::<T>() {
+        Ok(b) => Ok(b.clone()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{name} must be a sepp.{}, not {}",
+            <T as pyo3::PyTypeInfo>::type_object(obj.py())
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            type_name(obj)
+        ))),
+    }
+}
+
+/// [`class_arg`] for an optional argument: `None` when omitted or `None`.
+pub(crate) fn opt_class_arg<'py, T: pyo3::PyClass>(
+    obj: Option<&Bound<'py, PyAny>>,
+    name: &str,
+) -> PyResult<Option<Bound<'py, T>>> {
+    match obj {
+        Some(o) if !o.is_none() => class_arg(o, name).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// Reads argument `name` as a list (any iterable but a `str`) of `T`s; an item of another type
+/// is named by its index (`requests[2] must be a sepp.EnqueueRequest, not dict`).
+pub(crate) fn class_list_arg<'py, T: pyo3::PyClass>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<Vec<Bound<'py, T>>> {
+    let class = <T as pyo3::PyTypeInfo>::type_object(obj.py())
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    let not_a_list = || {
+        PyTypeError::new_err(format!(
+            "{name} must be a list of sepp.{class}, not {}",
+            type_name(obj)
+        ))
+    };
+    if obj.cast::<PyString>().is_ok() || obj.cast::<T>().is_ok() {
+        return Err(not_a_list());
+    }
+    let items = obj.try_iter().map_err(|_| not_a_list())?;
+    items
+        .enumerate()
+        .map(|(i, item)| class_arg(&item?, &format!("{name}[{i}]")))
+        .collect()
 }
 
 /// [`names_arg`] for an optional argument: `None` when omitted or `None`.
