@@ -366,6 +366,31 @@ async fn channel(conn: &Conn) -> Result<(Channel, AuthFn), Failure> {
     Ok((channel, auth))
 }
 
+/// Every queue the server holds, all pages.
+async fn all_queues(admin: &mut Admin) -> Result<Vec<pb::GetQueueStatsResponse>, Failure> {
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = admin
+            .list_queues(pb::ListQueuesRequest {
+                page_size: Some(1000),
+                page_token: token,
+            })
+            .await?
+            .into_inner();
+        all.extend(page.queues);
+        if page.next_page_token.is_empty() {
+            return Ok(all);
+        }
+        token = page.next_page_token;
+    }
+}
+
+/// Whether the server holds queue `name` ([`all_queues`]).
+async fn queue_exists(admin: &mut Admin, name: &str) -> Result<bool, Failure> {
+    Ok(all_queues(admin).await?.iter().any(|q| q.queue == name))
+}
+
 /// Runs one operator subcommand; returns the process exit code.
 pub(crate) fn run(mut conn: Conn, op: Op) -> std::process::ExitCode {
     if let Op::Backup { addr, .. } = &op
@@ -743,22 +768,7 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
             print_schedules(conn, &all);
         }
         Op::Queues => {
-            let mut all = Vec::new();
-            let mut token = String::new();
-            loop {
-                let page = admin
-                    .list_queues(pb::ListQueuesRequest {
-                        page_size: Some(1000),
-                        page_token: token,
-                    })
-                    .await?
-                    .into_inner();
-                all.extend(page.queues);
-                if page.next_page_token.is_empty() {
-                    break;
-                }
-                token = page.next_page_token;
-            }
+            let all = all_queues(&mut admin).await?;
             // The last complete minute's counts of each queue (a server without the call: none).
             let mut rates: std::collections::HashMap<String, [u64; 4]> = Default::default();
             let mut token = String::new();
@@ -897,9 +907,14 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 .into_inner();
             if conn.output == Output::Table && page.jobs.is_empty() {
                 // An empty table alone does not say whether the queue exists.
-                eprintln!(
-                    "no {label} jobs in queue {queue:?}; `sepp queues` lists the queues that exist"
-                );
+                if queue_exists(&mut admin, &queue).await? {
+                    eprintln!("no {label} jobs in queue {queue:?}");
+                } else {
+                    eprintln!(
+                        "queue {queue:?} does not exist (no job, pause or [[queues]] entry has \
+                         made it); `sepp queues` lists the queues that do"
+                    );
+                }
             }
             if conn.output == Output::Json {
                 print_json(&json!({
@@ -1062,6 +1077,9 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
         Op::Enqueue(_) => unreachable!("sepp enqueue is run before connecting the admin client"),
         Op::Dlq { command } => dlq(conn, &mut admin, command).await?,
         Op::Pause { queue } => {
+            // A pause creates a queue that does not exist yet: a mistyped name must not pass
+            // for the queue meant.
+            let existed = queue_exists(&mut admin, &queue).await?;
             admin
                 .pause_queue(pb::PauseQueueRequest {
                     queue: queue.clone(),
@@ -1069,8 +1087,15 @@ async fn exec(conn: &Conn, op: Op) -> Result<(), Failure> {
                 .await?;
             done(
                 conn,
-                json!({"queue": queue, "paused": true}),
-                format!("paused {queue}"),
+                json!({"queue": queue, "paused": true, "created": !existed}),
+                if existed {
+                    format!("paused {queue}")
+                } else {
+                    format!(
+                        "paused {queue}, a new queue: it did not exist (`sepp queues` lists \
+                         those that did; `sepp queue delete {queue}` undoes it)"
+                    )
+                },
             );
         }
         Op::Resume { queue } => {

@@ -143,14 +143,20 @@ async fn every_operator_subcommand_against_a_real_server() {
     assert!(!token.is_empty());
     let p2 = cli.json(&["jobs", "mail", "--limit", "1", "--page-token", &token]);
     assert_ne!(p2["jobs"][0]["job_id"], p1["jobs"][0]["job_id"]);
-    // An empty table says so, and where to look for the queues that exist.
+    // An empty table says whether the queue exists, and where to look for those that do.
     let (code, out, err) = cli.run(&["jobs", "no-such-queue"]);
     assert_eq!(code, 0);
     assert!(out.contains("JOB_ID"), "{out}");
     assert!(
-        err.contains("no ready jobs in queue \"no-such-queue\"; `sepp queues` lists"),
+        err.contains(
+            "queue \"no-such-queue\" does not exist (no job, pause or [[queues]] entry has \
+             made it); `sepp queues` lists the queues that do"
+        ),
         "{err}"
     );
+    let (code, _, err) = cli.run(&["jobs", "mail", "--state", "scheduled"]);
+    assert_eq!(code, 0);
+    assert_eq!(err.trim(), "no scheduled jobs in queue \"mail\"");
     let dead_jobs = cli.json(&["jobs", "mail", "--state", "dead"]);
     assert_eq!(dead_jobs["jobs"][0]["job_id"], dead.as_str());
     assert!(cli.ok(&["jobs", "mail"]).contains(&ids[1]));
@@ -227,7 +233,21 @@ async fn every_operator_subcommand_against_a_real_server() {
     assert_eq!(cli.json(&["queues"])["queues"][0]["dead_lettered"], 0);
 
     // pause / resume.
-    assert!(cli.ok(&["pause", "mail"]).contains("paused mail"));
+    assert_eq!(cli.ok(&["pause", "mail"]).trim(), "paused mail");
+    // A pause of a queue that does not exist creates it, and says so.
+    assert_eq!(
+        cli.ok(&["pause", "mial"]).trim(),
+        "paused mial, a new queue: it did not exist (`sepp queues` lists those that did; \
+         `sepp queue delete mial` undoes it)"
+    );
+    assert_eq!(
+        cli.json(&["pause", "mial"]),
+        serde_json::json!({"queue": "mial", "paused": true, "created": false})
+    );
+    assert!(
+        cli.ok(&["queue", "delete", "mial"])
+            .contains("deleted queue mial")
+    );
     assert_eq!(cli.json(&["queues"])["queues"][0]["paused"], true);
     cli.ok(&["resume", "mail"]);
     assert_eq!(cli.json(&["queues"])["queues"][0]["paused"], false);
