@@ -574,11 +574,20 @@ struct Facts<'a> {
     /// The newest batch among the records handed out: a hit must not be answered before the
     /// record it names is durable.
     record_batch: Cell<u64>,
+    /// The jobs whose key the rule looked up and found no record of: their creation has no
+    /// old record to replace, so the apply skips a second look-up (the index is unchanged
+    /// until then: the same lock hold, and a key repeated in the batch creates one job).
+    absent: Vec<Cell<bool>>,
 }
 
 impl EnqueueFacts for Facts<'_> {
     fn record(&self, i: usize) -> Option<KeyRecord> {
-        let e = self.st.dedup.get(self.keys.get(i)?.as_deref()?)?;
+        let Some(e) = self.st.dedup.get(self.keys.get(i)?.as_deref()?) else {
+            if let Some(a) = self.absent.get(i) {
+                a.set(true);
+            }
+            return None;
+        };
         self.record_batch.set(self.record_batch.get().max(e.batch));
         Some(KeyRecord {
             job_id: e.job_id,
@@ -719,14 +728,15 @@ impl Store for EmbeddedStore {
             // Check and decide before anything changes (invariant 2).
             sh.commit.check_writable()?;
             let durable = sh.commit.durable_batch();
-            let (plan, record_batch) = {
+            let (plan, record_batch, absent) = {
                 let facts = Facts {
                     st: &st,
                     keys: &keys,
                     record_batch: Cell::new(0),
+                    absent: (0..jobs.len()).map(|_| Cell::new(false)).collect(),
                 };
                 let plan = rule(&jobs, &facts);
-                (plan, facts.record_batch.get())
+                (plan, facts.record_batch.get(), facts.absent)
             };
             let fits = plan.outcomes.len() == jobs.len()
                 && plan.outcomes.iter().zip(&jobs).all(|(o, j)| match o {
@@ -751,10 +761,11 @@ impl Store for EmbeddedStore {
                 // Apply: change memory and append, nothing fallible from here.
                 let mut ops = Vec::with_capacity(jobs.len() * 3);
                 let mut created = Vec::new();
-                for ((job, key), (body, outcome)) in jobs
+                for (((job, key), (body, outcome)), absent) in jobs
                     .into_iter()
                     .zip(keys)
                     .zip(bodies.into_iter().zip(&plan.outcomes))
+                    .zip(&absent)
                 {
                     if let InsertOutcome::Replaced(target, placement) = *outcome {
                         Self::replace(&mut st, target, placement, job, &mut ops);
@@ -805,7 +816,9 @@ impl Store for EmbeddedStore {
                         };
                         // An expired record of the key that the sweeper has not purged yet
                         // is replaced: its place on disk goes in the same batch.
-                        if let Some(old) = st.dedup.get(&key) {
+                        if !absent.get()
+                            && let Some(old) = st.dedup.get(&key)
+                        {
                             ops.push(old.at.delete(&key));
                         }
                         ops.push(WriteOp::put(
