@@ -707,13 +707,18 @@ pub(crate) fn class_arg<'py, T: pyo3::PyClass>(
         Ok(b) => Ok(b.clone()),
         Err(_) => Err(PyTypeError::new_err(format!(
             "{name} must be a sepp.{}, not {}",
-            <T as pyo3::PyTypeInfo>::type_object(obj.py())
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default(),
+            class_name::<T>(obj.py()),
             type_name(obj)
         ))),
     }
+}
+
+/// The Python name of the class `T`, for messages.
+fn class_name<T: pyo3::PyClass>(py: Python<'_>) -> String {
+    <T as pyo3::PyTypeInfo>::type_object(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
 }
 
 /// [`class_arg`] for an optional argument: `None` when omitted or `None`.
@@ -733,13 +738,11 @@ pub(crate) fn class_list_arg<'py, T: pyo3::PyClass>(
     obj: &Bound<'py, PyAny>,
     name: &str,
 ) -> PyResult<Vec<Bound<'py, T>>> {
-    let class = <T as pyo3::PyTypeInfo>::type_object(obj.py())
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_default();
+    // The messages are built only on failure: this runs on every enqueue_batch call.
     let not_a_list = || {
         PyTypeError::new_err(format!(
-            "{name} must be a list of sepp.{class}, not {}",
+            "{name} must be a list of sepp.{}, not {}",
+            class_name::<T>(obj.py()),
             type_name(obj)
         ))
     };
@@ -749,7 +752,13 @@ pub(crate) fn class_list_arg<'py, T: pyo3::PyClass>(
     let items = obj.try_iter().map_err(|_| not_a_list())?;
     items
         .enumerate()
-        .map(|(i, item)| class_arg(&item?, &format!("{name}[{i}]")))
+        .map(|(i, item)| {
+            let item = item?;
+            match item.cast::<T>() {
+                Ok(b) => Ok(b.clone()),
+                Err(_) => class_arg(&item, &format!("{name}[{i}]")),
+            }
+        })
         .collect()
 }
 
