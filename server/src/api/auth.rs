@@ -288,41 +288,55 @@ fn matched(keys: &Keys, key: &str) -> Option<Entry> {
     matched.cloned()
 }
 
-/// Reloads `auth`'s key file on every SIGHUP until `stop`, logging the outcome.
-pub(crate) async fn reload_on_sighup(auth: ApiKeyAuth, stop: tokio_util::sync::CancellationToken) {
+/// Installs the SIGHUP handler now, and returns the task that reloads `auth`'s key file on
+/// every SIGHUP until `stop`, logging the outcome.
+///
+/// The handler is installed before this returns, not when the task first runs: a SIGHUP that
+/// arrives between the server saying it is ready and the task's first poll would otherwise meet
+/// the default action and end the process.
+pub(crate) fn reload_on_sighup(
+    auth: ApiKeyAuth,
+    stop: tokio_util::sync::CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
+    let hup = {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = match signal(SignalKind::hangup()) {
-            Ok(s) => s,
+        match signal(SignalKind::hangup()) {
+            Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot install the SIGHUP handler: keys reload only at restart");
-                return;
+                None
             }
-        };
-        loop {
-            tokio::select! {
-                got = hup.recv() => if got.is_none() { return },
-                () = stop.cancelled() => return,
-            }
-            match auth.reload() {
-                Ok(r) if auth.keys.as_ref().is_some_and(|k| k.file.is_some()) => {
-                    tracing::info!(
-                        keys = r.keys,
-                        retired = r.retired,
-                        "SIGHUP: api keys reloaded"
-                    );
+        }
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let Some(mut hup) = hup else { return };
+            loop {
+                tokio::select! {
+                    got = hup.recv() => if got.is_none() { return },
+                    () = stop.cancelled() => return,
                 }
-                Ok(_) => tracing::info!("SIGHUP: no auth.api_keys_file to reload"),
-                Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: api keys not reloaded; the keys in force stay");
+                match auth.reload() {
+                    Ok(r) if auth.keys.as_ref().is_some_and(|k| k.file.is_some()) => {
+                        tracing::info!(
+                            keys = r.keys,
+                            retired = r.retired,
+                            "SIGHUP: api keys reloaded"
+                        );
+                    }
+                    Ok(_) => tracing::info!("SIGHUP: no auth.api_keys_file to reload"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP: api keys not reloaded; the keys in force stay");
+                    }
                 }
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (auth, stop);
+        #[cfg(not(unix))]
+        {
+            let _ = (auth, stop);
+        }
     }
 }
 
