@@ -12,6 +12,23 @@ mod cli;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Turns transparent huge pages off for this process, unless `MIMALLOC_ALLOW_THP` is set (then
+/// mimalloc's own handling of that variable decides).
+///
+/// mimalloc asks for huge pages on its arenas, so the first touch of each fresh 2 MiB region
+/// faulted in a huge page that the kernel zeroed whole: 11 % of the server's CPU under batches
+/// of 100 (`perf`, `clear_page_erms`, mostly in the group commit's growing vectors), and a
+/// thread stalled for each fault. With 4 KiB pages the zeroing is under 1 %, and p99 fell to
+/// 0.77 (batches of 100) and 0.65 (unique-key calls) of before (docs/benchmarks.md,
+/// "Transparent huge pages"). The flag is the process's, whichever thread sets it.
+fn without_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+        // An error (a kernel without the call) leaves huge pages as they were: only speed.
+        let _ = rustix::thread::disable_transparent_huge_pages(true);
+    }
+}
+
 use sepp_server::config;
 use std::io::Write;
 use std::path::PathBuf;
@@ -64,6 +81,7 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
+    without_transparent_huge_pages();
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => with_server_setting_tip(e).exit(),

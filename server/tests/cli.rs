@@ -700,3 +700,26 @@ fn the_process_exits_soon_after_storage_flushed_even_with_full_memtables() {
     );
     drop(client);
 }
+
+/// The server turns transparent huge pages off for its process (docs/configuration.md), unless
+/// `MIMALLOC_ALLOW_THP` leaves the choice to mimalloc.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_server_runs_without_transparent_huge_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[server]\ndb_path = \"{}\"\n",
+        dir.path().join("data").display()
+    );
+    assert!(
+        std::env::var_os("MIMALLOC_ALLOW_THP").is_none(),
+        "run this test without MIMALLOC_ALLOW_THP in the environment"
+    );
+    let server = ServerProcess::start(dir.path(), &toml);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("THP_enabled:"))
+        .expect("a kernel that reports THP_enabled");
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+}
