@@ -44,6 +44,12 @@ export declare class Engine {
    */
   static start(client: SeppClient, options: EngineOptions): Promise<Engine>
   /**
+   * Throws what `start` would reject `options` with (a `TypeError` or an
+   * `InvalidArgumentError`), at once; returns nothing when they would do. `Worker`'s
+   * constructor calls it, so that a mistake shows where the worker is made.
+   */
+  static checkOptions(options: EngineOptions): void
+  /**
    * The next job to process, with its lease; waits until one is reserved. Resolves to
    * `null` once the engine is shut down. Call it again for each job: the engine hands out
    * at most `maxInFlight` jobs that are not yet completed.

@@ -152,8 +152,9 @@ export declare class Worker {
   /**
    * A worker reserving through `client` (which stays usable for other calls). Nothing is
    * sent before `run()`. Throws a `TypeError` when `client` is not a `SeppClient` or an
-   * option of the worker itself (`handleSignals`, `onError`) has the wrong type; the
-   * engine's options are checked by `run()`.
+   * option has the wrong type, and an `InvalidArgumentError` for no queues, a lease that is
+   * not positive, `maxInFlight` 0, `handlerTimeoutMs` 0 or a negative duration (the same
+   * rule as `Engine.start`, from the Rust core).
    */
   constructor(client: SeppClient, options: WorkerOptions);
   /** Handles jobs of `jobType` with `handler` (replacing any earlier one). Returns the worker. */
@@ -164,10 +165,8 @@ export declare class Worker {
    * Processes jobs until `stop()`, SIGTERM or SIGINT, then shuts down gracefully; resolves to
    * what it did. May run again once it has resolved.
    *
-   * Rejects with a `TypeError` for a mistyped option, `InvalidArgumentError` for no queues, a
-   * lease that is not positive, `maxInFlight` 0 or a negative duration, an `Error` with code
-   * `ERR_SEPP_CLIENT_CLOSED` for a closed client, and an `Error` when the worker is already
-   * running.
+   * Rejects with an `Error` with code `ERR_SEPP_CLIENT_CLOSED` for a closed client, and an
+   * `Error` when the worker is already running (its options were checked when it was made).
    */
   run(): Promise<WorkerReport>;
   /**

@@ -8,7 +8,7 @@
 // aborts it when the engine lets go of the job first (`Lease.done()`), and reports how it ended
 // as an outcome. Documentation: worker.d.ts.
 
-import { nativeClient } from "./bridge.js";
+import { fromNative, native, nativeClient } from "./bridge.js";
 import { Engine } from "./engine.js";
 import { inHandlerSpan } from "./tracing.js";
 
@@ -187,8 +187,8 @@ export class Worker {
     }
     this.#onError = onError;
     this.#client = client;
-    // Only the engine's fields; the engine checks them (a TypeError or InvalidArgumentError
-    // from run()).
+    // Only the engine's fields, checked now by the engine's own rule (a TypeError or an
+    // InvalidArgumentError from here, not from run()).
     const { queues, leaseDurationMs, maxInFlight, autoExtend, waitTimeoutMs, workerId } = options;
     const { handlerTimeoutMs, shutdownTimeoutMs } = options;
     this.#engineOptions = {
@@ -201,6 +201,11 @@ export class Worker {
       handlerTimeoutMs,
       shutdownTimeoutMs,
     };
+    try {
+      native.Engine.checkOptions(this.#engineOptions);
+    } catch (err) {
+      throw fromNative(err);
+    }
     this.#handleSignals = handleSignals;
   }
 

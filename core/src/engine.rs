@@ -114,6 +114,37 @@ impl EngineOptions {
             shutdown_timeout: Duration::from_secs(30),
         }
     }
+
+    /// Checks what an engine needs of its options: at least one queue, a positive lease,
+    /// `max_in_flight` at least 1 and a positive `handler_timeout` when set. [`Engine::start`]
+    /// checks them; a worker checks them when it is made, so that a mistake shows where it
+    /// was written, not at `run`.
+    ///
+    /// # Errors
+    /// [`LeaseError::Invalid`] naming the first option that is wrong.
+    pub fn check(&self) -> Result<(), LeaseError> {
+        if self.queues.is_empty() {
+            return Err(LeaseError::Invalid(
+                "queues is empty: list at least one queue".into(),
+            ));
+        }
+        if self.lease_duration.is_zero() {
+            return Err(LeaseError::Invalid(
+                "lease_duration is 0: it must be positive".into(),
+            ));
+        }
+        if self.max_in_flight == 0 {
+            return Err(LeaseError::Invalid(
+                "max_in_flight is 0: it must be at least 1".into(),
+            ));
+        }
+        if self.handler_timeout == Some(Duration::ZERO) {
+            return Err(LeaseError::Invalid(
+                "handler_timeout is 0: it must be positive (or unset for no limit)".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What became of a job, as the host reports it.
@@ -428,26 +459,7 @@ impl Engine {
     /// [`LeaseError::Invalid`] for no queues, a zero lease, `max_in_flight = 0` or a zero
     /// `handler_timeout`.
     pub fn start(client: SeppClient, opts: EngineOptions) -> Result<Self, LeaseError> {
-        if opts.queues.is_empty() {
-            return Err(LeaseError::Invalid(
-                "queues is empty: list at least one queue".into(),
-            ));
-        }
-        if opts.lease_duration.is_zero() {
-            return Err(LeaseError::Invalid(
-                "lease_duration is 0: it must be positive".into(),
-            ));
-        }
-        if opts.max_in_flight == 0 {
-            return Err(LeaseError::Invalid(
-                "max_in_flight is 0: it must be at least 1".into(),
-            ));
-        }
-        if opts.handler_timeout == Some(Duration::ZERO) {
-            return Err(LeaseError::Invalid(
-                "handler_timeout is 0: it must be positive (or unset for no limit)".into(),
-            ));
-        }
+        opts.check()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             client,
@@ -499,88 +511,105 @@ impl Engine {
     /// when the server says the lease is lost ([`LeaseError::AttemptMismatch`] too);
     /// [`LeaseError::Client`] when the call failed (the lease then runs out and the job is
     /// redelivered). The run's counts include the job either way.
-    pub async fn settle(
+    ///
+    /// The engine lets go of the job when this is called (it no longer counts in
+    /// [`Engine::in_flight`]); the returned future makes the call. Dropped unpolled, the job
+    /// is not settled and its lease runs out.
+    pub fn settle(
         &self,
         job_id: &str,
         attempt: u32,
         outcome: Outcome,
-    ) -> Result<(), LeaseError> {
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send + 'static + use<> {
+        // The engine lets go of the job now, when settle is called, not when the returned
+        // future is first polled: a binding awaits it on another thread a moment later, and a
+        // stop that begins in between must not count the job as still running
+        // ([`Engine::stop_notice`]).
         let key = (job_id.to_string(), attempt);
-        let inner = &self.inner;
-        let Some(held) = inner
+        let held = self
+            .inner
             .held
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&key)
-        else {
-            return Err(LeaseError::NotInFlight {
-                job_id: job_id.to_string(),
-                message: format!(
-                    "this worker no longer holds job {job_id} (attempt {attempt}): it was \
-                     settled already, or its lease was lost, timed out or abandoned"
-                ),
-            });
-        };
-        held.stop.cancel();
-        let acked = outcome == Outcome::Success;
-        let result = match outcome.nack() {
-            // The ack brings the job that takes this one's slot (one call and one commit
-            // instead of an ack and a Reserve); a server without that answers none, and the
-            // freed slot goes back to the poller.
-            None if !inner.stopping.is_cancelled() => {
-                let mut next =
-                    ReserveOptions::new(inner.opts.queues.clone(), inner.opts.lease_duration);
-                next.worker_id.clone_from(&inner.opts.worker_id);
-                inner.client.ack_then_reserve(job_id, attempt, next).await
+            .remove(&key);
+        // Its lease keeping stops now too: should the future be dropped unpolled, the job is
+        // neither settled nor extended, and its lease runs out as after a failed call.
+        if let Some(h) = &held {
+            h.stop.cancel();
+        }
+        let inner = self.inner.clone();
+        async move {
+            let (job_id, attempt) = (key.0.as_str(), key.1);
+            let inner = &inner;
+            let Some(held) = held else {
+                return Err(LeaseError::NotInFlight {
+                    job_id: job_id.to_string(),
+                    message: format!(
+                        "this worker no longer holds job {job_id} (attempt {attempt}): it was \
+                         settled already, or its lease was lost, timed out or abandoned"
+                    ),
+                });
+            };
+            let acked = outcome == Outcome::Success;
+            let result = match outcome.nack() {
+                // The ack brings the job that takes this one's slot (one call and one commit
+                // instead of an ack and a Reserve); a server without that answers none, and the
+                // freed slot goes back to the poller.
+                None if !inner.stopping.is_cancelled() => {
+                    let mut next =
+                        ReserveOptions::new(inner.opts.queues.clone(), inner.opts.lease_duration);
+                    next.worker_id.clone_from(&inner.opts.worker_id);
+                    inner.client.ack_then_reserve(job_id, attempt, next).await
+                }
+                None => inner.client.ack(job_id, attempt).await.map(|()| None),
+                Some((retry, reason)) => inner
+                    .client
+                    .nack(job_id, attempt, retry, reason)
+                    .await
+                    .map(|_| None),
+            };
+            match &result {
+                Err(_) => inner.count(|r| r.lease_lost += 1),
+                Ok(_) if acked => inner.count(|r| r.acked += 1),
+                Ok(_) => inner.count(|r| r.nacked += 1),
             }
-            None => inner.client.ack(job_id, attempt).await.map(|()| None),
-            Some((retry, reason)) => inner
-                .client
-                .nack(job_id, attempt, retry, reason)
-                .await
-                .map(|_| None),
-        };
-        match &result {
-            Err(_) => inner.count(|r| r.lease_lost += 1),
-            Ok(_) if acked => inner.count(|r| r.acked += 1),
-            Ok(_) => inner.count(|r| r.nacked += 1),
-        }
-        if let Err(e) = &result
-            && !e.is_lease_lost()
-        {
-            tracing::warn!(job_id, attempt, error = %e, "could not settle the job; its lease will run out");
-        }
-        held.end.send_replace(Some(LeaseEnd::Settled));
-        let Held { permit, .. } = held;
-        let next = match &result {
-            Ok(Some(jobs)) => jobs.clone(),
-            _ => Vec::new(),
-        };
-        let mut permit = Some(permit);
-        for job in next {
-            // One job is asked for; a slot is taken for any more, or the job is given back.
-            let slot = permit
-                .take()
-                .or_else(|| inner.slots.clone().try_acquire_owned().ok());
-            match slot {
-                Some(slot) => hand_out(inner, job, slot).await,
-                None => {
-                    let (id, attempt) = (job.id, job.attempt);
-                    let _ = inner
-                        .client
-                        .nack(
-                            &id,
-                            attempt,
-                            NackRetry::Delay(Duration::ZERO),
-                            Some(UNSTARTED_REASON.into()),
-                        )
-                        .await;
+            if let Err(e) = &result
+                && !e.is_lease_lost()
+            {
+                tracing::warn!(job_id, attempt, error = %e, "could not settle the job; its lease will run out");
+            }
+            held.end.send_replace(Some(LeaseEnd::Settled));
+            let Held { permit, .. } = held;
+            let next = match &result {
+                Ok(Some(jobs)) => jobs.clone(),
+                _ => Vec::new(),
+            };
+            let mut permit = Some(permit);
+            for job in next {
+                // One job is asked for; a slot is taken for any more, or the job is given back.
+                let slot = permit
+                    .take()
+                    .or_else(|| inner.slots.clone().try_acquire_owned().ok());
+                match slot {
+                    Some(slot) => hand_out(inner, job, slot).await,
+                    None => {
+                        let (id, attempt) = (job.id, job.attempt);
+                        let _ = inner
+                            .client
+                            .nack(
+                                &id,
+                                attempt,
+                                NackRetry::Delay(Duration::ZERO),
+                                Some(UNSTARTED_REASON.into()),
+                            )
+                            .await;
+                    }
                 }
             }
+            drop(permit);
+            inner.settled.notify_waiters();
+            result.map(|_| ())
         }
-        drop(permit);
-        inner.settled.notify_waiters();
-        result.map(|_| ())
     }
 
     /// The former name of [`Engine::settle`].

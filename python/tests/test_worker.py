@@ -467,10 +467,14 @@ async def test_a_worker_refuses_bad_arguments(client: sepp.SeppClient) -> None:
         Worker(client, ["q"], lease_duration=timedelta(seconds=-1))
     with pytest.raises(sepp.InvalidArgumentError, match="shutdown_timeout"):
         Worker(client, ["q"], shutdown_timeout=timedelta(seconds=-1))
-    for bad in (Worker(client, []), Worker(client, ["q"], max_in_flight=0)):
-        with pytest.raises(sepp.InvalidArgumentError):
-            await bad.run()
-        assert not bad.running
+    with pytest.raises(sepp.InvalidArgumentError, match="queues is empty"):
+        Worker(client, [])
+    with pytest.raises(sepp.InvalidArgumentError, match="max_in_flight is 0"):
+        Worker(client, ["q"], max_in_flight=0)
+    with pytest.raises(sepp.InvalidArgumentError, match="lease_duration is 0"):
+        Worker(client, ["q"], lease_duration=timedelta(0))
+    with pytest.raises(sepp.InvalidArgumentError, match="handler_timeout is 0"):
+        Worker(client, ["q"], handler_timeout=timedelta(0))
 
     worker = Worker(client, ["q"])
     worker.handle("t", _noop)

@@ -334,6 +334,18 @@ impl Engine {
         )
     }
 
+    /// Throws what `start` would reject `options` with (a `TypeError` or an
+    /// `InvalidArgumentError`), at once; returns nothing when they would do. `Worker`'s
+    /// constructor calls it, so that a mistake shows where the worker is made.
+    #[napi(ts_args_type = "options: EngineOptions")]
+    pub fn check_options(env: &Env, options: Option<Unknown<'_>>) -> napi::Result<()> {
+        EngineOptions::read(options)
+            .and_then(|o| o.into_core().map_err(BadInput::Value))
+            .map_err(|e| e.into_failure(LeaseError::Invalid))
+            .and_then(|o| o.check().map_err(Failure::from))
+            .map_err(|f| crate::error::rejection(env, f))
+    }
+
     /// The next job to process, with its lease; waits until one is reserved. Resolves to
     /// `null` once the engine is shut down. Call it again for each job: the engine hands out
     /// at most `maxInFlight` jobs that are not yet completed.
@@ -376,13 +388,15 @@ impl Engine {
                 .map_err(BadInput::Value)?;
             Ok((job_id, attempt, outcome))
         })()
-        .map_err(|e| e.into_failure(LeaseError::Invalid));
-        let core = self.core.clone();
+        .map_err(|e| e.into_failure(LeaseError::Invalid))
+        // Called here, not in the future: the engine lets go of the job before this returns,
+        // so a stop that begins before the promise settles does not count it as running.
+        .map(|(job_id, attempt, outcome)| self.core.settle(&job_id, attempt, outcome));
         settle(
             env,
             async move {
-                let (job_id, attempt, outcome) = call?;
-                Ok(core.settle(&job_id, attempt, outcome).await?)
+                let call = call?;
+                Ok(call.await?)
             },
             |()| (),
         )

@@ -276,8 +276,9 @@ where
     Ok(PromiseRaw::new(env.raw(), promise.raw()))
 }
 
-/// The JavaScript error for `failure`, as the `napi::Error` that rejects a Promise with it.
-fn rejection(env: &Env, failure: Failure) -> napi::Error {
+/// The JavaScript error for `failure`, as the `napi::Error` that rejects a Promise with it (or,
+/// returned from a synchronous call, is thrown).
+pub(crate) fn rejection(env: &Env, failure: Failure) -> napi::Error {
     // SAFETY: runs on the JavaScript thread with the live `env` of the Promise's callback.
     match unsafe { Failure::to_napi_value(env.raw(), failure) } {
         Ok(raw) => {

@@ -67,6 +67,11 @@ impl EngineOptions {
             inner.auto_extend = on;
         }
         inner.worker_id = worker_id;
+        // What the engine needs of them, checked here so that a Worker refuses them when it is
+        // made (the core's rule, as Engine.start applies it).
+        inner
+            .check()
+            .map_err(|e| Failure::from(e).into_pyerr(queues.py()))?;
         Ok(EngineOptions { inner })
     }
 
@@ -380,14 +385,15 @@ impl Engine {
         attempt: &Bound<'py, PyAny>,
         outcome: PyRef<'py, Outcome>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let engine = self.inner.clone();
         let attempt = u32_arg(attempt, "attempt", Invalid::Argument)?;
         let outcome = outcome.inner.clone();
+        // Called here, not in the coroutine: the engine lets go of the job before this returns,
+        // so a stop that begins before the coroutine runs does not count it as running.
+        let call = self.inner.settle(&job_id, attempt, outcome);
         coroutine(py, async move {
             // Settling runs to the end on the runtime even when the awaiting task is
             // cancelled: dropped half way, the job would leave the engine unsettled.
-            let settle = pyo3_async_runtimes::tokio::get_runtime()
-                .spawn(async move { engine.settle(&job_id, attempt, outcome).await });
+            let settle = pyo3_async_runtimes::tokio::get_runtime().spawn(call);
             match settle.await {
                 Ok(r) => r.map(|()| Detached(Ok(()))).map_err(Failure::from),
                 Err(e) => Ok(Detached(Err(e.to_string()))),

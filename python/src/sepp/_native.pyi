@@ -1272,8 +1272,8 @@ class SeppClient:
 
 @final
 class EngineOptions:
-    """How an `Engine` reserves, keeps leases and treats the jobs it holds. Types are checked
-    here; zero values are refused by `Engine.start`."""
+    """How an `Engine` reserves, keeps leases and treats the jobs it holds. Checked here, by
+    the same rule as `Engine.start` (the Rust core's)."""
 
     def __new__(
         cls,
@@ -1312,7 +1312,8 @@ class EngineOptions:
 
         Raises:
             TypeError: An argument has the wrong type (`queues` given as one `str` included).
-            InvalidArgumentError: A negative duration or count.
+            InvalidArgumentError: A negative duration or count, no queues, a zero lease, a zero
+                `max_in_flight` or a zero `handler_timeout`.
         """
 
     @property
