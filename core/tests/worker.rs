@@ -652,25 +652,14 @@ async fn the_stop_notice_says_how_many_jobs_are_held_and_how_long_the_stop_may_w
     );
     // The engine lets go of the job when settle is called, before its call is sent: a stop
     // that begins while the ack is in flight does not count it as running.
+    let one_running = "sepp worker stopping: waiting up to 1500 ms (shutdown_timeout) for 1 \
+                       running job to finish; if not done by then, it is given back to the \
+                       queue (nacked, counting the attempt)";
     let ack = engine.settle(&first.job.id, first.job.attempt, Outcome::Success);
     assert_eq!(engine.in_flight(), 1);
-    assert_eq!(
-        engine.stop_notice().as_deref(),
-        Some(
-            "sepp worker stopping: waiting up to 1500 ms (shutdown_timeout) for 1 running job \
-             to finish; if not done by then, it is given back to the queue (nacked, counting \
-             the attempt)"
-        )
-    );
+    assert_eq!(engine.stop_notice().as_deref(), Some(one_running));
     ack.await.unwrap();
-    assert_eq!(
-        engine.stop_notice().as_deref(),
-        Some(
-            "sepp worker stopping: waiting up to 1500 ms (shutdown_timeout) for 1 running job \
-             to finish; if not done by then, it is given back to the queue (nacked, counting \
-             the attempt)"
-        )
-    );
+    assert_eq!(engine.stop_notice().as_deref(), Some(one_running));
     engine
         .settle(&second.job.id, second.job.attempt, Outcome::Success)
         .await
