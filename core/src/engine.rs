@@ -316,6 +316,9 @@ struct Held {
     permit: OwnedSemaphorePermit,
     /// The lease's current expiry (moved by the extender).
     expires: watch::Receiver<Option<SystemTime>>,
+    /// Handed to the host by [`Engine::next`]: its handler runs (or is about to). A job
+    /// reserved but still waiting to be handed out is given back at a stop, not waited for.
+    started: bool,
 }
 
 type Key = (String, u32);
@@ -495,6 +498,16 @@ impl Engine {
             if lease.end.borrow().is_some() {
                 continue;
             }
+            let key = (lease.job.id.clone(), lease.job.attempt);
+            if let Some(h) = self
+                .inner
+                .held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(&key)
+            {
+                h.started = true;
+            }
             if let Some(limit) = self.inner.opts.handler_timeout {
                 start_timer(&self.inner, &lease, limit);
             }
@@ -647,12 +660,13 @@ impl Engine {
         self.inner.stopping.is_cancelled()
     }
 
-    /// What a worker tells its user as a stop begins while jobs are still held: how many, how
-    /// long the stop may wait for their handlers, and what becomes of the rest. `None` when no
-    /// job is held (the stop is immediate). The same words from every language's worker: Rust
+    /// What a worker tells its user as a stop begins while handlers still run: how many
+    /// ([`Engine::running`]: jobs reserved but never handed out are given back, not counted),
+    /// how long the stop may wait for them, and what becomes of the rest. `None` when none
+    /// runs (the stop is immediate). The same words from every language's worker: Rust
     /// logs them with `tracing`, Python with `logging` (a warning), Node on standard error.
     pub fn stop_notice(&self) -> Option<String> {
-        let held = self.in_flight();
+        let held = self.running();
         if held == 0 {
             return None;
         }
@@ -672,6 +686,18 @@ impl Engine {
              finish; if not done by then, {them} given back to the queue (nacked, counting the \
              attempt)"
         ))
+    }
+
+    /// Jobs handed out by [`Engine::next`] and not yet settled or let go: those whose handlers
+    /// run. What [`Engine::stop_notice`] counts.
+    pub fn running(&self) -> usize {
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|h| h.started)
+            .count()
     }
 
     /// Jobs held (handed out or waiting to be), not yet settled.
@@ -899,6 +925,7 @@ fn hold(inner: &Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) -> Lease {
             end: end_tx,
             permit,
             expires: expires_rx.clone(),
+            started: false,
         },
     );
     if inner.opts.auto_extend {

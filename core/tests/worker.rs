@@ -639,8 +639,18 @@ async fn the_stop_notice_says_how_many_jobs_are_held_and_how_long_the_stop_may_w
     let mut opts = EngineOptions::new(["notice"]);
     opts.shutdown_timeout = Duration::from_millis(1500);
     let engine = Engine::start(c.clone(), opts).unwrap();
-    assert_eq!(engine.stop_notice(), None, "nothing held yet");
+    assert_eq!(engine.stop_notice(), None, "nothing handed out yet");
+    let one_running = "sepp worker stopping: waiting up to 1500 ms (shutdown_timeout) for 1 \
+                       running job to finish; if not done by then, it is given back to the \
+                       queue (nacked, counting the attempt)";
     let first = engine.next().await.unwrap();
+    // The second job came in the same Reserve (one per free slots) and waits to be handed
+    // out: held, but no handler runs it, so the notice does not count it.
+    while engine.in_flight() < 2 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(engine.running(), 1);
+    assert_eq!(engine.stop_notice().as_deref(), Some(one_running));
     let second = engine.next().await.unwrap();
     assert_eq!(
         engine.stop_notice().as_deref(),
@@ -652,9 +662,6 @@ async fn the_stop_notice_says_how_many_jobs_are_held_and_how_long_the_stop_may_w
     );
     // The engine lets go of the job when settle is called, before its call is sent: a stop
     // that begins while the ack is in flight does not count it as running.
-    let one_running = "sepp worker stopping: waiting up to 1500 ms (shutdown_timeout) for 1 \
-                       running job to finish; if not done by then, it is given back to the \
-                       queue (nacked, counting the attempt)";
     let ack = engine.settle(&first.job.id, first.job.attempt, Outcome::Success);
     assert_eq!(engine.in_flight(), 1);
     assert_eq!(engine.stop_notice().as_deref(), Some(one_running));
