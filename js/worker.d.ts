@@ -152,9 +152,9 @@ export declare class Worker {
   /**
    * A worker reserving through `client` (which stays usable for other calls). Nothing is
    * sent before `run()`. Throws a `TypeError` when `client` is not a `SeppClient` or an
-   * option has the wrong type, and an `InvalidArgumentError` for no queues, a lease that is
-   * not positive, `maxInFlight` 0, `handlerTimeoutMs` 0 or a negative duration (the same
-   * rule as `Engine.start`, from the Rust core).
+   * option has the wrong type, and an `InvalidArgumentError` for no queues, an empty queue
+   * name, a lease that is not positive, `maxInFlight` 0, `handlerTimeoutMs` 0 or a negative
+   * duration (the same rule as `Engine.start`, from the Rust core).
    */
   constructor(client: SeppClient, options: WorkerOptions);
   /** Handles jobs of `jobType` with `handler` (replacing any earlier one). Returns the worker. */

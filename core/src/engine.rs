@@ -115,7 +115,8 @@ impl EngineOptions {
         }
     }
 
-    /// Checks what an engine needs of its options: at least one queue, a positive lease,
+    /// Checks what an engine needs of its options: what its reserves need (at least one
+    /// queue, no empty queue name, a positive lease: the rule of every reserve),
     /// `max_in_flight` at least 1 and a positive `handler_timeout` when set. [`Engine::start`]
     /// checks them; a worker checks them when it is made, so that a mistake shows where it
     /// was written, not at `run`.
@@ -123,16 +124,9 @@ impl EngineOptions {
     /// # Errors
     /// [`LeaseError::Invalid`] naming the first option that is wrong.
     pub fn check(&self) -> Result<(), LeaseError> {
-        if self.queues.is_empty() {
-            return Err(LeaseError::Invalid(
-                "queues is empty: list at least one queue".into(),
-            ));
-        }
-        if self.lease_duration.is_zero() {
-            return Err(LeaseError::Invalid(
-                "lease_duration is 0: it must be positive".into(),
-            ));
-        }
+        ReserveOptions::new(self.queues.iter().cloned(), self.lease_duration)
+            .validate()
+            .map_err(LeaseError::Invalid)?;
         if self.max_in_flight == 0 {
             return Err(LeaseError::Invalid(
                 "max_in_flight is 0: it must be at least 1".into(),

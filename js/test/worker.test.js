@@ -496,6 +496,7 @@ describe("bad input", T, () => {
     const invalid = (/** @type {RegExp} */ re) => (/** @type {any} */ e) =>
       e instanceof InvalidArgumentError && re.test(e.message);
     assert.throws(() => new Worker(client, { queues: [] }), invalid(/queues is empty/));
+    assert.throws(() => new Worker(client, { queues: ["q", ""] }), invalid(/queues contains an empty name/));
     assert.throws(() => new Worker(client, { queues: ["q"], maxInFlight: 0 }), invalid(/max_in_flight is 0/));
     assert.throws(() => new Worker(client, { queues: ["q"], leaseDurationMs: 0 }), invalid(/lease_duration is 0/));
     assert.throws(() => new Worker(client, { queues: ["q"], leaseDurationMs: -1 }), invalid(/leaseDurationMs/));

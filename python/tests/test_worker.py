@@ -469,6 +469,8 @@ async def test_a_worker_refuses_bad_arguments(client: sepp.SeppClient) -> None:
         Worker(client, ["q"], shutdown_timeout=timedelta(seconds=-1))
     with pytest.raises(sepp.InvalidArgumentError, match="queues is empty"):
         Worker(client, [])
+    with pytest.raises(sepp.InvalidArgumentError, match="queues contains an empty name"):
+        Worker(client, ["q", ""])
     with pytest.raises(sepp.InvalidArgumentError, match="max_in_flight is 0"):
         Worker(client, ["q"], max_in_flight=0)
     with pytest.raises(sepp.InvalidArgumentError, match="lease_duration is 0"):

@@ -1312,8 +1312,8 @@ class EngineOptions:
 
         Raises:
             TypeError: An argument has the wrong type (`queues` given as one `str` included).
-            InvalidArgumentError: A negative duration or count, no queues, a zero lease, a zero
-                `max_in_flight` or a zero `handler_timeout`.
+            InvalidArgumentError: A negative duration or count, no queues, an empty queue name,
+                a zero lease, a zero `max_in_flight` or a zero `handler_timeout`.
         """
 
     @property

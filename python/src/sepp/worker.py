@@ -252,8 +252,8 @@ class Worker:
 
         Raises:
             TypeError: An argument has the wrong type.
-            InvalidArgumentError: A negative duration or count, no queues, a zero lease, a
-                zero `max_in_flight` or a zero `handler_timeout`.
+            InvalidArgumentError: A negative duration or count, no queues, an empty queue
+                name, a zero lease, a zero `max_in_flight` or a zero `handler_timeout`.
         """
         if not isinstance(client, SeppClient):
             raise TypeError(f"client must be a sepp.SeppClient, not {type(client).__name__}")
