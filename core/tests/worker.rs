@@ -507,8 +507,10 @@ async fn a_workers_acks_bring_its_next_jobs_and_without_the_extension_it_reserve
                 "{reserves} Reserves for {N} jobs without the extension"
             );
         } else {
-            // The first job's Reserve, and at most one more once an ack brought none.
-            assert!(reserves <= 2, "{reserves} Reserves for {N} jobs");
+            // The first job's Reserve; then, should the last ack (which brings none: the queue
+            // is empty) land before the stop, the poller's two: one that does not wait (its
+            // last answer had a job) and the long-poll after it came back empty.
+            assert!(reserves <= 3, "{reserves} Reserves for {N} jobs");
         }
     }
 }
