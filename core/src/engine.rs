@@ -453,8 +453,7 @@ impl Engine {
     /// runtime; the other methods may be called from anywhere.
     ///
     /// # Errors
-    /// [`LeaseError::Invalid`] for no queues, a zero lease, `max_in_flight = 0` or a zero
-    /// `handler_timeout`.
+    /// [`LeaseError::Invalid`] for what [`EngineOptions::check`] refuses.
     pub fn start(client: SeppClient, opts: EngineOptions) -> Result<Self, LeaseError> {
         opts.check()?;
         let (tx, rx) = mpsc::unbounded_channel();
@@ -527,7 +526,7 @@ impl Engine {
         job_id: &str,
         attempt: u32,
         outcome: Outcome,
-    ) -> impl Future<Output = Result<(), LeaseError>> + Send + 'static + use<> {
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send + use<> {
         // The engine lets go of the job now, when settle is called, not when the returned
         // future is first polled: a binding awaits it on another thread a moment later, and a
         // stop that begins in between must not count the job as still running

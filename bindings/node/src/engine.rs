@@ -87,6 +87,15 @@ impl EngineOptions {
         })
     }
 
+    /// Reads the `options` argument of `Engine.start` or `Engine.checkOptions` into the core's
+    /// options: a `TypeError` for a mistyped field, an `InvalidArgumentError` for a value the
+    /// core's types cannot hold.
+    fn read_core(value: Option<Unknown<'_>>) -> Result<CoreOptions, Failure> {
+        Self::read(value)
+            .and_then(|o| o.into_core().map_err(BadInput::Value))
+            .map_err(|e| e.into_failure(LeaseError::Invalid))
+    }
+
     /// The core's options; unset fields keep the core's defaults.
     fn into_core(self) -> Result<CoreOptions, String> {
         let mut o = CoreOptions::new(self.queues);
@@ -318,9 +327,7 @@ impl Engine {
         options: Option<Unknown<'env>>,
     ) -> napi::Result<PromiseRaw<'env, Engine>> {
         let call = (|| -> Result<_, Failure> {
-            let options = EngineOptions::read(options)
-                .and_then(|o| o.into_core().map_err(BadInput::Value))
-                .map_err(|e| e.into_failure(LeaseError::Invalid))?;
+            let options = EngineOptions::read_core(options)?;
             Ok((client.core()?, options))
         })();
         settle(
@@ -339,9 +346,7 @@ impl Engine {
     /// constructor calls it, so that a mistake shows where the worker is made.
     #[napi(ts_args_type = "options: EngineOptions")]
     pub fn check_options(env: &Env, options: Option<Unknown<'_>>) -> napi::Result<()> {
-        EngineOptions::read(options)
-            .and_then(|o| o.into_core().map_err(BadInput::Value))
-            .map_err(|e| e.into_failure(LeaseError::Invalid))
+        EngineOptions::read_core(options)
             .and_then(|o| o.check().map_err(Failure::from))
             .map_err(|f| crate::error::rejection(env, f))
     }
