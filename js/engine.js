@@ -5,7 +5,7 @@
 // Rust core's. Methods, order and documentation: `Engine` in index.d.ts. Leases pass through
 // unchanged: `Lease.lost()` and `Lease.done()` never reject.
 
-import { call, native, nativeClient } from "./bridge.js";
+import { call, fromNative, native, nativeClient } from "./bridge.js";
 
 /** Guards the constructor: engines come from `Engine.start`. */
 const fromStart = Symbol("Engine.start");
@@ -74,6 +74,11 @@ export class Engine {
 
   stopNotice() {
     return this.#native.stopNotice();
+  }
+
+  failure() {
+    const err = this.#native.failure();
+    return err === null ? null : fromNative(err);
   }
 
   /** @param {number} timeoutMs */

@@ -85,6 +85,14 @@ export declare class Engine {
    * the stop may wait for them, and what becomes of the rest; `null` when none is held.
    */
   stopNotice(): string | null
+  /**
+   * Why the engine stopped by itself, or `null`: the server refused a reserve with an error
+   * no retry can mend (`UnauthenticatedError`, `PermissionDeniedError`,
+   * `InvalidArgumentError`, `FailedPreconditionError` for a queue strict mode does not
+   * know, `UnsupportedError`). The engine then shuts down as `shutdown` does; a `Worker`'s
+   * `run()` drains and rejects with this error.
+   */
+  failure(): Error | null
   /** Jobs held (handed out, or reserved and waiting to be), not yet settled. */
   get inFlight(): number
   /**

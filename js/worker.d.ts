@@ -167,6 +167,10 @@ export declare class Worker {
    *
    * Rejects with an `Error` with code `ERR_SEPP_CLIENT_CLOSED` for a closed client, and an
    * `Error` when the worker is already running (its options were checked when it was made).
+   * When the server refuses to reserve for good (`UnauthenticatedError`,
+   * `PermissionDeniedError` for a key without the worker role, `FailedPreconditionError` for a
+   * queue strict mode does not know, ...), it stops reserving at once, lets the running
+   * handlers finish as in a stop, then rejects with that error.
    */
   run(): Promise<WorkerReport>;
   /**

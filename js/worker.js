@@ -301,6 +301,8 @@ export class Worker {
       await engine.drain();
       await Promise.all(running);
     }
+    const failure = engine.failure();
+    if (failure !== null) throw failure;
     return withOldNames(engine.report);
   }
 

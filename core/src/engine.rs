@@ -9,7 +9,10 @@
 //!
 //! - reserving: a poller reserves in batches sized to the free slots (`max_in_flight` minus
 //!   the jobs held), long-polls, and backs off exponentially (up to `max_backoff`) while the
-//!   server is unreachable, so it never spins;
+//!   server is unreachable, so it never spins; a reserve the server refuses for good (no or a
+//!   wrong API key, a key without the `worker` role, a queue strict mode does not know) stops
+//!   the engine instead, and [`Engine::failure`] says why, so that a worker fails at once
+//!   rather than wait for jobs forever;
 //! - which jobs a host gets: with [`EngineOptions::job_types`] set, a job of another type is
 //!   nacked at once with the queue's retry policy and the reason `no handler for job type
 //!   "T"`, and never handed out;
@@ -41,7 +44,7 @@
 //! - the counts of a run ([`WorkerReport`]).
 
 use crate::client::SeppClient;
-use crate::error::{ErrorCode, LeaseError};
+use crate::error::{ClientError, ErrorCode, LeaseError, ReserveError};
 use crate::job::Job;
 use crate::request::{NackRetry, ReserveOptions};
 use std::collections::HashMap;
@@ -338,6 +341,8 @@ struct Inner {
     settled: tokio::sync::Notify,
     /// The counts of the run.
     report: Mutex<WorkerReport>,
+    /// Why the engine stopped by itself: a reserve the server refused for good.
+    failure: Mutex<Option<ClientError>>,
     /// The runtime the engine was started on: [`Engine::shutdown`] may be called from a
     /// thread outside it (a binding's host thread).
     runtime: tokio::runtime::Handle,
@@ -469,6 +474,7 @@ impl Engine {
             hurry: CancellationToken::new(),
             settled: tokio::sync::Notify::new(),
             report: Mutex::new(WorkerReport::default()),
+            failure: Mutex::new(None),
             runtime: tokio::runtime::Handle::current(),
         });
         tokio::spawn(poll(inner.clone()));
@@ -635,17 +641,24 @@ impl Engine {
     /// Stops reserving. Jobs already handed out stay held until settled or abandoned; jobs
     /// reserved but not handed out yet are given back at once (nacked without delay).
     pub fn shutdown(&self) {
-        if self.inner.stopping.is_cancelled() {
-            return;
-        }
-        self.inner.stopping.cancel();
-        let inner = self.inner.clone();
-        self.inner.runtime.spawn(async move {
-            let mut rx = inner.ready.lock().await;
-            while let Ok(lease) = rx.try_recv() {
-                release_unstarted(&inner, lease).await;
-            }
-        });
+        shut_down(&self.inner);
+    }
+
+    /// Why the engine stopped by itself, if it did: the server refused a reserve with an error
+    /// that no retry can mend: [`ErrorCode::Unauthenticated`],
+    /// [`ErrorCode::PermissionDenied`], [`ErrorCode::InvalidArgument`],
+    /// [`ErrorCode::FailedPrecondition`] (strict mode, an undeclared queue) or
+    /// [`ErrorCode::Unsupported`]. The engine then shuts down as
+    /// [`Engine::shutdown`] does, so [`Engine::next`] returns `None`; a worker drains as usual
+    /// and then fails with this error. `None` while the engine runs, and after a stop its host
+    /// asked for.
+    #[must_use]
+    pub fn failure(&self) -> Option<ClientError> {
+        self.inner
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether [`Engine::shutdown`] was called.
@@ -751,6 +764,38 @@ impl Engine {
     pub fn report(&self) -> WorkerReport {
         *self.inner.report.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Stops reserving and gives back the jobs reserved but not handed out ([`Engine::shutdown`]).
+fn shut_down(inner: &Arc<Inner>) {
+    if inner.stopping.is_cancelled() {
+        return;
+    }
+    inner.stopping.cancel();
+    let inner = inner.clone();
+    inner.runtime.clone().spawn(async move {
+        let mut rx = inner.ready.lock().await;
+        while let Ok(lease) = rx.try_recv() {
+            release_unstarted(&inner, lease).await;
+        }
+    });
+}
+
+/// Whether a reserve refused with `e` stops the engine instead of being retried: a missing or
+/// wrong API key, a key without the `worker` role, a request the server calls malformed, a
+/// queue that strict mode does not know, a server without the call. Retrying those only hides
+/// the mistake (the worker would wait for jobs forever); an unreachable or overloaded server,
+/// or one that failed (`ServerFault`), is retried with backoff.
+fn stops_the_engine(e: &ClientError) -> bool {
+    matches!(
+        e.code(),
+        ErrorCode::Unauthenticated
+            | ErrorCode::PermissionDenied
+            | ErrorCode::InvalidArgument
+            | ErrorCode::FailedPrecondition
+            | ErrorCode::Unsupported
+            | ErrorCode::InvalidConfig
+    )
 }
 
 /// Lets go of the held jobs among `keys` and nacks them with `reason`, all at once. Returns
@@ -869,6 +914,12 @@ async fn poll(inner: Arc<Inner>) {
                     let Some(permit) = permits.pop() else { break };
                     hand_out(&inner, job, permit).await;
                 }
+            }
+            Err(ReserveError::Client(e)) if stops_the_engine(&e) => {
+                tracing::error!(error = %e, "the server refused to reserve; the worker stops");
+                *inner.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                shut_down(&inner);
+                return;
             }
             Err(e) => {
                 idle = false;

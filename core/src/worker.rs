@@ -276,7 +276,8 @@ impl Worker {
     ///
     /// # Errors
     /// [`LeaseError::Invalid`] for bad options (no queues, zero lease, zero concurrency, zero
-    /// handler timeout).
+    /// handler timeout); [`LeaseError::Client`] when the server refused to reserve for good
+    /// ([`Engine::failure`]), after the jobs already running were drained.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()>,
@@ -303,7 +304,10 @@ impl Worker {
         }
         engine.drain().await;
         while tasks.join_next().await.is_some() {}
-        Ok(engine.report())
+        match engine.failure() {
+            Some(e) => Err(LeaseError::Client(e)),
+            None => Ok(engine.report()),
+        }
     }
 
     fn handler_for(&self, job: &Job) -> Option<Handler> {

@@ -826,3 +826,47 @@ async fn a_stop_while_a_reserve_brings_jobs_gives_them_back_at_once() {
         assert_eq!(info.state, JobState::Ready, "{info:?}");
     }
 }
+
+#[tokio::test]
+async fn a_worker_whose_key_lacks_the_worker_role_fails_instead_of_waiting_forever() {
+    use sepp_server::config::{ApiKey, Role};
+    let server = TestServer::start(|c| {
+        c.auth.api_keys = Some(vec![
+            ApiKey {
+                name: "producer".into(),
+                key: "p-secret".into(),
+                roles: vec![Role::Producer],
+            },
+            ApiKey::new("all", "a-secret"),
+        ]);
+    })
+    .await;
+    let connect = |key: &str| {
+        SeppClient::builder(server.url())
+            .api_key(key)
+            .connect_lazy()
+            .unwrap()
+    };
+    let admin = connect("a-secret");
+    let id = admin
+        .enqueue(EnqueueRequest::new("roles", "t").unwrap())
+        .await
+        .unwrap()
+        .job_id;
+    let worker = Worker::builder(connect("p-secret"), ["roles"])
+        .handle("t", |_ctx| async { Ok(()) })
+        .build();
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        worker.run_until(std::future::pending()),
+    )
+    .await
+    .expect("the worker fails at once, instead of retrying the reserve")
+    .expect_err("a refused reserve fails the worker");
+    assert_eq!(err.code(), sepp_rs::ErrorCode::PermissionDenied, "{err}");
+    assert!(err.to_string().contains("worker"), "names the role: {err}");
+    // The job was not touched.
+    let info = admin.get_job(&id).await.unwrap();
+    assert_eq!(info.state, JobState::Ready);
+    assert_eq!(info.attempt, 0);
+}

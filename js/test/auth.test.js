@@ -2,7 +2,14 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { InvalidConfigError, SeppClient, SeppError, UnauthenticatedError } from "sepp";
+import {
+  InvalidConfigError,
+  PermissionDeniedError,
+  SeppClient,
+  SeppError,
+  UnauthenticatedError,
+  Worker,
+} from "sepp";
 import { startServer } from "../test-support/server.js";
 
 describe("api keys", { timeout: 30_000 }, () => {
@@ -10,7 +17,11 @@ describe("api keys", { timeout: 30_000 }, () => {
   let server;
 
   before(async () => {
-    server = await startServer({ extraToml: '[auth]\napi_keys = [{ name = "t", key = "secret" }]' });
+    server = await startServer({
+      extraToml:
+        '[auth]\napi_keys = [{ name = "t", key = "secret" },' +
+        ' { name = "p", key = "producer-only", roles = ["producer"] }]',
+    });
   });
 
   after(() => server?.stop());
@@ -43,6 +54,29 @@ describe("api keys", { timeout: 30_000 }, () => {
       await client.ack(job.id, job.attempt);
     } finally {
       client.close();
+    }
+  });
+
+  test("a worker whose key lacks the worker role rejects instead of waiting for jobs", async () => {
+    const admin = await SeppClient.connect(server.url, { apiKey: "secret" });
+    const producer = await SeppClient.connect(server.url, { apiKey: "producer-only" });
+    try {
+      const ack = await admin.enqueue({ queue: "auth-roles", jobType: "t" });
+      const worker = new Worker(producer, { queues: ["auth-roles"], handleSignals: false });
+      worker.handle("t", async () => {
+        throw new Error("no job can be reserved with this key");
+      });
+      await assert.rejects(worker.run(), (e) => {
+        assert.ok(e instanceof PermissionDeniedError, String(e));
+        assert.match(e.message, /worker/);
+        return true;
+      });
+      const info = await admin.getJob(ack.jobId);
+      assert.equal(info.state, "ready");
+      assert.equal(info.attempt, 0);
+    } finally {
+      producer.close();
+      admin.close();
     }
   });
 });

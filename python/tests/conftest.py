@@ -201,10 +201,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server that requires the API key "secret"."""
+    """A server that requires an API key: "secret" may do everything, "producer-only" only
+    enqueue."""
     s = start_server(
         tmp_path_factory.mktemp("auth"),
-        '[auth]\napi_keys = [{ name = "t", key = "secret" }]',
+        '[auth]\napi_keys = [{ name = "t", key = "secret" },'
+        ' { name = "p", key = "producer-only", roles = ["producer"] }]',
     )
     yield s
     s.stop()

@@ -445,6 +445,27 @@ async def test_stop_before_run_makes_run_return_at_once(
     assert report == WorkerReport()
 
 
+async def test_a_worker_whose_key_lacks_the_worker_role_raises_instead_of_waiting(
+    auth_server: Server, queue: str
+) -> None:
+    async with await sepp.SeppClient.connect(auth_server.url, api_key="secret") as admin:
+        ack = await admin.enqueue(EnqueueRequest(queue, "t"))
+        async with await sepp.SeppClient.connect(
+            auth_server.url, api_key="producer-only"
+        ) as producer:
+            worker = Worker(producer, [queue])
+
+            @worker.handler("t")
+            async def handle(job: JobContext) -> None:
+                raise AssertionError("no job can be reserved with this key")
+
+            with pytest.raises(sepp.PermissionDeniedError, match="worker"):
+                await asyncio.wait_for(worker.run(), 20)
+        info = await admin.get_job(ack.job_id)
+        assert info.state == "READY"
+        assert info.attempt == 0
+
+
 async def test_stop_may_be_called_from_another_thread(client: sepp.SeppClient, queue: str) -> None:
     worker = Worker(client, [queue], wait_timeout=timedelta(seconds=30))
     running = asyncio.ensure_future(worker.run())

@@ -18,7 +18,7 @@ use crate::job::Job;
 use crate::read::{self, BadInput, Fields};
 use crate::value::{self, Date};
 use napi::Env;
-use napi::bindgen_prelude::{PromiseRaw, Unknown};
+use napi::bindgen_prelude::{PromiseRaw, ToNapiValue, Unknown};
 use napi_derive::napi;
 use sepp_rs::LeaseError;
 use sepp_rs::engine::{
@@ -442,6 +442,22 @@ impl Engine {
     #[napi]
     pub fn stop_notice(&self) -> Option<String> {
         self.core.stop_notice()
+    }
+
+    /// Why the engine stopped by itself, or `null`: the server refused a reserve with an error
+    /// no retry can mend (`UnauthenticatedError`, `PermissionDeniedError`,
+    /// `InvalidArgumentError`, `FailedPreconditionError` for a queue strict mode does not
+    /// know, `UnsupportedError`). The engine then shuts down as `shutdown` does; a `Worker`'s
+    /// `run()` drains and rejects with this error.
+    #[napi(ts_return_type = "Error | null")]
+    pub fn failure<'env>(&self, env: &'env Env) -> napi::Result<Option<Unknown<'env>>> {
+        let Some(e) = self.core.failure() else {
+            return Ok(None);
+        };
+        // SAFETY: runs on the JavaScript thread with the live `env` of this call.
+        let raw = unsafe { Failure::to_napi_value(env.raw(), Failure::from(e))? };
+        // SAFETY: `raw` was just created in `env`.
+        Ok(Some(unsafe { Unknown::from_raw_unchecked(env.raw(), raw) }))
     }
 
     /// Jobs held (handed out, or reserved and waiting to be), not yet settled.

@@ -433,6 +433,14 @@ impl Engine {
         self.inner.stop_notice()
     }
 
+    /// Why the engine stopped by itself (the server refused a reserve for good), as the
+    /// exception a call would raise; `None` otherwise.
+    fn failure(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.inner
+            .failure()
+            .map(|e| Failure::from(e).into_pyerr(py).into_value(py).into_any())
+    }
+
     fn wait_idle<'py>(
         &self,
         py: Python<'py>,

@@ -1624,6 +1624,12 @@ class Engine:
         long the stop may wait for their handlers (`shutdown_timeout`), and what becomes of
         the rest. `None` when no job is held."""
 
+    def failure(self) -> Optional[Exception]:
+        """Why the engine stopped by itself, or `None`: the server refused a reserve with an
+        error no retry can mend (`UnauthenticatedError`, `PermissionDeniedError`,
+        `InvalidArgumentError`, `FailedPreconditionError` for a queue strict mode does not
+        know, `UnsupportedError`). The engine then shuts down as `shutdown` does."""
+
     async def wait_idle(self, timeout: timedelta) -> bool:
         """Waits until no job is held, or `timeout` passes.
 

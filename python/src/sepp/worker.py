@@ -376,6 +376,11 @@ class Worker:
             RuntimeError: The worker is already running, or the client is closed.
             InvalidArgumentError: No queues, a zero `lease_duration` or a zero
                 `max_in_flight`.
+            SeppError: The server refused to reserve for good (`UnauthenticatedError`,
+                `PermissionDeniedError` for a key without the worker role,
+                `FailedPreconditionError` for a queue strict mode does not know, ...): the
+                worker stops reserving at once, lets the running handlers finish as in a
+                stop, then raises it.
         """
         if self._run is not None:
             raise RuntimeError("this worker is already running")
@@ -396,6 +401,9 @@ class Worker:
                 await run.finish()
                 raise
             await run.finish()
+            failure = engine.failure()
+            if failure is not None:
+                raise failure
             return engine.report
         finally:
             restore_signals()
