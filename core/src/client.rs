@@ -999,18 +999,15 @@ impl SeppClient {
     /// the server). Returns the new expiry.
     ///
     /// # Errors
-    /// [`LeaseError::Invalid`] for a zero duration; otherwise as [`SeppClient::ack`].
+    /// [`LeaseError::Invalid`] for a duration under 1 ms; otherwise as [`SeppClient::ack`].
     pub async fn extend(
         &self,
         job_id: &str,
         attempt: u32,
         lease_duration: Duration,
     ) -> Result<SystemTime, LeaseError> {
-        if lease_duration.is_zero() {
-            return Err(LeaseError::Invalid(
-                "lease_duration is 0: it must be positive".into(),
-            ));
-        }
+        crate::request::check_lease("lease_duration", lease_duration)
+            .map_err(LeaseError::Invalid)?;
         let msg = pb::ExtendRequest {
             job_id: job_id.to_string(),
             attempt,

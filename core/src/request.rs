@@ -316,14 +316,27 @@ impl ReserveOptions {
         if let Some(q) = self.queues.iter().find(|q| q.is_empty()) {
             return Err(format!("queues contains an empty name ({q:?})"));
         }
-        if self.lease_duration.is_zero() {
-            return Err("lease_duration is 0: it must be positive".into());
-        }
+        check_lease("lease_duration", self.lease_duration)?;
         if self.max_jobs == Some(0) {
             return Err("max_jobs is 0: ask for at least 1 job".into());
         }
         Ok(())
     }
+}
+
+/// The rule of every lease a client asks for (a reserve's, an extension's, a worker's): at
+/// least 1 ms, the unit the server counts leases in (it would round a shorter one up). `name`
+/// is the option's name in the message.
+pub(crate) fn check_lease(name: &str, d: Duration) -> Result<(), String> {
+    if d.is_zero() {
+        return Err(format!("{name} is 0: it must be positive"));
+    }
+    if d < Duration::from_millis(1) {
+        return Err(format!(
+            "{name} is {d:?}: it must be at least 1 ms (leases are counted in milliseconds)"
+        ));
+    }
+    Ok(())
 }
 
 /// What to do with a job after a failed delivery.
@@ -354,6 +367,20 @@ mod tests {
             EnqueueRequest::new("q", ""),
             Err(Rejection::InvalidRequest { .. })
         ));
+    }
+
+    #[test]
+    fn a_lease_under_a_millisecond_is_refused_before_sending() {
+        let lease = |d| ReserveOptions::new(["q"], d).validate();
+        assert_eq!(
+            lease(Duration::ZERO).unwrap_err(),
+            "lease_duration is 0: it must be positive"
+        );
+        assert_eq!(
+            lease(Duration::from_micros(500)).unwrap_err(),
+            "lease_duration is 500µs: it must be at least 1 ms (leases are counted in milliseconds)"
+        );
+        assert!(lease(Duration::from_millis(1)).is_ok());
     }
 
     #[test]

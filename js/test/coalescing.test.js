@@ -131,7 +131,7 @@ describe("coalescing", T, () => {
   test("maxBatchesInFlight must be at least 1", async () => {
     await assert.rejects(
       SeppClient.connect(server.url, { maxBatchesInFlight: 0 }),
-      (/** @type {any} */ e) => e instanceof InvalidConfigError && /max_batches_in_flight is 0/.test(e.message),
+      (/** @type {any} */ e) => e instanceof InvalidConfigError && /^maxBatchesInFlight is 0: it must be at least 1$/.test(e.message),
     );
   });
 });

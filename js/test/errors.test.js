@@ -186,7 +186,7 @@ describe("checks made before anything is sent", T, () => {
         InvalidArgumentError,
         /leaseDurationMs is -5/,
       ],
-      [() => client.reserve({ queues: ["q"], leaseDurationMs: 0 }), InvalidArgumentError, /lease/],
+      [() => client.reserve({ queues: ["q"], leaseDurationMs: 0 }), InvalidArgumentError, /^leaseDurationMs is 0/],
       [() => client.reserve({ queues: [], leaseDurationMs: 1_000 }), InvalidArgumentError, /queues/],
       [
         () => client.reserve({ queues: ["q"], leaseDurationMs: 1_000, waitTimeoutMs: Number.NaN }),

@@ -497,11 +497,15 @@ describe("bad input", T, () => {
       e instanceof InvalidArgumentError && re.test(e.message);
     assert.throws(() => new Worker(client, { queues: [] }), invalid(/queues is empty/));
     assert.throws(() => new Worker(client, { queues: ["q", ""] }), invalid(/queues contains an empty name/));
-    assert.throws(() => new Worker(client, { queues: ["q"], maxInFlight: 0 }), invalid(/max_in_flight is 0/));
-    assert.throws(() => new Worker(client, { queues: ["q"], leaseDurationMs: 0 }), invalid(/lease_duration is 0/));
+    assert.throws(() => new Worker(client, { queues: ["q"], maxInFlight: 0 }), invalid(/^maxInFlight is 0: it must be at least 1$/));
+    assert.throws(() => new Worker(client, { queues: ["q"], leaseDurationMs: 0 }), invalid(/^leaseDurationMs is 0: it must be positive$/));
+    assert.throws(
+      () => new Worker(client, { queues: ["q"], leaseDurationMs: 0.5 }),
+      invalid(/^leaseDurationMs is 500µs: it must be at least 1 ms/),
+    );
     assert.throws(() => new Worker(client, { queues: ["q"], leaseDurationMs: -1 }), invalid(/leaseDurationMs/));
     assert.throws(() => new Worker(client, { queues: ["q"], shutdownTimeoutMs: -1 }), invalid(/shutdownTimeoutMs/));
-    assert.throws(() => new Worker(client, { queues: ["q"], handlerTimeoutMs: 0 }), invalid(/handler_timeout is 0/));
+    assert.throws(() => new Worker(client, { queues: ["q"], handlerTimeoutMs: 0 }), invalid(/^handlerTimeoutMs is 0: it must be positive/));
     assert.throws(
       () => new Worker(client, /** @type {any} */ ({ queues: "q" })),
       (/** @type {any} */ e) => e instanceof TypeError && /options\.queues/.test(e.message),

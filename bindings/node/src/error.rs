@@ -90,11 +90,42 @@ impl SeppFailure {
     }
 }
 
+/// The options the core's checks name, as the core (and Rust and Python) spell them and as
+/// JavaScript callers do.
+const JS_NAMES: [(&str, &str); 6] = [
+    ("lease_duration", "leaseDurationMs"),
+    ("max_in_flight", "maxInFlight"),
+    ("handler_timeout", "handlerTimeoutMs"),
+    ("max_jobs", "maxJobs"),
+    ("wait_timeout", "waitTimeoutMs"),
+    ("max_batches_in_flight", "maxBatchesInFlight"),
+];
+
+/// A message of the core's own checks (which lead with the option's name) with that name as
+/// JavaScript spells it: `maxInFlight is 0: ...`, not `max_in_flight is 0: ...`. Messages from
+/// the server are left alone: they name the protocol's fields.
+fn js_names(message: String) -> String {
+    for (core, js) in JS_NAMES {
+        if let Some(rest) = message.strip_prefix(core)
+            && rest.starts_with(' ')
+        {
+            return format!("{js}{rest}");
+        }
+    }
+    message
+}
+
 impl From<ClientError> for SeppFailure {
     fn from(e: ClientError) -> Self {
+        let message = e.message().to_string();
         let mut f = SeppFailure {
             code: e.code(),
-            message: e.message().to_string(),
+            // INVALID_CONFIG comes from the client's own checks only.
+            message: if e.code() == ErrorCode::InvalidConfig {
+                js_names(message)
+            } else {
+                message
+            },
             retryable: e.is_retryable(),
             details: Vec::new(),
         };
@@ -166,7 +197,7 @@ impl From<BatchError> for SeppFailure {
     fn from(e: BatchError) -> Self {
         let code = e.code();
         match e {
-            BatchError::Invalid(m) => SeppFailure::new(code, m),
+            BatchError::Invalid(m) => SeppFailure::new(code, js_names(m)),
             BatchError::Client(c) => c.into(),
         }
     }
@@ -181,7 +212,7 @@ impl From<LeaseError> for SeppFailure {
             | LeaseError::AttemptMismatch { job_id, message } => {
                 SeppFailure::new(code, message).with("jobId", Detail::Text(job_id))
             }
-            LeaseError::Invalid(m) => SeppFailure::new(code, m),
+            LeaseError::Invalid(m) => SeppFailure::new(code, js_names(m)),
             LeaseError::Client(c) => c.into(),
         }
     }
@@ -191,7 +222,7 @@ impl From<ReserveError> for SeppFailure {
     fn from(e: ReserveError) -> Self {
         let code = e.code();
         match e {
-            ReserveError::Invalid(m) => SeppFailure::new(code, m),
+            ReserveError::Invalid(m) => SeppFailure::new(code, js_names(m)),
             ReserveError::Client(c) => c.into(),
         }
     }
