@@ -60,13 +60,13 @@ use hyper_util::service::TowerToHyperService;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -769,7 +769,7 @@ impl Conn {
             inner: io,
             received: received.clone(),
         };
-        let (in_flight, mut calls) = watch::channel(0usize);
+        let activity = Arc::new(Activity::new());
         let replies = Arc::new(ConnReplies::new(self.replies.clone()));
         let service = ConnService {
             routes: self.routes.clone(),
@@ -777,7 +777,7 @@ impl Conn {
             budget: self.budget.clone(),
             replies: replies.clone(),
             receive_timeout: self.opts.handshake_timeout,
-            in_flight: Arc::new(in_flight),
+            activity: activity.clone(),
         };
         let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         builder
@@ -792,19 +792,7 @@ impl Conn {
         let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
         tokio::pin!(conn);
 
-        let idle_timeout = self.opts.idle_timeout;
-        let idle = async move {
-            loop {
-                if *calls.borrow_and_update() == 0 {
-                    tokio::select! {
-                        () = tokio::time::sleep(idle_timeout) => return,
-                        r = calls.changed() => if r.is_err() { std::future::pending::<()>().await },
-                    }
-                } else if calls.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
+        let idle = activity.idle_for(self.opts.idle_timeout);
         tokio::pin!(idle);
         let handshake = tokio::time::sleep_until(deadline);
         tokio::pin!(handshake);
@@ -919,22 +907,67 @@ struct ConnService {
     budget: Arc<RequestBudget>,
     replies: Arc<ConnReplies>,
     receive_timeout: Duration,
-    in_flight: Arc<watch::Sender<usize>>,
+    activity: Arc<Activity>,
+}
+
+/// A connection's calls in flight and when the last one ended, for the idle timeout. Calls
+/// only count (two atomic operations each, no wake-up); the connection looks at the counts
+/// when its idle deadline comes, and sleeps again if a call ran meanwhile.
+struct Activity {
+    /// Calls in flight.
+    calls: AtomicUsize,
+    /// When the last call ended, in milliseconds since `start`.
+    last_end_ms: AtomicU64,
+    start: tokio::time::Instant,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            calls: AtomicUsize::new(0),
+            last_end_ms: AtomicU64::new(0),
+            start: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Returns once the connection has had no call in flight for `timeout`.
+    async fn idle_for(self: Arc<Self>, timeout: Duration) {
+        let mut deadline = self.start + timeout;
+        loop {
+            tokio::time::sleep_until(deadline).await;
+            if self.calls.load(Ordering::Acquire) > 0 {
+                // Busy now: it cannot be idle before a whole timeout from now.
+                deadline = tokio::time::Instant::now() + timeout;
+                continue;
+            }
+            let quiet_since =
+                self.start + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire));
+            if quiet_since + timeout <= tokio::time::Instant::now() {
+                return;
+            }
+            deadline = quiet_since + timeout;
+        }
+    }
 }
 
 /// Marks one call in flight until dropped.
-struct InFlight(Arc<watch::Sender<usize>>);
+struct InFlight(Arc<Activity>);
 
 impl InFlight {
-    fn new(tx: Arc<watch::Sender<usize>>) -> Self {
-        tx.send_modify(|n| *n += 1);
-        InFlight(tx)
+    fn new(activity: Arc<Activity>) -> Self {
+        activity.calls.fetch_add(1, Ordering::AcqRel);
+        InFlight(activity)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        let a = &self.0;
+        // Rounded up, so that the connection never counts as quiet early.
+        let ended = a.start.elapsed().as_millis() as u64 + 1;
+        // Stamped before the count drops, so that a look that sees no call sees this end.
+        a.last_end_ms.fetch_max(ended, Ordering::AcqRel);
+        a.calls.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -984,7 +1017,7 @@ impl ConnService {
         &mut self,
         req: http::Request<Incoming>,
     ) -> (Reply, Option<Arc<CallRoom>>, Answering) {
-        let guard = InFlight::new(self.in_flight.clone());
+        let guard = InFlight::new(self.activity.clone());
         let mut routes = self.routes.clone();
         let (mut parts, body) = req.into_parts();
         let refused = |status: tonic::Status| -> (Reply, Option<Arc<CallRoom>>, Answering) {
