@@ -74,6 +74,7 @@ test-rust-postgres:
 check-example-errors:
 	cargo build -p sepp-rs --example checksum_producer
 	@out=$$(target/debug/examples/checksum_producer --server http://127.0.0.1:1 . 2>&1); rc=$$?; \
+	echo "check-example-errors: a producer without a server must fail with one line (expected here):"; \
 	echo "$$out"; \
 	if [ $$rc -eq 0 ]; then echo "check-example-errors: expected a failure"; exit 1; fi; \
 	if ! grep -q '^checksum_producer: TRANSPORT: ' <<<"$$out" || grep -q 'ClientError {' <<<"$$out"; then \
