@@ -171,6 +171,55 @@ async fn an_idle_connection_gets_goaway_after_the_idle_timeout() {
 }
 
 #[tokio::test]
+async fn a_call_in_flight_past_the_idle_timeout_keeps_its_connection_and_the_timeout_restarts_when_it_ends()
+ {
+    let server = TestServer::start(|c| {
+        quick(c);
+        c.server.idle_timeout_ms = 1000;
+        // The call below stays in flight until its message is given up on, after 3 s.
+        c.server.handshake_timeout_ms = 3000;
+    })
+    .await;
+    let mut s = handshake(server.addr).await;
+    let t0 = Instant::now();
+    // A health check that announces an 8-byte message and sends 1 byte of it.
+    s.write_all(&frame(HEADERS, 0x4, 1, &health_headers()))
+        .await
+        .unwrap();
+    s.write_all(&frame(DATA, 0, 1, &[0, 0, 0, 0, 8, 8]))
+        .await
+        .unwrap();
+    let deadline = t0 + Duration::from_secs(15);
+    let mut answered = None;
+    let goaway = loop {
+        let f = next_frame(&mut s, deadline.saturating_duration_since(Instant::now())).await;
+        let Some(f) = f else {
+            panic!("closed without GOAWAY")
+        };
+        if f.kind == GOAWAY {
+            break Instant::now();
+        }
+        if f.kind == HEADERS && f.stream == 1 && answered.is_none() {
+            answered = Some(Instant::now());
+        }
+    };
+    let answered = answered.expect("GOAWAY came while the call was still in flight");
+    assert!(
+        answered - t0 >= Duration::from_millis(2900),
+        "answered after {:?}",
+        answered - t0
+    );
+    // One idle timeout after the call ended, not after the connection's last quiet moment
+    // before it, and not two.
+    let quiet = goaway - answered;
+    assert!(
+        quiet >= Duration::from_millis(900) && quiet < Duration::from_millis(2500),
+        "GOAWAY {quiet:?} after the answer"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn max_concurrent_streams_is_advertised_and_enforced_and_stalled_streams_block_no_one() {
     let server = TestServer::start(|c| {
         quick(c);
