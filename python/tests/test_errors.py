@@ -434,6 +434,10 @@ async def test_a_missing_or_wrong_api_key_raises_unauthenticated(auth_server: Se
     assert caught.value.code == "UNAUTHENTICATED" and not caught.value.retryable
     with pytest.raises(sepp.UnauthenticatedError):
         await sepp.SeppClient.connect(auth_server.url, api_key="guess")
+    with pytest.raises(TypeError, match="^api_key must be str, not int$"):
+        await sepp.SeppClient.connect(auth_server.url, api_key=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^coalesce must be bool, not str$"):
+        await sepp.SeppClient.connect(auth_server.url, coalesce="no")  # type: ignore[arg-type]
 
     async with await sepp.SeppClient.connect(auth_server.url, api_key="secret") as client:
         ack = await client.enqueue(EnqueueRequest("q", "t"))

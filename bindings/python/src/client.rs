@@ -5,7 +5,7 @@ use crate::error::{Failure, Invalid};
 use crate::job::LeaseExpiry;
 use crate::request::{
     EnqueueRequest, NackRetry, RetryPolicy, TlsOptions, class_arg, class_list_arg, names_arg,
-    opt_class_arg, opt_names_arg, opt_u32_arg, u32_arg,
+    opt_bool_arg, opt_class_arg, opt_names_arg, opt_str_arg, opt_u32_arg, u32_arg,
 };
 use crate::time::{duration_arg, opt_duration_arg};
 use pyo3::exceptions::PyRuntimeError;
@@ -115,15 +115,15 @@ impl SeppClient {
     fn connect<'py>(
         py: Python<'py>,
         url: String,
-        api_key: Option<String>,
+        api_key: Option<&Bound<'py, PyAny>>,
         tls: Option<&Bound<'py, PyAny>>,
         rpc_timeout: MaybeGiven<'py>,
         retry_policy: MaybeGiven<'py>,
-        coalesce: Option<bool>,
+        coalesce: Option<&Bound<'py, PyAny>>,
         max_batches_in_flight: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut builder = sepp_rs::SeppClient::builder(url);
-        if let Some(on) = coalesce {
+        if let Some(on) = opt_bool_arg(coalesce, "coalesce")? {
             builder = builder.coalesce(on);
         }
         if let Some(n) = opt_u32_arg(
@@ -133,7 +133,7 @@ impl SeppClient {
         )? {
             builder = builder.max_batches_in_flight(n as usize);
         }
-        if let Some(key) = api_key {
+        if let Some(key) = opt_str_arg(api_key, "api_key")? {
             builder = builder.api_key(key);
         }
         if let Some(tls) = opt_class_arg::<TlsOptions>(tls, "tls")? {
@@ -252,7 +252,7 @@ impl SeppClient {
         lease_duration: &Bound<'py, PyAny>,
         wait_timeout: Option<&Bound<'py, PyAny>>,
         max_jobs: Option<&Bound<'py, PyAny>>,
-        worker_id: Option<String>,
+        worker_id: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
         let mut options = ReserveOptions::new(
@@ -261,7 +261,7 @@ impl SeppClient {
         );
         options.wait_timeout = opt_duration_arg(wait_timeout, "wait_timeout", Invalid::Argument)?;
         options.max_jobs = opt_u32_arg(max_jobs, "max_jobs", Invalid::Argument)?;
-        options.worker_id = worker_id;
+        options.worker_id = opt_str_arg(worker_id, "worker_id")?;
         coroutine(py, async move {
             client.reserve(options).await.map_err(Failure::from)
         })
@@ -290,7 +290,7 @@ impl SeppClient {
         queues: &Bound<'py, PyAny>,
         lease_duration: &Bound<'py, PyAny>,
         max_jobs: Option<&Bound<'py, PyAny>>,
-        worker_id: Option<String>,
+        worker_id: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
         let attempt = u32_arg(attempt, "attempt", Invalid::Argument)?;
@@ -299,7 +299,7 @@ impl SeppClient {
             duration_arg(lease_duration, "lease_duration", Invalid::Argument)?,
         );
         next.max_jobs = opt_u32_arg(max_jobs, "max_jobs", Invalid::Argument)?;
-        next.worker_id = worker_id;
+        next.worker_id = opt_str_arg(worker_id, "worker_id")?;
         coroutine(py, async move {
             client
                 .ack_then_reserve(&job_id, attempt, next)
@@ -315,13 +315,14 @@ impl SeppClient {
         job_id: String,
         attempt: &Bound<'py, PyAny>,
         retry: Option<&Bound<'py, PyAny>>,
-        reason: Option<String>,
+        reason: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.core()?;
         let attempt = u32_arg(attempt, "attempt", Invalid::Argument)?;
         let retry = opt_class_arg::<NackRetry>(retry, "retry")?
             .map(|r| r.borrow().inner)
             .unwrap_or_default();
+        let reason = opt_str_arg(reason, "reason")?;
         coroutine(py, async move {
             client
                 .nack(&job_id, attempt, retry, reason)

@@ -11,7 +11,7 @@ use crate::client::SeppClient;
 use crate::error::{Failure, Invalid, warn_deprecated};
 use crate::job::Job;
 use crate::repr::repr;
-use crate::request::{names_arg, opt_names_arg, u32_arg};
+use crate::request::{names_arg, opt_bool_arg, opt_names_arg, opt_str_arg, u32_arg};
 use crate::time::{duration_arg, opt_datetime_to_py};
 use futures_util::FutureExt;
 use pyo3::exceptions::PyRuntimeError;
@@ -37,10 +37,10 @@ impl EngineOptions {
         queues: &Bound<'_, PyAny>,
         lease_duration: Option<&Bound<'_, PyAny>>,
         max_in_flight: Option<&Bound<'_, PyAny>>,
-        auto_extend: Option<bool>,
+        auto_extend: Option<&Bound<'_, PyAny>>,
         wait_timeout: Option<&Bound<'_, PyAny>>,
         max_backoff: Option<&Bound<'_, PyAny>>,
-        worker_id: Option<String>,
+        worker_id: Option<&Bound<'_, PyAny>>,
         job_types: Option<&Bound<'_, PyAny>>,
         handler_timeout: Option<&Bound<'_, PyAny>>,
         shutdown_timeout: Option<&Bound<'_, PyAny>>,
@@ -63,10 +63,10 @@ impl EngineOptions {
         if let Some(n) = max_in_flight.filter(|o| !o.is_none()) {
             inner.max_in_flight = u32_arg(n, "max_in_flight", Invalid::Argument)? as usize;
         }
-        if let Some(on) = auto_extend {
+        if let Some(on) = opt_bool_arg(auto_extend, "auto_extend")? {
             inner.auto_extend = on;
         }
-        inner.worker_id = worker_id;
+        inner.worker_id = opt_str_arg(worker_id, "worker_id")?;
         // What the engine needs of them, checked here so that a Worker refuses them when it is
         // made (the core's rule, as Engine.start applies it).
         inner

@@ -31,6 +31,30 @@ fn str_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
     }
 }
 
+/// Reads the optional string argument `name` (`None` and omitted alike: `None`), with
+/// [`str_value`]'s `TypeError`.
+pub(crate) fn opt_str_arg(obj: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<String>> {
+    match obj {
+        Some(o) if !o.is_none() => str_value(o, name).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// Reads the optional bool argument `name` (`None` and omitted alike: `None`): `TypeError`
+/// naming it for anything but a `bool` (an int included: `1` is not `True` here).
+pub(crate) fn opt_bool_arg(obj: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<bool>> {
+    match obj {
+        Some(o) if !o.is_none() => match o.cast::<PyBool>() {
+            Ok(b) => Ok(Some(b.is_true())),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "{name} must be bool, not {}",
+                type_name(o)
+            ))),
+        },
+        _ => Ok(None),
+    }
+}
+
 /// Reads the integer `name` as a `u32`: `Err` (`TypeError`) for a non-int, `Ok(Err(message))`
 /// for an int out of range, with the message the Node package gives for the same value.
 fn u32_value(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<u32, String>> {
