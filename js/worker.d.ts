@@ -176,7 +176,8 @@ export declare class Worker {
   /**
    * Begins the graceful shutdown of the current run; resolves once `run()` has settled (at
    * most `shutdownTimeoutMs` plus one nack round trip later). Does nothing when not running.
-   * Do not await it from a handler: the run waits for that handler (up to
+   * Called in the same tick as `run()`, the run returns without reserving (a job leased only
+   * to be given back would spend an attempt). Do not await it from a handler: the run waits for that handler (up to
    * `shutdownTimeoutMs`).
    */
   stop(): Promise<void>;

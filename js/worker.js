@@ -232,9 +232,13 @@ export class Worker {
     if (this.#running) throw new Error("the worker is already running: await stop() before running it again");
     /** @type {() => void} */
     let requestStop = () => {};
+    let stopRequested = false;
     /** Resolves when a stop is requested (stop(), SIGTERM, SIGINT). */
     const stopping = new Promise((resolve) => {
-      requestStop = () => resolve(undefined);
+      requestStop = () => {
+        stopRequested = true;
+        resolve(undefined);
+      };
     });
     /** @type {() => void} */
     let finish = () => {};
@@ -253,6 +257,10 @@ export class Worker {
       process.off("SIGINT", onSignal);
     };
     try {
+      // A stop() in the same tick as run() starts no engine: it would lease jobs only to give
+      // them back, each at the cost of an attempt.
+      await undefined;
+      if (stopRequested) return withOldNames({ acked: 0, nacked: 0, leaseLost: 0, abandoned: 0 });
       // The engine nacks the job types nobody handles (all are handled with a fallback).
       const jobTypes = this.#fallback === undefined ? [...this.#handlers.keys()] : undefined;
       const engine = await Engine.start(this.#client, { ...this.#engineOptions, jobTypes });

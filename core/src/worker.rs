@@ -282,9 +282,15 @@ impl Worker {
         self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<WorkerReport, LeaseError> {
+        tokio::pin!(shutdown);
+        self.opts.check()?;
+        // A stop asked for already starts no engine: it would lease jobs only to give them
+        // back, each at the cost of an attempt.
+        if (&mut shutdown).now_or_never().is_some() {
+            return Ok(WorkerReport::default());
+        }
         let engine = Engine::start(self.client.clone(), self.opts.clone())?;
         let mut tasks: JoinSet<()> = JoinSet::new();
-        tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 lease = engine.next() => {

@@ -870,3 +870,24 @@ async fn a_worker_whose_key_lacks_the_worker_role_fails_instead_of_waiting_forev
     assert_eq!(info.state, JobState::Ready);
     assert_eq!(info.attempt, 0);
 }
+
+#[tokio::test]
+async fn a_worker_stopped_before_it_runs_leases_nothing() {
+    let (_server, c) = setup().await;
+    let id = c
+        .enqueue(EnqueueRequest::new("early-stop", "t").unwrap())
+        .await
+        .unwrap()
+        .job_id;
+    for _ in 0..3 {
+        let worker = Worker::builder(c.clone(), ["early-stop"])
+            .handle("t", |_ctx| async { Ok(()) })
+            .build();
+        let report = worker.run_until(std::future::ready(())).await.unwrap();
+        assert_eq!(report, sepp_rs::worker::WorkerReport::default());
+    }
+    // Not leased and given back three times over: no attempt was spent.
+    let info = c.get_job(&id).await.unwrap();
+    assert_eq!(info.state, JobState::Ready);
+    assert_eq!(info.attempt, 0);
+}

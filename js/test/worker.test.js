@@ -434,6 +434,25 @@ describe("shutdown", T, () => {
       assert.equal(report.acked, 1);
     }
   });
+
+  test("stop() in the same tick as run() leases nothing", async () => {
+    const queue = freshQueue("early-stop");
+    const { jobId } = await client.enqueue({ queue, jobType: "t" });
+    for (let i = 0; i < 3; i++) {
+      const worker = new Worker(client, { queues: [queue], handleSignals: false });
+      worker.handle("t", async () => {
+        throw new Error("a stopped worker runs no handler");
+      });
+      const running = worker.run();
+      await worker.stop();
+      const report = await running;
+      assert.deepEqual({ ...report }, { acked: 0, nacked: 0, leaseLost: 0, abandoned: 0 });
+    }
+    // Not leased and given back three times over: no attempt was spent.
+    const info = await client.getJob(jobId);
+    assert.equal(info.state, "ready");
+    assert.equal(info.attempt, 0);
+  });
 });
 
 describe("bad input", T, () => {

@@ -439,10 +439,16 @@ async def test_cancelling_run_cancels_the_handlers_and_nacks_their_jobs(
 async def test_stop_before_run_makes_run_return_at_once(
     client: sepp.SeppClient, queue: str
 ) -> None:
-    worker = Worker(client, [queue], wait_timeout=timedelta(seconds=30))
-    worker.stop()
-    report = await asyncio.wait_for(worker.run(), 5)
-    assert report == WorkerReport()
+    ack = await client.enqueue(EnqueueRequest(queue, "t"))
+    for _ in range(3):
+        worker = Worker(client, [queue], wait_timeout=timedelta(seconds=30))
+        worker.handle("t", _noop)
+        worker.stop()
+        report = await asyncio.wait_for(worker.run(), 5)
+        assert report == WorkerReport()
+    # Not leased and given back three times over: no attempt was spent.
+    info = await client.get_job(ack.job_id)
+    assert info.state == "READY" and info.attempt == 0
 
 
 async def test_a_worker_whose_key_lacks_the_worker_role_raises_instead_of_waiting(

@@ -387,11 +387,14 @@ class Worker:
         # The engine nacks the job types nobody handles (all are handled with a fallback).
         job_types = None if self._fallback is not None else list(self._handlers)
         options = EngineOptions(self._options.queues, job_types=job_types, **self._settings)
+        if self._stop_requested:
+            # No engine: it would lease jobs only to give them back, each at the cost of an
+            # attempt.
+            self._stop_requested = False
+            return WorkerReport()
         engine = Engine.start(self._client, options)
         run = _Run(self, engine, asyncio.get_running_loop())
         self._run = run
-        if self._stop_requested:
-            run.stopping.set()
         restore_signals = self._install_signal_handlers(run)
         try:
             try:
@@ -414,7 +417,8 @@ class Worker:
     def stop(self) -> None:
         """Begins a graceful shutdown of `run` (see `run`); returns at once. Safe to call from
         any thread, and from a signal handler. Called before `run`, it makes the next `run`
-        shut down as soon as it starts."""
+        return at once, without reserving (a job leased only to be given back would spend an
+        attempt)."""
         run = self._run
         if run is None:
             self._stop_requested = True
