@@ -647,8 +647,8 @@ impl Engine {
     /// Why the engine stopped by itself, if it did: the server refused a reserve with an error
     /// that no retry can mend: [`ErrorCode::Unauthenticated`],
     /// [`ErrorCode::PermissionDenied`], [`ErrorCode::InvalidArgument`],
-    /// [`ErrorCode::FailedPrecondition`] (strict mode, an undeclared queue) or
-    /// [`ErrorCode::Unsupported`]. The engine then shuts down as
+    /// [`ErrorCode::FailedPrecondition`] (strict mode, an undeclared queue),
+    /// [`ErrorCode::Unsupported`] or [`ErrorCode::InvalidConfig`]. The engine then shuts down as
     /// [`Engine::shutdown`] does, so [`Engine::next`] returns `None`; a worker drains as usual
     /// and then fails with this error. `None` while the engine runs, and after a stop its host
     /// asked for.
@@ -687,8 +687,12 @@ impl Engine {
         } else {
             format!("{} ms", wait.as_millis())
         };
+        let why = match self.failure() {
+            Some(e) => format!(" (the server refused to reserve: {e})"),
+            None => String::new(),
+        };
         Some(format!(
-            "sepp worker stopping: waiting up to {wait} (shutdown_timeout) for {jobs} to \
+            "sepp worker stopping{why}: waiting up to {wait} (shutdown_timeout) for {jobs} to \
              finish; if not done by then, {them} given back to the queue (nacked, counting the \
              attempt)"
         ))

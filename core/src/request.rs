@@ -324,9 +324,12 @@ impl ReserveOptions {
     }
 }
 
+/// The longest `google.protobuf.Duration`: 10,000 years.
+const MAX_PROTO_DURATION_SECS: u64 = 315_576_000_000;
+
 /// The rule of every lease a client asks for (a reserve's, an extension's, a worker's): at
-/// least 1 ms, the unit the server counts leases in (it would round a shorter one up). `name`
-/// is the option's name in the message.
+/// least 1 ms, the unit the server counts leases in (it would round a shorter one up), and no
+/// longer than the protocol can carry. `name` is the option's name in the message.
 pub(crate) fn check_lease(name: &str, d: Duration) -> Result<(), String> {
     if d.is_zero() {
         return Err(format!("{name} is 0: it must be positive"));
@@ -334,6 +337,13 @@ pub(crate) fn check_lease(name: &str, d: Duration) -> Result<(), String> {
     if d < Duration::from_millis(1) {
         return Err(format!(
             "{name} is {d:?}: it must be at least 1 ms (leases are counted in milliseconds)"
+        ));
+    }
+    if d.as_secs() > MAX_PROTO_DURATION_SECS {
+        return Err(format!(
+            "{name} is {} s: it must be at most {MAX_PROTO_DURATION_SECS} s (the protocol's \
+             Duration; the server clamps a lease to its max_lease_duration_ms anyway)",
+            d.as_secs()
         ));
     }
     Ok(())
@@ -381,6 +391,12 @@ mod tests {
             "lease_duration is 500µs: it must be at least 1 ms (leases are counted in milliseconds)"
         );
         assert!(lease(Duration::from_millis(1)).is_ok());
+        assert!(lease(Duration::from_secs(315_576_000_000)).is_ok());
+        assert_eq!(
+            lease(Duration::from_secs(315_576_000_001)).unwrap_err(),
+            "lease_duration is 315576000001 s: it must be at most 315576000000 s (the \
+             protocol's Duration; the server clamps a lease to its max_lease_duration_ms anyway)"
+        );
     }
 
     #[test]
