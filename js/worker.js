@@ -373,7 +373,11 @@ export class Worker {
       controller.abort(new DOMException(first.end.reason, "AbortError"));
       return;
     }
-    // Counted by the engine whatever happens; a lost lease leaves the job to the server.
-    await engine.settle(job.id, job.attempt, first).catch(() => {});
+    // Counted by the engine whatever happens; a lost lease leaves the job to the server. Said
+    // on standard error, as the Python worker logs it.
+    await engine.settle(job.id, job.attempt, first).catch((/** @type {unknown} */ err) => {
+      const why = err instanceof Error ? err.message : String(err);
+      console.error(`sepp worker: job ${job.id} (attempt ${job.attempt}) could not be settled: ${why}`);
+    });
   }
 }

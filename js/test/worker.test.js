@@ -485,6 +485,31 @@ describe("bad input", T, () => {
     assert.match(lines[0], /handler of "boom" failed on job .* \(attempt 1\).*RangeError: out of range/);
   });
 
+  test("an ack the server refuses is said on console.error, and counted as a lost lease", async () => {
+    const queue = freshQueue("unsettled");
+    const { jobId } = await client.enqueue({ queue, jobType: "t" });
+    const lines = /** @type {string[]} */ ([]);
+    const original = console.error;
+    console.error = (...args) => {
+      lines.push(args.map(String).join(" "));
+    };
+    let report;
+    try {
+      const handled = deferred();
+      const worker = new Worker(client, { queues: [queue], handleSignals: false }).handle("t", async (job) => {
+        // Settled behind the worker's back: its own ack finds the job gone.
+        await client.ack(job.id, job.attempt);
+        handled.resolve();
+      });
+      report = await runUntil(worker, handled.promise);
+    } finally {
+      console.error = original;
+    }
+    assert.equal(report.leaseLost, 1);
+    assert.equal(lines.length, 1, lines.join("\n"));
+    assert.match(lines[0], new RegExp(`^sepp worker: job ${jobId} \\(attempt 1\\) could not be settled: .*not in flight`));
+  });
+
   test("the constructor and HandlerError check their arguments", () => {
     const typeError = (/** @type {RegExp} */ re) => (/** @type {any} */ e) =>
       e instanceof TypeError && e.code === "ERR_INVALID_ARG_TYPE" && re.test(e.message);
