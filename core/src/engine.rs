@@ -120,7 +120,7 @@ impl EngineOptions {
 
     /// Checks what an engine needs of its options: what its reserves need (at least one
     /// queue, no empty queue name, a positive lease: the rule of every reserve),
-    /// `max_in_flight` at least 1 and a positive `handler_timeout` when set. [`Engine::start`]
+    /// `max_in_flight` at least 1 and a `handler_timeout` of at least 1 ms when set. [`Engine::start`]
     /// checks them; a worker checks them when it is made, so that a mistake shows where it
     /// was written, not at `run`.
     ///
@@ -135,10 +135,18 @@ impl EngineOptions {
                 "max_in_flight is 0: it must be at least 1".into(),
             ));
         }
-        if self.handler_timeout == Some(Duration::ZERO) {
-            return Err(LeaseError::Invalid(
-                "handler_timeout is 0: it must be positive (or unset for no limit)".into(),
-            ));
+        match self.handler_timeout {
+            Some(Duration::ZERO) => {
+                return Err(LeaseError::Invalid(
+                    "handler_timeout is 0: it must be positive (or unset for no limit)".into(),
+                ));
+            }
+            Some(t) if t < Duration::from_millis(1) => {
+                return Err(LeaseError::Invalid(format!(
+                    "handler_timeout is {t:?}: it must be at least 1 ms (or unset for no limit)"
+                )));
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -551,6 +551,10 @@ describe("bad input", T, () => {
     assert.throws(() => new Worker(client, { queues: ["q"], shutdownTimeoutMs: -1 }), invalid(/shutdownTimeoutMs/));
     assert.throws(() => new Worker(client, { queues: ["q"], handlerTimeoutMs: 0 }), invalid(/^handlerTimeoutMs is 0: it must be positive/));
     assert.throws(
+      () => new Worker(client, { queues: ["q"], handlerTimeoutMs: 0.5 }),
+      invalid(/^handlerTimeoutMs is 500µs: it must be at least 1 ms/),
+    );
+    assert.throws(
       () => new Worker(client, /** @type {any} */ ({ queues: "q" })),
       (/** @type {any} */ e) => e instanceof TypeError && /options\.queues/.test(e.message),
     );

@@ -508,6 +508,10 @@ async def test_a_worker_refuses_bad_arguments(client: sepp.SeppClient) -> None:
         sepp.InvalidArgumentError, match="lease_duration is 500µs: it must be at least 1 ms"
     ):
         Worker(client, ["q"], lease_duration=timedelta(microseconds=500))
+    with pytest.raises(
+        sepp.InvalidArgumentError, match="handler_timeout is 500µs: it must be at least 1 ms"
+    ):
+        Worker(client, ["q"], handler_timeout=timedelta(microseconds=500))
     # The option's name is in the message itself, not only in a note.
     with pytest.raises(TypeError, match="^auto_extend must be bool, not str$"):
         Worker(client, ["q"], auto_extend="yes")  # type: ignore[arg-type]
