@@ -1006,8 +1006,7 @@ impl SeppClient {
         attempt: u32,
         lease_duration: Duration,
     ) -> Result<SystemTime, LeaseError> {
-        crate::request::check_lease("lease_duration", lease_duration)
-            .map_err(LeaseError::Invalid)?;
+        crate::request::check_lease(lease_duration).map_err(LeaseError::Invalid)?;
         let msg = pb::ExtendRequest {
             job_id: job_id.to_string(),
             attempt,

@@ -316,7 +316,7 @@ impl ReserveOptions {
         if let Some(q) = self.queues.iter().find(|q| q.is_empty()) {
             return Err(format!("queues contains an empty name ({q:?})"));
         }
-        check_lease("lease_duration", self.lease_duration)?;
+        check_lease(self.lease_duration)?;
         if self.max_jobs == Some(0) {
             return Err("max_jobs is 0: ask for at least 1 job".into());
         }
@@ -324,13 +324,12 @@ impl ReserveOptions {
     }
 }
 
-/// The longest `google.protobuf.Duration`: 10,000 years.
-const MAX_PROTO_DURATION_SECS: u64 = 315_576_000_000;
-
 /// The rule of every lease a client asks for (a reserve's, an extension's, a worker's): at
 /// least 1 ms, the unit the server counts leases in (it would round a shorter one up), and no
-/// longer than the protocol can carry. `name` is the option's name in the message.
-pub(crate) fn check_lease(name: &str, d: Duration) -> Result<(), String> {
+/// longer than the protocol can carry.
+pub(crate) fn check_lease(d: Duration) -> Result<(), String> {
+    let name = "lease_duration";
+    let max = sepp_proto::DURATION_MAX_SECONDS.unsigned_abs();
     if d.is_zero() {
         return Err(format!("{name} is 0: it must be positive"));
     }
@@ -339,9 +338,9 @@ pub(crate) fn check_lease(name: &str, d: Duration) -> Result<(), String> {
             "{name} is {d:?}: it must be at least 1 ms (leases are counted in milliseconds)"
         ));
     }
-    if d.as_secs() > MAX_PROTO_DURATION_SECS {
+    if d.as_secs() > max {
         return Err(format!(
-            "{name} is {} s: it must be at most {MAX_PROTO_DURATION_SECS} s (the protocol's \
+            "{name} is {} s: it must be at most {max} s (the protocol's \
              Duration; the server clamps a lease to its max_lease_duration_ms anyway)",
             d.as_secs()
         ));

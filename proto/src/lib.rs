@@ -30,3 +30,6 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 /// Well-known protobuf types used by the messages (`Timestamp`, `Duration`, `Empty`).
 pub use prost_types;
+
+/// The range of `google.protobuf.Duration` in seconds, either way: about 10 000 years.
+pub const DURATION_MAX_SECONDS: i64 = 315_576_000_000;

@@ -3,6 +3,7 @@
 use crate::domain::{DeadLetter, DeadLetterCause, Job, Payload, TraceContext, UnixMs, Value};
 use crate::queue::model::{EnqueueInput, Rejection};
 use prost_types::{Duration, Timestamp};
+use sepp_proto::DURATION_MAX_SECONDS;
 use sepp_proto::v1 as pb;
 use sepp_proto::v1::job_rejection::Reason;
 use tonic::Status;
@@ -20,9 +21,6 @@ pub(crate) fn duration_ms(d: &Duration) -> i64 {
     };
     ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
-
-/// The range of `google.protobuf.Duration`: about ±10 000 years.
-const DURATION_MAX_SECONDS: i64 = 315_576_000_000;
 
 /// Why `d` is not a valid `google.protobuf.Duration` (seconds within ±315 576 000 000, nanos
 /// within ±999 999 999 and of the sign of seconds), if it is not.
